@@ -1,0 +1,99 @@
+// Fused LayerNorm-Modulate (adaLN): params struct and CPU entry points.
+//
+//   forward:  mean, rstd = stats(x row); xhat = (x - mean) * rstd
+//             n = xhat * w + b          (w = 1, b = 0 when weight / bias are absent)
+//             y = n * (1 + scale) + shift
+//   backward: dshift = sum dy, dscale = sum dy * n            (over the L rows of a sample,
+//             dn = dy * (1 + scale), dxhat = dn * w            or per row when per_token)
+//             dbias = sum dn, dweight = sum dn * xhat         (over all rows)
+//             dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
+//
+// x is [N, D] rows (N = B * L). All arithmetic is fp32 (the reference: fp64); storage is
+// fp32, bf16 or fp16. The struct is plain data, in the style of flash-attention's
+// Flash_fwd_params: a binding fills it from tensors and calls adaln_*_{ref,cpu,cuda}.
+// No torch or CUDA types here. See docs/kernels.md.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace adaptiveload {
+
+enum class DType : int32_t { F32 = 0, BF16 = 1, F16 = 2 };
+
+// Bytes per element, and "f32" / "bf16" / "f16".
+size_t dtype_size(DType t);
+const char* dtype_name(DType t);
+
+struct AdalnParams {
+  // --- sizes -------------------------------------------------------------------------
+  int64_t rows = 0;             // N = batch * rows_per_sample
+  int64_t dim = 0;              // D, the normalised (last) dimension
+  int64_t batch = 0;            // B; per-sample modulation has B rows
+  int64_t rows_per_sample = 0;  // L; row r belongs to sample r / L
+  bool per_token = false;       // modulation is [N, D] (true) or [B, D] (false)
+  float eps = 1e-6f;
+
+  // --- dtypes ------------------------------------------------------------------------
+  DType x_dtype = DType::F32;       // x, y, dy, dx
+  DType mod_dtype = DType::F32;     // scale, shift, dscale, dshift
+  DType weight_dtype = DType::F32;  // weight, bias, dweight, dbias
+
+  // --- inputs (row strides in elements; a stride must be >= dim) ---------------------
+  const void* x = nullptr;  // [N, D]
+  int64_t x_stride = 0;
+  const void* scale = nullptr;  // [B, D] or [N, D]
+  int64_t scale_stride = 0;
+  const void* shift = nullptr;  // [B, D] or [N, D]
+  int64_t shift_stride = 0;
+  const void* weight = nullptr;  // [D] contiguous, or nullptr = absent (w = 1)
+  const void* bias = nullptr;    // [D] contiguous, or nullptr = absent (b = 0)
+
+  // --- forward outputs ---------------------------------------------------------------
+  void* y = nullptr;  // [N, D], x_dtype
+  int64_t y_stride = 0;
+  float* mean = nullptr;  // [N] fp32
+  float* rstd = nullptr;  // [N] fp32, 1 / sqrt(var + eps), biased variance
+
+  // --- backward: inputs dy, mean, rstd (as saved by the forward), x, scale, weight, bias
+  const void* dy = nullptr;  // [N, D], x_dtype
+  int64_t dy_stride = 0;
+  void* dx = nullptr;  // [N, D], x_dtype (required)
+  int64_t dx_stride = 0;
+  void* dscale = nullptr;  // like scale (mod_dtype), or nullptr = not wanted
+  int64_t dscale_stride = 0;
+  void* dshift = nullptr;  // like shift (mod_dtype), or nullptr = not wanted
+  int64_t dshift_stride = 0;
+  void* dweight = nullptr;  // [D] weight_dtype, needs weight; nullptr = not wanted
+  void* dbias = nullptr;    // [D] weight_dtype, needs bias; nullptr = not wanted
+
+  // --- CUDA backward only: device scratch of adaln_bwd_cuda_workspace_bytes(*this) ---
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+// Sets every row stride to dim (dense row-major tensors).
+void adaln_set_contiguous_strides(AdalnParams& p);
+
+enum class AdalnPass { Fwd, Bwd };
+
+// Throws std::invalid_argument naming the bad field ("AdalnParams.x_stride (10) < dim (16)")
+// when sizes, dtypes, strides or the pointers a pass needs are wrong. The one-argument form
+// checks only what both passes share. Every adaln_* entry point validates first.
+void validate(const AdalnParams& p);
+void validate(const AdalnParams& p, AdalnPass pass);
+
+// CPU reference (simple loops, fp64 accumulation): the ground truth.
+void adaln_fwd_ref(const AdalnParams& p);
+void adaln_bwd_ref(const AdalnParams& p);
+
+// Optimised CPU path (OpenMP over rows, AVX-512 when compiled with it, else scalar).
+// Deterministic: the reductions use a fixed row partition, so dscale / dshift / dweight /
+// dbias are bit-identical for any thread count.
+void adaln_fwd_cpu(const AdalnParams& p);
+void adaln_bwd_cpu(const AdalnParams& p);
+
+// Empty inputs: N == 0 writes nothing except the reductions, which are sums over no rows
+// and are set to zero (dscale / dshift [B, D] when per-sample, dweight / dbias [D]).
+
+}  // namespace adaptiveload
