@@ -1,0 +1,264 @@
+// Benchmark of the fused adaLN CPU path (llm.c style).
+//
+// 1. checks every path (fwd, bwd; bf16, f16, f32) against the fp64 reference on small
+//    awkward shapes, exits 1 on a failure;
+// 2. per configuration, measures the copy bandwidth of this machine on the same bytes
+//    (memcpy x -> y, split over the same OpenMP threads as the kernel), then times the
+//    kernel: warm-up, `--reps` repetitions, median;
+// 3. prints one line per (shape, B, dtype, mode) with ms, effective GB/s (bytes that must
+//    move: fwd reads x and writes y, bwd reads x, dy and writes dx) and the fraction of
+//    the copy bandwidth, and a JSON line per configuration.
+//
+//   bench_adaln_cpu                 all shapes, B in {1, 4}, bf16 and f32
+//   bench_adaln_cpu --quick         Wan 1.3B 480p, B = 1, bf16 only
+//   bench_adaln_cpu --shapes=wan1.3b-480p,image --batches=1 --dtypes=bf16 --reps=7
+//   --max-gb=N skips configurations whose tensors need more than N GiB (default 8).
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "adaptiveload/kernels/adaln.h"
+#include "adaptiveload/kernels/adaln_check.h"
+#include "adaptiveload/kernels/half_types.h"
+#include "adaptiveload/kernels/simd_cpu.h"
+
+using namespace adaptiveload;
+
+namespace {
+
+struct Shape {
+  const char* name;
+  int64_t L, D;  // tokens per sample, hidden size
+};
+// Tokens per sample of the target models (latent frames x patches).
+const Shape kShapes[] = {
+    {"wan1.3b-480p", 32760, 1536},
+    {"wan14b-720p", 75600, 5120},
+    {"hunyuan-720p", 118800, 3072},
+    {"image", 1560, 1536},
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t a = 0;
+  while (a <= s.size()) {
+    const size_t b = s.find(',', a);
+    out.push_back(s.substr(a, b == std::string::npos ? std::string::npos : b - a));
+    if (b == std::string::npos) break;
+    a = b + 1;
+  }
+  return out;
+}
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+template <typename F>
+double median_ms(F&& f, int reps) {
+  f();  // warm-up
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const double a = now_ms();
+    f();
+    t.push_back(now_ms() - a);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// Page-aligned, first-touched by the same static thread partition the kernels use.
+struct Mem {
+  void* p = nullptr;
+  size_t n = 0;
+  explicit Mem(size_t bytes) : n(bytes) {
+    p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096 + 4096);
+    if (p == nullptr) {
+      std::fprintf(stderr, "out of memory allocating %zu bytes\n", bytes);
+      std::exit(2);
+    }
+  }
+  ~Mem() { std::free(p); }
+  Mem(const Mem&) = delete;
+  Mem& operator=(const Mem&) = delete;
+};
+
+void fill(void* p, DType t, int64_t count, uint64_t seed, float lo, float hi) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < count; ++i) {
+    uint64_t z = uint64_t(i) * 0x9e3779b97f4a7c15ull + seed;
+    z = (z ^ (z >> 31)) * 0xbf58476d1ce4e5b9ull;
+    const float v = lo + (hi - lo) * float(z >> 40) * (1.f / 16777216.f);
+    if (t == DType::F32)
+      static_cast<float*>(p)[i] = v;
+    else if (t == DType::BF16)
+      static_cast<uint16_t*>(p)[i] = float_to_bf16(v);
+    else
+      static_cast<uint16_t*>(p)[i] = float_to_f16(v);
+  }
+}
+
+// memcpy split over the threads: each thread copies its contiguous slice.
+void parallel_copy(void* dst, const void* src, size_t bytes) {
+#pragma omp parallel
+  {
+    const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
+    const size_t a = bytes * size_t(tid) / size_t(nt) / 64 * 64;
+    const size_t b = tid + 1 == nt ? bytes : bytes * size_t(tid + 1) / size_t(nt) / 64 * 64;
+    std::memcpy(static_cast<char*>(dst) + a, static_cast<const char*>(src) + a, b - a);
+  }
+}
+
+bool run_checks() {
+  using adaln_check::AdalnCase;
+  bool ok = true;
+  std::printf("# checks against the fp64 reference (tolerance rule of DESIGN.md)\n");
+  for (DType xt : {DType::BF16, DType::F16, DType::F32})
+    for (int64_t D : {1536, 1500})
+      for (bool tok : {false, true}) {
+        AdalnCase c;
+        c.batch = 2;
+        c.L = 301;
+        c.D = D;
+        c.per_token = tok;
+        c.x_dtype = xt;
+        c.weight = c.bias = D == 1500;
+        const auto f = adaln_check::check_adaln_fwd(c, adaln_fwd_cpu);
+        const auto b = adaln_check::check_adaln_bwd(c, adaln_bwd_cpu);
+        std::printf("check %-40s fwd %s  bwd %s\n", c.name().c_str(), f.ok ? "ok" : "FAIL", b.ok ? "ok" : "FAIL");
+        if (!f.ok) std::printf("%s", f.report.c_str());
+        if (!b.ok) std::printf("%s", b.report.c_str());
+        ok = ok && f.ok && b.ok;
+      }
+  return ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> shapes = {"wan1.3b-480p", "wan14b-720p", "hunyuan-720p", "image"};
+  std::vector<std::string> dtypes = {"bf16", "f32"}, modes = {"fwd", "bwd"};
+  std::vector<int64_t> batches = {1, 4};
+  int reps = 5;
+  double max_gb = 8;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto val = [&](const char* k) { return a.rfind(k, 0) == 0 ? a.substr(std::strlen(k)) : std::string(); };
+    if (a == "--quick") {
+      shapes = {"wan1.3b-480p"};
+      batches = {1};
+      dtypes = {"bf16"};
+    } else if (!val("--shapes=").empty()) {
+      shapes = split(val("--shapes="));
+    } else if (!val("--dtypes=").empty()) {
+      dtypes = split(val("--dtypes="));
+    } else if (!val("--modes=").empty()) {
+      modes = split(val("--modes="));
+    } else if (!val("--batches=").empty()) {
+      batches.clear();
+      for (const auto& b : split(val("--batches="))) batches.push_back(std::atoll(b.c_str()));
+    } else if (!val("--reps=").empty()) {
+      reps = std::max(1, std::atoi(val("--reps=").c_str()));
+    } else if (!val("--max-gb=").empty()) {
+      max_gb = std::atof(val("--max-gb=").c_str());
+    } else {
+      std::fprintf(stderr,
+                   "usage: %s [--quick] [--shapes=a,b] [--batches=1,4] [--dtypes=bf16,f16,f32] "
+                   "[--modes=fwd,bwd] [--reps=N] [--max-gb=N]\n  shapes:",
+                   argv[0]);
+      for (const Shape& s : kShapes) std::fprintf(stderr, " %s", s.name);
+      std::fprintf(stderr, "\n");
+      return 2;
+    }
+  }
+  std::printf("# adaLN CPU benchmark: %d OpenMP threads, SIMD %s\n", omp_get_max_threads(), simd::Simd::name());
+  if (!run_checks()) {
+    std::printf("CHECK FAILED\n");
+    return 1;
+  }
+  std::printf("# %-13s %2s %8s %5s %-4s %-3s %9s %8s %9s %6s\n", "shape", "B", "rows", "D", "type", "mod", "ms",
+              "GB/s", "copyGB/s", "frac");
+  std::vector<std::string> json;
+  for (const std::string& sname : shapes) {
+    const Shape* sh = nullptr;
+    for (const Shape& s : kShapes)
+      if (sname == s.name) sh = &s;
+    if (sh == nullptr) {
+      std::fprintf(stderr, "unknown shape %s\n", sname.c_str());
+      return 2;
+    }
+    for (int64_t B : batches)
+      for (const std::string& dn : dtypes) {
+        const DType t = dn == "f32" ? DType::F32 : dn == "f16" ? DType::F16 : DType::BF16;
+        const int64_t N = B * sh->L, D = sh->D, count = N * D;
+        const size_t es = dtype_size(t), tbytes = size_t(count) * es;
+        for (const std::string& mode : modes) {
+          const bool bwd = mode == "bwd";
+          const double need_gb = double(tbytes) * (bwd ? 3 : 2) / (1 << 30);
+          if (need_gb > max_gb) {
+            std::printf("  %-13s %2lld %8lld %5lld %-4s %-3s skipped: needs %.1f GiB > --max-gb=%.0f\n", sh->name,
+                        (long long)B, (long long)N, (long long)D, dn.c_str(), mode.c_str(), need_gb, max_gb);
+            continue;
+          }
+          Mem x(tbytes), out(tbytes), scale(size_t(B * D) * 4), shift(size_t(B * D) * 4);
+          Mem mean(size_t(N) * 4), rstd(size_t(N) * 4);
+          fill(x.p, t, count, 1, -2.f, 2.f);
+          fill(out.p, t, count, 2, 0.f, 0.f);
+          fill(scale.p, DType::F32, B * D, 3, -0.5f, 0.5f);
+          fill(shift.p, DType::F32, B * D, 4, -0.5f, 0.5f);
+          AdalnParams p;
+          p.rows = N;
+          p.dim = D;
+          p.batch = B;
+          p.rows_per_sample = sh->L;
+          p.x_dtype = t;
+          p.mod_dtype = DType::F32;  // Wan keeps its modulation in fp32
+          p.x = x.p;
+          p.scale = scale.p;
+          p.shift = shift.p;
+          p.y = out.p;
+          p.mean = static_cast<float*>(mean.p);
+          p.rstd = static_cast<float*>(rstd.p);
+          adaln_set_contiguous_strides(p);
+          adaln_fwd_cpu(p);  // saved stats for the backward
+          const double copy_ms = median_ms([&] { parallel_copy(out.p, x.p, tbytes); }, reps);
+          const double copy_gbps = 2.0 * double(tbytes) / (copy_ms * 1e6);
+          double ms = 0;
+          size_t moved = 0;
+          if (!bwd) {
+            ms = median_ms([&] { adaln_fwd_cpu(p); }, reps);
+            moved = 2 * tbytes;
+          } else {
+            Mem dy(tbytes), ds(size_t(B * D) * 4), dt(size_t(B * D) * 4);
+            fill(dy.p, t, count, 5, -1.f, 1.f);
+            p.dy = dy.p;
+            p.dx = out.p;  // the y buffer is free now
+            p.dscale = ds.p;
+            p.dshift = dt.p;
+            ms = median_ms([&] { adaln_bwd_cpu(p); }, reps);
+            moved = 3 * tbytes;
+          }
+          const double gbps = double(moved) / (ms * 1e6), frac = gbps / copy_gbps;
+          std::printf("  %-13s %2lld %8lld %5lld %-4s %-3s %9.3f %8.2f %9.2f %5.0f%%\n", sh->name, (long long)B,
+                      (long long)N, (long long)D, dn.c_str(), mode.c_str(), ms, gbps, copy_gbps, 100 * frac);
+          std::fflush(stdout);
+          char line[512];
+          std::snprintf(line, sizeof line,
+                        "{\"bench\":\"adaln_cpu\",\"shape\":\"%s\",\"B\":%lld,\"rows\":%lld,\"D\":%lld,\"dtype\":\"%s\","
+                        "\"mod_dtype\":\"f32\",\"mode\":\"%s\",\"ms\":%.4f,\"gbps\":%.3f,\"copy_gbps\":%.3f,"
+                        "\"frac_copy\":%.4f,\"threads\":%d,\"simd\":\"%s\",\"reps\":%d}",
+                        sh->name, (long long)B, (long long)N, (long long)D, dn.c_str(), mode.c_str(), ms, gbps,
+                        copy_gbps, frac, omp_get_max_threads(), simd::Simd::name(), reps);
+          json.push_back(line);
+        }
+      }
+  }
+  for (const std::string& j : json) std::printf("%s\n", j.c_str());
+  return 0;
+}
