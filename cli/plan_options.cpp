@@ -1,0 +1,257 @@
+#include "plan_options.h"
+
+#include <cmath>
+#include <cstdio>
+#include <iomanip>
+#include <sstream>
+
+#include "adaptiveload/strategy/strategy.h"
+
+namespace adaptiveload::cli {
+namespace {
+
+double parse_auto(const std::string& v, const char* option) {
+  if (v == "auto") return 0;
+  try {
+    size_t used = 0;
+    double d = std::stod(v, &used);
+    if (used == v.size() && std::isfinite(d) && d > 0) return d;
+  } catch (...) {
+  }
+  throw CLI::ValidationError(option, "must be a positive number or 'auto', got '" + v + "'");
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string thousands(int64_t v) {
+  std::string s = std::to_string(v), out;
+  int n = 0;
+  for (auto it = s.rbegin(); it != s.rend(); ++it) {
+    if (n && n % 3 == 0 && *it != '-') out.insert(out.begin(), ',');
+    out.insert(out.begin(), *it);
+    ++n;
+  }
+  return out;
+}
+
+}  // namespace
+
+void PlanOptions::add_to(CLI::App& app, bool with_manifest) {
+  if (with_manifest) {
+    app.add_option("--manifest,-m", manifests,
+                   "Manifest file(s), CSV or JSONL with columns path,num_frames,height,width,fps (fps empty for "
+                   "images). Several files are planned together; row ids continue across them in the order given.")
+        ->required()
+        ->check(CLI::ExistingFile);
+  }
+  app.add_option("--model", config.model, "Model preset name or JSON file")->capture_default_str();
+  app.add_option("--device", config.device, "Device preset name or JSON file")->capture_default_str();
+  app.add_option("--grid", config.grid, "Bucket grid preset name or JSON file")->capture_default_str();
+  app.add_option("--world-size,-w", config.world_size, "Number of GPUs (ranks)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--strategy,-s", strategy, "Strategy: equal_tokens, fixed, dual, balanced, or all")
+      ->capture_default_str();
+  app.add_option("--seed", config.seed, "Random seed of the plan")->capture_default_str();
+  app.add_option("--epoch", config.epoch, "Epoch to plan")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--mem-budget", mem_budget,
+                 "M_mem in tokens per micro-batch (B x S <= M_mem), or 'auto': the largest for which every bucket's "
+                 "batch fits device memory")
+      ->capture_default_str();
+  app.add_option("--comp-budget", comp_budget,
+                 "M_comp of the dual constraint (B x S^p <= M_comp), or 'auto': chosen by simulating dual")
+      ->capture_default_str();
+  app.add_option("--p", p, "Exponent p of the compute constraint, or 'auto': fitted to the cost model")
+      ->capture_default_str();
+  app.add_option("--step-budget", step_budget,
+                 "balanced: most seconds of work per rank per step, or 'auto': the slowest micro-batch the memory budget admits (the longest step equal_tokens runs)")
+      ->capture_default_str();
+  app.add_option("--cost-model", config.cost_model, "Cost model: analytic, power, or profile")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"analytic", "power", "profile"}));
+  app.add_option("--profile", config.profile, "Profile file from `adaptiveload calibrate` (implies --cost-model profile)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--checkpointing", checkpointing, "Full activation checkpointing (on/off)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--fixed-config", config.fixed_config,
+                 "JSON of per-bucket batch sizes for `fixed`: {\"<tier>\": {\"<frames>\": B}}")
+      ->check(CLI::ExistingFile);
+  app.add_option("--end-policy", end_policy,
+                 "A final step that cannot give every rank work: pad (repeat samples, flagged) or drop")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"pad", "drop"}));
+  app.add_option("--on-bad-row", on_bad_row, "Bad manifest rows: error (stop) or skip (count and report)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"error", "skip"}));
+  app.add_option("--on-oversize", on_oversize, "A sample too big for memory alone: error or skip (count and report)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"error", "skip"}));
+  app.add_flag("--json", json, "Print one JSON object on stdout instead of the table");
+  app.add_flag("--quiet,-q", quiet, "Print only the table or JSON");
+}
+
+void PlanOptions::finish() {
+  config.mem_budget_tokens = int64_t(parse_auto(mem_budget, "--mem-budget"));
+  config.comp_budget = parse_auto(comp_budget, "--comp-budget");
+  config.p = parse_auto(p, "--p");
+  config.step_budget_s = parse_auto(step_budget, "--step-budget");
+  config.checkpointing = checkpointing == "on";
+  config.end_policy = end_policy == "drop" ? EndPolicy::kDrop : EndPolicy::kPad;
+  config.oversize = on_oversize == "skip" ? OversizePolicy::kSkip : OversizePolicy::kError;
+  if (!config.profile.empty() && config.cost_model == "analytic") config.cost_model = "profile";
+  if (config.cost_model == "profile" && config.profile.empty())
+    throw CLI::ValidationError("--cost-model", "'profile' needs --profile FILE");
+  strategy_names();  // validates --strategy
+}
+
+std::vector<std::string> PlanOptions::strategy_names() const {
+  std::vector<std::string> out;
+  if (strategy == "all") {
+    for (const auto& s : strategies()) out.push_back(s.name);
+    return out;
+  }
+  try {
+    find_strategy(strategy);
+  } catch (const std::exception& e) {
+    throw CLI::ValidationError("--strategy", e.what());
+  }
+  return {strategy};
+}
+
+Comparison compare(const Planner& planner, const std::vector<std::string>& names) {
+  Comparison c;
+  for (const auto& n : names) {
+    c.plans.push_back(planner.plan(n));
+    c.metrics.push_back(planner.simulate(c.plans.back()));
+  }
+  return c;
+}
+
+void print_input_report(const Planner& planner, const Manifest& manifest, std::ostream& out) {
+  const Bucketing& bk = planner.bucketing();
+  for (const auto& f : manifest.files())
+    out << "manifest " << f.path << ": " << thousands(f.rows) << " rows (row ids " << f.first_row << ".."
+        << f.first_row + f.rows - 1 << ")\n";
+  if (!manifest.bad_rows().empty()) {
+    out << "skipped " << manifest.bad_rows().size() << " bad row(s):\n";
+    for (size_t i = 0; i < manifest.bad_rows().size() && i < 5; ++i) out << "  " << manifest.bad_rows()[i].message() << "\n";
+    if (manifest.bad_rows().size() > 5) out << "  ... and " << manifest.bad_rows().size() - 5 << " more\n";
+  }
+  if (!bk.unfit.empty()) {
+    out << bk.unfit.size() << " sample(s) fit no bucket of grid '" << planner.grid().name << "' and are not planned:\n";
+    for (size_t i = 0; i < bk.unfit.size() && i < 5; ++i)
+      out << "  row " << bk.unfit[i].row << " (" << manifest.where(bk.unfit[i].row) << "): " << bk.unfit[i].reason << "\n";
+    if (bk.unfit.size() > 5) out << "  ... and " << bk.unfit.size() - 5 << " more\n";
+  }
+  if (!planner.oversize().empty()) {
+    out << planner.oversize().size() << " oversize sample(s) skipped (--on-oversize=skip):\n";
+    for (size_t i = 0; i < planner.oversize().size() && i < 5; ++i)
+      out << "  row " << planner.oversize()[i].row << ": " << planner.oversize()[i].message << "\n";
+  }
+}
+
+void print_table(const Planner& planner, const Manifest& manifest, const Comparison& c, std::ostream& out) {
+  const Bucketing& bk = planner.bucketing();
+  const auto& cfg = planner.config();
+  out << "AdaptiveLoad plan: " << thousands(bk.usable - int64_t(planner.oversize().size())) << " samples in "
+      << bk.buckets.size() << " buckets (" << thousands(manifest.total_rows()) << " rows, " << bk.bad << " bad, "
+      << bk.unfit.size() << " unfit, " << planner.oversize().size() << " oversize)\n";
+  out << "model " << planner.model().name << ", " << cfg.world_size << " x " << planner.device().name << ", cost model "
+      << planner.cost().name() << ", checkpointing " << (cfg.checkpointing ? "on" : "off") << ", seed " << cfg.seed
+      << ", epoch " << cfg.epoch << "\n";
+  out << "budgets: M_mem " << thousands(planner.mem_budget_tokens()) << " tokens"
+      << (cfg.mem_budget_tokens ? "" : " (auto)") << ", M_comp " << fmt("%.4g", planner.comp_budget()) << " (B x S^"
+      << fmt("%.3f", planner.p()) << (cfg.comp_budget > 0 ? "" : ", auto") << "), step budget "
+      << fmt("%.3f", planner.step_budget_s()) << " s" << (cfg.step_budget_s > 0 ? "" : " (auto)") << "\n\n";
+  const double base = [&] {
+    for (const auto& m : c.metrics)
+      if (m.name == "equal_tokens") return m.throughput_samples_per_s;
+    return 0.0;
+  }();
+  out << std::left << std::setw(13) << "strategy" << std::right << std::setw(10) << "imbalance" << std::setw(11)
+      << "step(avg)" << std::setw(11) << "step(min)" << std::setw(11) << "samples/s" << std::setw(11) << "tokens/s"
+      << std::setw(9) << "speedup" << std::setw(9) << "mem avg" << std::setw(9) << "mem max" << std::setw(8) << "buckets"
+      << std::setw(7) << "steps" << std::setw(8) << "mb/rank" << std::setw(8) << "padded" << std::setw(8) << "dropped"
+      << "\n";
+  for (const auto& m : c.metrics) {
+    out << std::left << std::setw(13) << m.name << std::right << std::setw(10) << fmt("%.1f%%", 100 * m.imbalance)
+        << std::setw(11) << fmt("%.1f%%", 100 * m.imbalance_step_mean) << std::setw(11)
+        << fmt("%.1f%%", 100 * m.imbalance_step_maxmin) << std::setw(11) << fmt("%.2f", m.throughput_samples_per_s)
+        << std::setw(11) << fmt("%.0f", m.throughput_tokens_per_s) << std::setw(9)
+        << (base > 0 ? fmt("%.2fx", m.throughput_samples_per_s / base) : "-") << std::setw(9)
+        << fmt("%.1f%%", 100 * m.peak_memory_utilization_mean) << std::setw(9)
+        << fmt("%.1f%%", 100 * m.peak_memory_utilization_max) << std::setw(8) << fmt("%.1f", m.diversity) << std::setw(7)
+        << m.steps << std::setw(8) << fmt("%.2f", m.micro_batches_per_rank_step) << std::setw(8) << m.padded
+        << std::setw(8) << m.dropped << "\n";
+  }
+  out << "\nimbalance: idle fraction of the GPUs, 1 - sum_t mean_r T / sum_t max_r T; step(avg), step(min): per-step "
+         "mean of (max-mean)/max and (max-min)/max.\nthroughput includes one gradient all-reduce per step; mem: "
+         "per-step peak over ranks / device memory; buckets: distinct buckets per global step.\n";
+}
+
+nlohmann::json comparison_json(const Planner& planner, const Manifest& manifest, const Comparison& c) {
+  using json = nlohmann::json;
+  json out;
+  out["strategies"] = json::array();
+  for (const auto& m : c.metrics) {
+    out["strategies"].push_back({{"name", m.name},
+                                 {"imbalance", m.imbalance},
+                                 {"imbalance_step_mean", m.imbalance_step_mean},
+                                 {"imbalance_step_maxmin", m.imbalance_step_maxmin},
+                                 {"throughput_samples_per_s", m.throughput_samples_per_s},
+                                 {"throughput_tokens_per_s", m.throughput_tokens_per_s},
+                                 {"epoch_time_s", m.epoch_time_s},
+                                 {"peak_memory_utilization_mean", m.peak_memory_utilization_mean},
+                                 {"peak_memory_utilization_max", m.peak_memory_utilization_max},
+                                 {"diversity", m.diversity},
+                                 {"micro_batches_per_rank_step", m.micro_batches_per_rank_step},
+                                 {"global_batch_samples_mean", m.global_batch_samples_mean},
+                                 {"steps", m.steps},
+                                 {"samples", m.samples},
+                                 {"tokens", m.tokens},
+                                 {"padded", m.padded},
+                                 {"dropped", m.dropped}});
+  }
+  const auto& cfg = planner.config();
+  const Bucketing& bk = planner.bucketing();
+  json files = json::array();
+  for (const auto& f : manifest.files()) files.push_back({{"path", f.path}, {"rows", f.rows}, {"first_row", f.first_row}});
+  json buckets = json::array();
+  for (size_t b = 0; b < bk.buckets.size(); ++b) {
+    const Bucket& x = bk.buckets[b];
+    buckets.push_back({{"name", x.name()}, {"frames", x.frames}, {"height", x.height}, {"width", x.width},
+                       {"tokens", x.tokens}, {"samples", bk.bucket_counts[b]},
+                       {"sample_time_s", planner.cost().sample_time(x)}});
+  }
+  char fp[17];
+  snprintf(fp, sizeof fp, "%016llx", static_cast<unsigned long long>(planner.fingerprint()));
+  out["inputs"] = {{"manifests", files},
+                   {"rows", manifest.total_rows()},
+                   {"bad_rows", bk.bad},
+                   {"unfit", bk.unfit.size()},
+                   {"oversize", planner.oversize().size()},
+                   {"usable", bk.usable - int64_t(planner.oversize().size())},
+                   {"model", planner.model().name},
+                   {"device", planner.device().name},
+                   {"grid", planner.grid().name},
+                   {"cost_model", planner.cost().name()},
+                   {"checkpointing", cfg.checkpointing},
+                   {"world_size", cfg.world_size},
+                   {"seed", cfg.seed},
+                   {"epoch", cfg.epoch},
+                   {"mem_budget_tokens", planner.mem_budget_tokens()},
+                   {"comp_budget", planner.comp_budget()},
+                   {"p", planner.p()},
+                   {"step_budget_s", planner.step_budget_s()},
+                   {"end_policy", cfg.end_policy == EndPolicy::kPad ? "pad" : "drop"},
+                   {"fingerprint", fp},
+                   {"buckets", buckets}};
+  return out;
+}
+
+}  // namespace adaptiveload::cli

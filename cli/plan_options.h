@@ -1,0 +1,44 @@
+#pragma once
+// Options shared by `plan`, `demo` and `report`: what to plan and under which budgets.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "adaptiveload/manifest/manifest.h"
+#include "adaptiveload/planner/planner.h"
+
+namespace adaptiveload::cli {
+
+struct PlanOptions {
+  std::vector<std::string> manifests;
+  PlannerConfig config;
+  std::string strategy = "all";
+  std::string mem_budget = "auto", comp_budget = "auto", p = "auto", step_budget = "auto";
+  std::string on_bad_row = "error", on_oversize = "error", end_policy = "pad", checkpointing = "on";
+  bool json = false;
+  bool quiet = false;
+
+  // Adds the options to a subcommand; `with_manifest` adds --manifest.
+  void add_to(CLI::App& app, bool with_manifest);
+  // Turns the strings into config values; throws CLI::ValidationError naming the option.
+  void finish();
+  BadRowPolicy bad_row_policy() const { return on_bad_row == "skip" ? BadRowPolicy::kSkip : BadRowPolicy::kError; }
+  std::vector<std::string> strategy_names() const;
+};
+
+// Everything the CLI computed for a set of strategies.
+struct Comparison {
+  std::vector<Plan> plans;
+  std::vector<Metrics> metrics;
+};
+
+Comparison compare(const Planner& planner, const std::vector<std::string>& names);
+
+// Human table and JSON object of a comparison; `inputs` describes manifests and budgets.
+void print_table(const Planner& planner, const Manifest& manifest, const Comparison& c, std::ostream& out);
+nlohmann::json comparison_json(const Planner& planner, const Manifest& manifest, const Comparison& c);
+// Lines about skipped bad rows, unfit and oversize samples (never silent).
+void print_input_report(const Planner& planner, const Manifest& manifest, std::ostream& out);
+
+}  // namespace adaptiveload::cli

@@ -1,0 +1,78 @@
+#pragma once
+// Cost models: how long one micro-batch of a bucket takes on one GPU (forward + backward).
+// Every variant gives the marginal seconds per sample, sample_time(bucket); the micro-batch
+// time adds a fixed launch overhead and the under-utilisation of small micro-batches:
+//   T(B, S) = overhead + sample_time * (B + N_half / S)
+// i.e. efficiency ramps as N / (N + N_half) with N = B*S tokens in the micro-batch.
+// Variants (registry in cost_registry.cpp): "analytic" (FLOPs of the model preset),
+// "power" (the paper's single exponent, k * S^p), "profile" (a*S + b*S^2 + c0 fitted by
+// `calibrate`, or a measured table, read from a file).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "adaptiveload/geometry/geometry.h"
+#include "adaptiveload/presets/presets.h"
+
+namespace adaptiveload {
+
+class CostModel {
+ public:
+  virtual ~CostModel() = default;
+  virtual std::string name() const = 0;
+  // Seconds per sample of this bucket in a large micro-batch (no overhead, full efficiency).
+  virtual double sample_time(const Bucket& b) const = 0;
+
+  double microbatch_time(int64_t batch, const Bucket& b) const {
+    if (batch <= 0) return 0;
+    return overhead_s + sample_time(b) * (double(batch) + half_efficiency_tokens / double(b.tokens));
+  }
+  // Cost of adding `batch` more samples to an existing micro-batch of the same bucket.
+  double marginal_time(int64_t batch, const Bucket& b) const { return sample_time(b) * double(batch); }
+
+  double overhead_s = 0;
+  double half_efficiency_tokens = 0;
+};
+
+// Memory of one micro-batch: M(B, S) = M_static + B * (m0 + m1 * S), bytes. Flash attention
+// keeps activations linear in S.
+struct MemoryModel {
+  double static_bytes = 0;  // weights, gradients, optimizer state, runtime
+  double m0 = 0;            // bytes per sample independent of length (text-token activations)
+  double m1 = 0;            // bytes per video token
+  double bytes(int64_t batch, int64_t tokens) const {
+    return static_bytes + double(batch) * (m0 + m1 * double(tokens));
+  }
+  // Largest B whose micro-batch fits in `usable_bytes` (0 when even one sample does not).
+  int64_t max_batch(int64_t tokens, double usable_bytes) const;
+};
+
+struct CostContext {
+  ModelPreset model;
+  DevicePreset device;
+  bool checkpointing = true;  // full activation checkpointing: recompute the forward once
+  std::string profile_path;   // for "profile"
+};
+
+// Forward+backward FLOPs of one sample of this bucket under the model preset (DESIGN.md
+// formula: per block 8SD^2 + 4S^2D + cross 4SD^2 + 4LD^2 + 4SLD + FFN 4SDF; training 3x,
+// attention core 3.5x; +1x forward with checkpointing).
+double analytic_sample_flops(const ModelPreset& m, const Bucket& b, bool checkpointing);
+
+// The memory model derived from a model and device preset.
+MemoryModel analytic_memory_model(const ModelPreset& m, bool checkpointing);
+
+// Registry: "analytic", "power", "profile". Throws ConfigError naming the valid choices.
+std::unique_ptr<CostModel> make_cost_model(const std::string& name, const CostContext& ctx,
+                                           const std::vector<Bucket>& buckets,
+                                           const std::vector<int64_t>& bucket_counts);
+std::vector<std::string> cost_model_names();
+
+// Least-squares fit of t = k * S^p in log space over buckets, weighted by sample counts.
+struct PowerFit {
+  double k = 0, p = 1;
+};
+PowerFit fit_power(const CostModel& reference, const std::vector<Bucket>& buckets,
+                   const std::vector<int64_t>& bucket_counts);
+
+}  // namespace adaptiveload

@@ -1,0 +1,52 @@
+#pragma once
+// The concrete cost models; callers go through make_cost_model() in cost_model.h.
+#include <map>
+
+#include "adaptiveload/cost/cost_model.h"
+
+namespace adaptiveload {
+
+class AnalyticCost : public CostModel {
+ public:
+  explicit AnalyticCost(const CostContext& ctx);
+  std::string name() const override { return "analytic"; }
+  double sample_time(const Bucket& b) const override;
+
+ private:
+  ModelPreset model_;
+  bool checkpointing_;
+  double flops_per_s_;
+};
+
+// The paper's single exponent: seconds per sample = k * S^p.
+class PowerCost : public CostModel {
+ public:
+  PowerCost(double k, double p) : k_(k), p_(p) {}
+  std::string name() const override { return "power"; }
+  double sample_time(const Bucket& b) const override;
+  double k() const { return k_; }
+  double p() const { return p_; }
+
+ private:
+  double k_, p_;
+};
+
+// Read from a profile file written by `calibrate`: either fitted coefficients
+// (seconds per sample = a*S + b*S^2 + c0) or a measured table of (tokens, seconds per sample)
+// interpolated piecewise-linearly in S (linear extrapolation beyond the ends).
+class ProfileCost : public CostModel {
+ public:
+  explicit ProfileCost(const std::string& path);
+  std::string name() const override { return "profile"; }
+  double sample_time(const Bucket& b) const override;
+  bool has_memory() const { return has_memory_; }
+  const MemoryModel& memory() const { return memory_; }
+
+ private:
+  double a_ = 0, b_ = 0, c0_ = 0;
+  std::vector<std::pair<double, double>> table_;  // (tokens, seconds per sample), ascending
+  bool has_memory_ = false;
+  MemoryModel memory_;
+};
+
+}  // namespace adaptiveload

@@ -1,0 +1,81 @@
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "adaptiveload/cost/cost_variants.h"
+#include "adaptiveload/util/error.h"
+
+namespace adaptiveload {
+
+ProfileCost::ProfileCost(const std::string& path) {
+  using json = nlohmann::json;
+  json j;
+  try {
+    j = json::parse(read_file(path));
+  } catch (const json::parse_error& e) {
+    throw InputError(path, std::string("profile is not valid JSON: ") + e.what());
+  }
+  auto num = [&](const json& o, const char* key, double fallback, bool required) {
+    if (!o.contains(key)) {
+      if (required) throw InputError(path, std::string("profile is missing '") + key + "'");
+      return fallback;
+    }
+    if (!o[key].is_number()) throw InputError(path, std::string("profile field '") + key + "' must be a number");
+    double v = o[key].get<double>();
+    if (!std::isfinite(v)) throw InputError(path, std::string("profile field '") + key + "' is not finite");
+    return v;
+  };
+  try {
+    if (!j.is_object() || j.value("format", "") != "adaptiveload-profile")
+      throw InputError(path, "not an adaptiveload profile (expected \"format\": \"adaptiveload-profile\"; write one with `adaptiveload calibrate`)");
+    if (j.value("version", 0) != 1) throw InputError(path, "unsupported profile version (this build reads version 1)");
+    if (j.contains("cost")) {
+      const json& c = j["cost"];
+      a_ = num(c, "a", 0, true), b_ = num(c, "b", 0, true), c0_ = num(c, "c0", 0, true);
+      overhead_s = num(c, "overhead_s", 0, false);
+      half_efficiency_tokens = num(c, "half_efficiency_tokens", 0, false);
+      if (a_ < 0 || b_ < 0 || c0_ < 0 || overhead_s < 0 || half_efficiency_tokens < 0)
+        throw InputError(path, "profile cost coefficients must be >= 0");
+      if (a_ == 0 && b_ == 0 && c0_ == 0) throw InputError(path, "profile cost coefficients are all zero");
+    } else if (j.contains("table")) {
+      for (const json& row : j["table"]) {
+        if (!row.is_array() || row.size() != 2 || !row[0].is_number() || !row[1].is_number())
+          throw InputError(path, "profile 'table' rows must be [tokens, seconds_per_sample]");
+        double s = row[0].get<double>(), t = row[1].get<double>();
+        if (!(s > 0) || !(t > 0) || !std::isfinite(s) || !std::isfinite(t))
+          throw InputError(path, "profile 'table' values must be positive");
+        table_.emplace_back(s, t);
+      }
+      if (table_.empty()) throw InputError(path, "profile 'table' is empty");
+      std::sort(table_.begin(), table_.end());
+      if (j.contains("overhead_s")) overhead_s = num(j, "overhead_s", 0, false);
+    } else {
+      throw InputError(path, "profile has neither 'cost' coefficients nor a 'table'");
+    }
+    if (j.contains("memory")) {
+      const json& m = j["memory"];
+      memory_.static_bytes = num(m, "static_bytes", 0, true);
+      memory_.m0 = num(m, "m0", 0, true);
+      memory_.m1 = num(m, "m1", 0, true);
+      if (memory_.static_bytes < 0 || memory_.m0 < 0 || memory_.m1 < 0)
+        throw InputError(path, "profile memory coefficients must be >= 0");
+      has_memory_ = true;
+    }
+  } catch (const json::exception& e) {
+    throw InputError(path, std::string("malformed profile: ") + e.what());
+  }
+}
+
+double ProfileCost::sample_time(const Bucket& b) const {
+  const double S = double(b.tokens);
+  if (table_.empty()) return a_ * S + b_ * S * S + c0_;
+  if (table_.size() == 1) return table_[0].second * S / table_[0].first;
+  auto it = std::lower_bound(table_.begin(), table_.end(), std::make_pair(S, 0.0));
+  size_t hi = std::clamp<size_t>(size_t(it - table_.begin()), 1, table_.size() - 1);
+  const auto& p0 = table_[hi - 1];
+  const auto& p1 = table_[hi];
+  double t = p0.second + (p1.second - p0.second) * (S - p0.first) / (p1.first - p0.first);
+  return std::max(t, 1e-12);
+}
+
+}  // namespace adaptiveload

@@ -1,0 +1,74 @@
+#pragma once
+// A plan: for every global step of one epoch, each rank's micro-batches as lists of manifest
+// row ids. Stored flat so 10M samples cost a few bytes each:
+//   sample_ids     step-major, then rank, then micro-batch
+//   micro_batches  step-major, then rank; each a range of sample_ids
+//   rank_begin     [steps * W + 1] micro-batch range of (step, rank)
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace adaptiveload {
+
+// End-of-epoch policy. Ranks run in lockstep, so every rank needs the same number of steps.
+// kPad: a final step that cannot give every rank work is completed with repeats of samples
+//       from the start of the epoch, flagged `padded` (DistributedSampler's behaviour).
+// kDrop: such a final step is dropped and its samples are counted as dropped.
+enum class EndPolicy { kPad, kDrop };
+
+struct MicroBatch {
+  uint32_t begin = 0;  // into Plan::sample_ids
+  uint32_t count = 0;
+  uint16_t bucket = 0;
+  uint8_t padded = 0;  // 1: repeats earlier samples to keep ranks in lockstep
+};
+
+struct StepInfo {
+  uint64_t tokens = 0;   // video tokens of the step's samples over all ranks (loss normalisation)
+  uint32_t samples = 0;  // samples of the step over all ranks, padded ones included
+  uint32_t padded = 0;   // of which padded repeats
+};
+
+struct Plan {
+  std::string strategy;
+  int world_size = 1;
+  std::vector<uint32_t> sample_ids;
+  std::vector<MicroBatch> micro_batches;
+  std::vector<uint64_t> rank_begin{0};
+  std::vector<StepInfo> steps;
+  int64_t padded_samples = 0;
+  std::vector<uint32_t> dropped;  // sample ids dropped by the end-of-epoch policy
+
+  size_t num_steps() const { return steps.size(); }
+  // Micro-batch index range [first, last) of rank r in step t.
+  std::pair<uint64_t, uint64_t> rank_range(size_t step, int rank) const {
+    size_t i = step * size_t(world_size) + size_t(rank);
+    return {rank_begin[i], rank_begin[i + 1]};
+  }
+  const uint32_t* ids(const MicroBatch& mb) const { return sample_ids.data() + mb.begin; }
+};
+
+// Collects one step at a time, ranks in any order, then appends it to a Plan in rank order.
+class StepBuilder {
+ public:
+  explicit StepBuilder(Plan& plan) : plan_(plan), ranks_(size_t(plan.world_size)) {}
+  // Starts a new micro-batch on `rank`; returns its index within that rank's list.
+  size_t open(int rank, uint16_t bucket, bool padded = false);
+  void add(int rank, size_t mb, uint32_t sample_id) { ranks_[size_t(rank)][mb].ids.push_back(sample_id); }
+  size_t micro_batches(int rank) const { return ranks_[size_t(rank)].size(); }
+  bool rank_empty(int rank) const { return ranks_[size_t(rank)].empty(); }
+  // Appends the collected step (tokens_of_bucket gives S per bucket) and clears the builder.
+  void commit(const std::vector<int64_t>& tokens_of_bucket);
+  void clear();
+
+ private:
+  struct Pending {
+    uint16_t bucket = 0;
+    bool padded = false;
+    std::vector<uint32_t> ids;
+  };
+  Plan& plan_;
+  std::vector<std::vector<Pending>> ranks_;
+};
+
+}  // namespace adaptiveload

@@ -1,0 +1,45 @@
+#include "adaptiveload/plan/plan_io.h"
+
+#include <charconv>
+#include <string>
+
+namespace adaptiveload {
+
+void write_plan_jsonl(const Plan& plan, std::ostream& out, size_t first) {
+  std::string line;
+  char buf[24];
+  auto num = [&](uint64_t v) {
+    auto [p, ec] = std::to_chars(buf, buf + sizeof buf, v);
+    line.append(buf, p);
+  };
+  const int W = plan.world_size;
+  for (size_t t = first; t < plan.num_steps(); ++t) {
+    const StepInfo& s = plan.steps[t];
+    line.clear();
+    line += "{\"step\":", num(t);
+    line += ",\"samples\":", num(s.samples);
+    line += ",\"tokens\":", num(s.tokens);
+    line += ",\"padded\":", num(s.padded);
+    line += ",\"ranks\":[";
+    for (int r = 0; r < W; ++r) {
+      if (r) line += ',';
+      line += '[';
+      auto [b, e] = plan.rank_range(t, r);
+      for (uint64_t m = b; m < e; ++m) {
+        if (m != b) line += ',';
+        line += '[';
+        const MicroBatch& mb = plan.micro_batches[m];
+        for (uint32_t k = 0; k < mb.count; ++k) {
+          if (k) line += ',';
+          num(plan.sample_ids[mb.begin + k]);
+        }
+        line += ']';
+      }
+      line += ']';
+    }
+    line += "]}\n";
+    out << line;
+  }
+}
+
+}  // namespace adaptiveload

@@ -1,0 +1,73 @@
+#include "adaptiveload/plan/state.h"
+
+#include <nlohmann/json.hpp>
+
+#include "adaptiveload/util/error.h"
+
+namespace adaptiveload {
+
+namespace {
+constexpr size_t kMaxSegments = 64;  // world-size changes within one epoch
+}
+
+std::string state_to_json(const PlanState& s) {
+  nlohmann::json j;
+  j["format"] = "adaptiveload-state";
+  j["version"] = s.version;
+  j["strategy"] = s.strategy;
+  // 64-bit values as hex strings: JSON readers in other languages lose bits above 2^53.
+  char buf[17];
+  snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(s.fingerprint));
+  j["fingerprint"] = buf;
+  snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(s.seed));
+  j["seed"] = buf;
+  j["epoch"] = s.epoch;
+  j["segments"] = nlohmann::json::array();
+  for (auto [w, steps] : s.segments) j["segments"].push_back({w, steps});
+  return j.dump();
+}
+
+PlanState state_from_json(const std::string& text) {
+  const std::string where = "sampler state";
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InputError(where, std::string("not valid JSON (truncated or corrupted?): ") + e.what());
+  }
+  auto hex = [&](const char* key) {
+    if (!j.contains(key) || !j[key].is_string()) throw InputError(where, std::string("missing '") + key + "'");
+    const std::string s = j[key].get<std::string>();
+    if (s.empty() || s.size() > 16 || s.find_first_not_of("0123456789abcdef") != std::string::npos)
+      throw InputError(where, std::string("'") + key + "' must be a hex string of at most 16 digits");
+    return std::stoull(s, nullptr, 16);
+  };
+  if (!j.is_object() || j.value("format", "") != "adaptiveload-state")
+    throw InputError(where, "not an adaptiveload sampler state (no \"format\": \"adaptiveload-state\")");
+  PlanState s;
+  if (!j.contains("version") || !j["version"].is_number_integer()) throw InputError(where, "missing 'version'");
+  s.version = j["version"].get<int>();
+  if (s.version != PlanState::kVersion)
+    throw InputError(where, "state version " + std::to_string(s.version) + " is not supported (this build reads " +
+                                std::to_string(PlanState::kVersion) + ")");
+  if (!j.contains("strategy") || !j["strategy"].is_string()) throw InputError(where, "missing 'strategy'");
+  s.strategy = j["strategy"].get<std::string>();
+  s.fingerprint = hex("fingerprint");
+  s.seed = hex("seed");
+  if (!j.contains("epoch") || !j["epoch"].is_number_integer() || j["epoch"].get<int64_t>() < 0)
+    throw InputError(where, "'epoch' must be a non-negative integer");
+  s.epoch = j["epoch"].get<int64_t>();
+  if (!j.contains("segments") || !j["segments"].is_array() || j["segments"].empty() ||
+      j["segments"].size() > kMaxSegments)
+    throw InputError(where, "'segments' must be a non-empty list of [world_size, steps_done]");
+  for (const auto& seg : j["segments"]) {
+    if (!seg.is_array() || seg.size() != 2 || !seg[0].is_number_integer() || !seg[1].is_number_integer())
+      throw InputError(where, "each segment must be [world_size, steps_done]");
+    int64_t w = seg[0].get<int64_t>(), steps = seg[1].get<int64_t>();
+    if (w < 1 || w > (1 << 20) || steps < 0) throw InputError(where, "segment has an invalid world size or step count");
+    s.segments.emplace_back(int(w), steps);
+  }
+  return s;
+}
+
+}  // namespace adaptiveload

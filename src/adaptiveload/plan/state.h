@@ -1,0 +1,28 @@
+#pragma once
+// The sampler's resumable state: small (well under 1 KB), independent of dataset size.
+// Restoring it with the same world size yields exactly the remaining steps of the plan;
+// with another world size, the samples not yet trained are planned anew for it (elastic),
+// none lost and none repeated. `segments` records (world size, steps done) for each world
+// size the epoch has run under, the last one being the current.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace adaptiveload {
+
+struct PlanState {
+  static constexpr int kVersion = 1;
+  int version = kVersion;
+  std::string strategy;
+  uint64_t fingerprint = 0;  // of the manifest and the planner configuration
+  uint64_t seed = 0;
+  int64_t epoch = 0;
+  std::vector<std::pair<int, int64_t>> segments;
+};
+
+std::string state_to_json(const PlanState& s);
+// Throws InputError with the reason when the text is not a valid state of this version.
+PlanState state_from_json(const std::string& text);
+
+}  // namespace adaptiveload

@@ -1,0 +1,283 @@
+#include "adaptiveload/planner/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <xxhash.h>
+
+#include "adaptiveload/cost/cost_variants.h"
+#include "adaptiveload/util/error.h"
+
+namespace adaptiveload {
+namespace {
+
+constexpr int kCompSearchPoints = 32;
+
+class Hasher {
+ public:
+  Hasher() : st_(XXH64_createState()) { XXH64_reset(st_, 0x41444150u); }
+  ~Hasher() { XXH64_freeState(st_); }
+  Hasher(const Hasher&) = delete;
+  Hasher& operator=(const Hasher&) = delete;
+  void bytes(const void* p, size_t n) { XXH64_update(st_, p, n); }
+  template <class T>
+  void pod(const T& v) {
+    bytes(&v, sizeof v);
+  }
+  void str(const std::string& s) {
+    pod(uint64_t(s.size()));
+    bytes(s.data(), s.size());
+  }
+  uint64_t digest() const { return XXH64_digest(st_); }
+
+ private:
+  XXH64_state_t* st_;
+};
+
+std::string gb(double bytes) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%.1f GB", bytes / 1e9);
+  return buf;
+}
+
+}  // namespace
+
+double Planner::usable_memory_bytes() const { return device_.memory_bytes * (1.0 - device_.memory_reserve_fraction); }
+
+Planner::Planner(const Manifest& manifest, const PlannerConfig& config) : cfg_(config) {
+  if (cfg_.world_size < 1) throw ConfigError("world size must be >= 1");
+  model_ = load_model(cfg_.model);
+  device_ = load_device(cfg_.device);
+  grid_ = load_grid(cfg_.grid);
+  bucketing_ = assign_buckets(manifest, grid_, model_);
+  const auto& buckets = bucketing_.buckets;
+  CostContext ctx{model_, device_, cfg_.checkpointing, cfg_.profile};
+  cost_ = make_cost_model(cfg_.cost_model, ctx, buckets, bucketing_.bucket_counts);
+  memory_ = analytic_memory_model(model_, cfg_.checkpointing);
+  if (auto* prof = dynamic_cast<const ProfileCost*>(cost_.get()); prof && prof->has_memory()) memory_ = prof->memory();
+
+  // Oversize samples: one alone exceeds device memory or the token budget.
+  const double usable = usable_memory_bytes();
+  std::vector<int64_t> max_mem(buckets.size());
+  std::vector<uint8_t> too_big(buckets.size(), 0);
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    max_mem[b] = memory_.max_batch(buckets[b].tokens, usable);
+    too_big[b] = max_mem[b] < 1 || (cfg_.mem_budget_tokens > 0 && buckets[b].tokens > cfg_.mem_budget_tokens);
+  }
+  for (int64_t row = 0; row < manifest.total_rows(); ++row) {
+    uint16_t b = bucketing_.sample_bucket[size_t(row)];
+    if (b == kNoBucket) continue;
+    if (!too_big[b]) {
+      pool_.push_back(uint32_t(row));
+      continue;
+    }
+    const Bucket& bk = buckets[b];
+    std::string msg;
+    if (max_mem[b] < 1) {
+      double need = memory_.bytes(1, bk.tokens);
+      msg = "one sample of bucket " + bk.name() + " (" + std::to_string(bk.tokens) + " tokens) needs " + gb(need) +
+            ", " + gb(need - usable) + " more than the " + gb(usable) + " usable on " + device_.name;
+    } else {
+      msg = "one sample of bucket " + bk.name() + " has " + std::to_string(bk.tokens) + " tokens, " +
+            std::to_string(bk.tokens - cfg_.mem_budget_tokens) + " more than the memory budget of " +
+            std::to_string(cfg_.mem_budget_tokens) + " tokens";
+    }
+    if (cfg_.oversize == OversizePolicy::kError) {
+      throw ConfigError("manifest row " + std::to_string(row) + " (" + manifest.where(row) + ", " +
+                        std::string(manifest.path(row)) + "): " + msg +
+                        "; enable activation checkpointing, raise the budget, use a larger device or a "
+                        "smaller bucket grid, or pass --on-oversize=skip to leave such samples out");
+    }
+    oversize_.push_back({row, msg});
+  }
+
+  Hasher h;
+  for (int64_t row = 0; row < manifest.total_rows(); ++row) {
+    std::string_view p = manifest.path(row);
+    h.bytes(p.data(), p.size());
+    h.pod(uint8_t(0));
+    const ClipInfo& c = manifest.clip(row);
+    h.pod(c.num_frames), h.pod(c.height), h.pod(c.width), h.pod(c.fps), h.pod(uint8_t(manifest.usable(row)));
+  }
+  h.str(model_.name), h.str(device_.name), h.str(grid_.name), h.str(cfg_.cost_model), h.str(cfg_.profile);
+  h.pod(uint8_t(cfg_.checkpointing)), h.pod(uint8_t(cfg_.end_policy)), h.pod(uint8_t(cfg_.oversize));
+  h.pod(cfg_.mem_budget_tokens), h.pod(cfg_.comp_budget), h.pod(cfg_.p), h.pod(cfg_.step_budget_s);
+  h.str(cfg_.fixed_config);
+  fingerprint_ = h.digest();
+
+  base_.buckets = &bucketing_.buckets;
+  base_.sample_bucket = &bucketing_.sample_bucket;
+  base_.cost = cost_.get();
+  base_.seed = cfg_.seed;
+  base_.epoch = cfg_.epoch;
+  base_.end_policy = cfg_.end_policy;
+  base_.max_batch_memory = max_mem;
+  base_.fixed_batch = resolve_fixed(fixed_error_);
+  base_.allreduce_s = sim_env(cfg_.world_size).allreduce_s;
+  resolve_budgets();
+}
+
+void Planner::resolve_budgets() {
+  const auto& buckets = bucketing_.buckets;
+  std::vector<int64_t> live(buckets.size(), 0);  // buckets with samples in the pool
+  for (uint32_t id : pool_) live[bucketing_.sample_bucket[id]] = 1;
+
+  // M_mem: the largest token budget for which floor(M/S) samples of every bucket fit memory.
+  int64_t M = cfg_.mem_budget_tokens;
+  if (M <= 0) {
+    M = INT64_MAX;
+    for (size_t b = 0; b < buckets.size(); ++b)
+      if (live[b]) M = std::min<int64_t>(M, (base_.max_batch_memory[b] + 1) * buckets[b].tokens - 1);
+    if (M == INT64_MAX) M = 0;
+  }
+  base_.mem_budget_tokens = M;
+  base_.p = cfg_.p > 0 ? cfg_.p : fit_power(*cost_, buckets, bucketing_.bucket_counts).p;
+
+  if (cfg_.comp_budget > 0) {
+    base_.comp_budget = cfg_.comp_budget;
+  } else if (!pool_.empty()) {
+    // Search M_comp on a geometric grid from "every bucket alone" to "never binds" for the
+    // best simulated throughput of `dual`.
+    double lo = 0, hi = 0;
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      if (!live[b]) continue;
+      double sp = std::pow(double(buckets[b].tokens), base_.p);
+      int64_t bmax = std::min<int64_t>(base_.max_batch_memory[b], std::max<int64_t>(1, M / buckets[b].tokens));
+      lo = std::max(lo, sp);
+      hi = std::max(hi, double(bmax) * sp);
+    }
+    hi = std::max(hi, lo);
+    double best = lo, best_tp = -1;
+    for (int i = 0; i < kCompSearchPoints; ++i) {
+      double c = lo * std::pow(hi / lo, double(i) / (kCompSearchPoints - 1));
+      PlanProblem pr = problem(cfg_.world_size, 0, pool_);
+      pr.comp_budget = c;
+      Metrics m = simulate(plan_dual(pr));
+      comp_search_.emplace_back(c, m.throughput_samples_per_s);
+      if (m.throughput_samples_per_s > best_tp) best_tp = m.throughput_samples_per_s, best = c;
+    }
+    base_.comp_budget = best;
+  }
+
+  if (cfg_.step_budget_s > 0) {
+    base_.step_budget_s = cfg_.step_budget_s;
+  } else {
+    // The slowest micro-batch the memory budget admits, i.e. the longest step equal_tokens
+    // already runs: balanced keeps every rank busy for up to that long.
+    double s = 0;
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      if (!live[b]) continue;
+      int64_t B = std::max<int64_t>(1, std::min<int64_t>(base_.max_batch_memory[b], M / buckets[b].tokens));
+      s = std::max(s, cost_->microbatch_time(B, buckets[b]));
+    }
+    base_.step_budget_s = s;
+  }
+}
+
+PlanProblem Planner::problem(int world_size, uint64_t segment, std::vector<uint32_t> pool) const {
+  PlanProblem pr = base_;
+  pr.world_size = world_size > 0 ? world_size : cfg_.world_size;
+  pr.allreduce_s = sim_env(pr.world_size).allreduce_s;
+  pr.segment = segment;
+  pr.pool = std::move(pool);
+  return pr;
+}
+
+std::vector<int64_t> Planner::resolve_fixed(std::string& error) const {
+  auto table = cfg_.fixed_config.empty() ? grid_.fixed_batch_sizes : load_fixed_batch_sizes(cfg_.fixed_config);
+  const std::string src = cfg_.fixed_config.empty() ? "grid '" + grid_.name + "'" : cfg_.fixed_config;
+  std::vector<int64_t> out(bucketing_.buckets.size(), 1);
+  for (size_t b = 0; b < bucketing_.buckets.size(); ++b) {
+    const Bucket& bk = bucketing_.buckets[b];
+    auto tier = table.find(bk.tier);
+    if (tier == table.end() || tier->second.upper_bound(bk.frames) == tier->second.begin()) {
+      error = "fixed batch sizes of " + src + " have no entry for bucket " + bk.name() + " (tier " + bk.tier + ", " +
+              std::to_string(bk.frames) + " frames); add one, or pass --fixed-config FILE";
+      return {};
+    }
+    out[b] = std::prev(tier->second.upper_bound(bk.frames))->second;
+  }
+  return out;
+}
+
+Plan Planner::run(const StrategyEntry& s, const PlanProblem& pr) const {
+  if (std::string(s.name) == "fixed" && pr.fixed_batch.size() != bucketing_.buckets.size())
+    throw ConfigError(fixed_error_);
+  return s.fn(pr);
+}
+
+Plan Planner::plan(const std::string& strategy, int world_size) const {
+  return run(find_strategy(strategy), problem(world_size, 0, pool_));
+}
+
+SimEnv Planner::sim_env(int world_size) const {
+  SimEnv env;
+  env.buckets = &bucketing_.buckets;
+  env.cost = cost_.get();
+  env.memory = memory_;
+  env.device_memory_bytes = device_.memory_bytes;
+  // fp32 gradients, one ring all-reduce per global step.
+  env.allreduce_s = ring_allreduce_seconds(model_.params * 4.0, world_size, device_.allreduce_bus_bytes_per_s,
+                                           device_.allreduce_latency_s);
+  return env;
+}
+
+Metrics Planner::simulate(const Plan& plan) const { return adaptiveload::simulate(plan, sim_env(plan.world_size)); }
+
+PlanState Planner::initial_state(const std::string& strategy) const {
+  find_strategy(strategy);
+  PlanState s;
+  s.strategy = strategy;
+  s.fingerprint = fingerprint_;
+  s.seed = cfg_.seed;
+  s.epoch = cfg_.epoch;
+  s.segments = {{cfg_.world_size, 0}};
+  return s;
+}
+
+Planner::Resumed Planner::resume(const PlanState& state, int world_size) const {
+  if (state.fingerprint != fingerprint_)
+    throw InputError("sampler state", "was saved for another manifest or planner configuration (fingerprint mismatch); "
+                                      "resume with the same manifest and options, or start a new epoch");
+  if (state.seed != cfg_.seed || state.epoch != cfg_.epoch)
+    throw InputError("sampler state", "was saved for seed " + std::to_string(state.seed) + " epoch " +
+                                          std::to_string(state.epoch) + ", not seed " + std::to_string(cfg_.seed) +
+                                          " epoch " + std::to_string(cfg_.epoch));
+  const StrategyEntry& strat = find_strategy(state.strategy);
+  if (world_size < 1) throw ConfigError("world size must be >= 1");
+  std::vector<uint8_t> done(bucketing_.sample_bucket.size(), 0);
+  auto remaining_pool = [&] {
+    std::vector<uint32_t> pool;
+    for (uint32_t id : pool_)
+      if (!done[id]) pool.push_back(id);
+    return pool;
+  };
+  Resumed out;
+  out.state = state;
+  for (size_t seg = 0; seg < state.segments.size(); ++seg) {
+    auto [w, steps_done] = state.segments[seg];
+    Plan p = run(strat, problem(w, seg, remaining_pool()));
+    if (size_t(steps_done) > p.num_steps())
+      throw InputError("sampler state", "records " + std::to_string(steps_done) + " steps done but the plan has " +
+                                            std::to_string(p.num_steps()));
+    const bool last = seg + 1 == state.segments.size();
+    if (last && w == world_size) {
+      out.plan = std::move(p);
+      out.first_step = size_t(steps_done);
+      return out;
+    }
+    for (uint64_t m = 0; m < p.rank_begin[size_t(steps_done) * size_t(w)]; ++m) {
+      const MicroBatch& mb = p.micro_batches[m];
+      if (!mb.padded)
+        for (uint32_t k = 0; k < mb.count; ++k) done[p.sample_ids[mb.begin + k]] = 1;
+    }
+  }
+  // World size changed: plan what is left for the new world size as a new segment.
+  const uint64_t seg = state.segments.size();
+  out.plan = run(strat, problem(world_size, seg, remaining_pool()));
+  out.first_step = 0;
+  out.state.segments.emplace_back(world_size, 0);
+  return out;
+}
+
+}  // namespace adaptiveload

@@ -1,0 +1,107 @@
+#pragma once
+// The planner: manifest + configuration -> buckets, cost and memory models, resolved budgets,
+// and for each strategy a plan and its simulated metrics. A plan is a pure function of
+// (manifest, config, seed, epoch, world size).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "adaptiveload/cost/cost_model.h"
+#include "adaptiveload/geometry/geometry.h"
+#include "adaptiveload/manifest/manifest.h"
+#include "adaptiveload/plan/plan.h"
+#include "adaptiveload/plan/state.h"
+#include "adaptiveload/presets/presets.h"
+#include "adaptiveload/sim/metrics.h"
+#include "adaptiveload/strategy/strategy.h"
+
+namespace adaptiveload {
+
+enum class OversizePolicy { kError, kSkip };
+
+struct PlannerConfig {
+  std::string model = "wan2.1-1.3b";
+  std::string device = "h200";
+  std::string grid = "wan";
+  std::string cost_model = "analytic";  // analytic | power | profile
+  std::string profile;                  // profile file (from `calibrate`)
+  bool checkpointing = true;
+  int world_size = 8;
+  uint64_t seed = 0;
+  int64_t epoch = 0;
+  int64_t mem_budget_tokens = 0;  // M_mem; 0 = the largest that fits device memory for every bucket
+  double comp_budget = 0;         // M_comp in S^p units; 0 = auto (simulator search for `dual`)
+  double p = 0;                   // exponent of the compute constraint; 0 = fitted to the cost model
+  double step_budget_s = 0;       // balanced: seconds per rank per step; 0 = auto
+  std::string fixed_config;       // per-bucket batch sizes for `fixed`; "" = the grid's
+  EndPolicy end_policy = EndPolicy::kPad;
+  OversizePolicy oversize = OversizePolicy::kError;
+};
+
+struct OversizeSample {
+  int64_t row;
+  std::string message;
+};
+
+class Planner {
+ public:
+  // Resolves presets, buckets every usable row, checks oversize samples and resolves budgets.
+  // Throws ConfigError / InputError with a message for the user.
+  Planner(const Manifest& manifest, const PlannerConfig& config);
+
+  const PlannerConfig& config() const { return cfg_; }
+  const ModelPreset& model() const { return model_; }
+  const DevicePreset& device() const { return device_; }
+  const BucketGrid& grid() const { return grid_; }
+  const Bucketing& bucketing() const { return bucketing_; }
+  const CostModel& cost() const { return *cost_; }
+  const MemoryModel& memory() const { return memory_; }
+  const std::vector<OversizeSample>& oversize() const { return oversize_; }
+  double usable_memory_bytes() const;
+  int64_t mem_budget_tokens() const { return base_.mem_budget_tokens; }
+  double comp_budget() const { return base_.comp_budget; }
+  double p() const { return base_.p; }
+  double step_budget_s() const { return base_.step_budget_s; }
+  uint64_t fingerprint() const { return fingerprint_; }
+  // Candidates tried by the automatic M_comp search and their simulated throughput.
+  const std::vector<std::pair<double, double>>& comp_search() const { return comp_search_; }
+
+  // The full-epoch plan of a strategy for the configured world size (or `world_size`).
+  Plan plan(const std::string& strategy, int world_size = 0) const;
+  Metrics simulate(const Plan& plan) const;
+  SimEnv sim_env(int world_size) const;
+
+  // Resume: the plan to continue from `state` on `world_size` ranks, and the first step of it
+  // still to run. Throws InputError when the state belongs to another manifest, config,
+  // strategy, seed or epoch. The returned state is the one to save from here on.
+  struct Resumed {
+    Plan plan;
+    size_t first_step = 0;
+    PlanState state;
+  };
+  Resumed resume(const PlanState& state, int world_size) const;
+  PlanState initial_state(const std::string& strategy) const;
+
+ private:
+  PlanProblem problem(int world_size, uint64_t segment, std::vector<uint32_t> pool) const;
+  void resolve_budgets();
+  std::vector<int64_t> resolve_fixed(std::string& error) const;
+  Plan run(const StrategyEntry& s, const PlanProblem& pr) const;
+
+  PlannerConfig cfg_;
+  ModelPreset model_;
+  DevicePreset device_;
+  BucketGrid grid_;
+  Bucketing bucketing_;
+  std::unique_ptr<CostModel> cost_;
+  MemoryModel memory_;
+  std::vector<OversizeSample> oversize_;
+  std::vector<uint32_t> pool_;  // usable, in-budget sample ids, ascending
+  PlanProblem base_;            // budgets resolved; pool and world size filled per call
+  uint64_t fingerprint_ = 0;
+  std::vector<std::pair<double, double>> comp_search_;
+  std::string fixed_error_;  // why `fixed` cannot run, when its table misses a bucket
+};
+
+}  // namespace adaptiveload

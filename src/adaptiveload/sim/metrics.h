@@ -1,0 +1,51 @@
+#pragma once
+// The simulator: runs a plan through a cost and memory model and reports DESIGN.md's metrics.
+// For step t and rank r, T(t,r) = sum of its micro-batch times; a step takes
+// max_r T(t,r) + the gradient all-reduce.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "adaptiveload/cost/cost_model.h"
+#include "adaptiveload/plan/plan.h"
+
+namespace adaptiveload {
+
+struct SimEnv {
+  const std::vector<Bucket>* buckets = nullptr;
+  const CostModel* cost = nullptr;  // the "true" cost of a micro-batch
+  MemoryModel memory;
+  double device_memory_bytes = 0;
+  double allreduce_s = 0;  // per global step
+};
+
+struct Metrics {
+  std::string name;
+  double imbalance = 0;              // 1 - sum_t mean_r T / sum_t max_r T (idle fraction)
+  double imbalance_step_mean = 0;    // mean over steps of (max - mean) / max
+  double imbalance_step_maxmin = 0;  // mean over steps of (max - min) / max
+  double throughput_samples_per_s = 0;
+  double throughput_tokens_per_s = 0;
+  double epoch_time_s = 0;
+  double peak_memory_utilization_mean = 0;  // per step max_r peak / device memory
+  double peak_memory_utilization_max = 0;
+  double diversity = 0;                     // mean distinct buckets per global step
+  double micro_batches_per_rank_step = 0;   // mean gradient-accumulation depth
+  double global_batch_samples_mean = 0;
+  int64_t steps = 0;
+  int64_t samples = 0;  // distinct samples trained (padded repeats excluded)
+  int64_t tokens = 0;
+  int64_t padded = 0;
+  int64_t dropped = 0;
+};
+
+// Seconds of one ring all-reduce of `bytes` over W ranks: 2 (W-1)/W * bytes / bus bandwidth
+// + 2 (W-1) * latency. Zero for W = 1.
+double ring_allreduce_seconds(double bytes, int world_size, double bus_bytes_per_s, double latency_s);
+
+Metrics simulate(const Plan& plan, const SimEnv& env);
+
+// Per-(step, rank) compute times of a plan, step-major (for reports and plots).
+std::vector<double> rank_times(const Plan& plan, const SimEnv& env);
+
+}  // namespace adaptiveload

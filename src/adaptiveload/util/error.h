@@ -1,0 +1,27 @@
+#pragma once
+// Errors the library reports to its callers. Every message says what was wrong, where, and
+// what to do; the CLI prints it as one line and exits with a non-zero status.
+#include <stdexcept>
+#include <string>
+
+namespace adaptiveload {
+
+// Bad user input: a manifest row, a preset file, a state file. `where` is "file:line" or a
+// field name; it is kept separately so callers can count or group errors.
+class InputError : public std::runtime_error {
+ public:
+  InputError(std::string where, const std::string& what)
+      : std::runtime_error(where.empty() ? what : where + ": " + what), where_(std::move(where)) {}
+  const std::string& where() const { return where_; }
+
+ private:
+  std::string where_;
+};
+
+// A request that cannot be satisfied as configured (budgets too small, unknown names).
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace adaptiveload
