@@ -3,36 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <xxhash.h>
 
 #include "adaptiveload/cost/cost_variants.h"
 #include "adaptiveload/util/error.h"
+#include "adaptiveload/util/hash.h"
 
 namespace adaptiveload {
 namespace {
 
 constexpr int kCompSearchPoints = 32;
-
-class Hasher {
- public:
-  Hasher() : st_(XXH64_createState()) { XXH64_reset(st_, 0x41444150u); }
-  ~Hasher() { XXH64_freeState(st_); }
-  Hasher(const Hasher&) = delete;
-  Hasher& operator=(const Hasher&) = delete;
-  void bytes(const void* p, size_t n) { XXH64_update(st_, p, n); }
-  template <class T>
-  void pod(const T& v) {
-    bytes(&v, sizeof v);
-  }
-  void str(const std::string& s) {
-    pod(uint64_t(s.size()));
-    bytes(s.data(), s.size());
-  }
-  uint64_t digest() const { return XXH64_digest(st_); }
-
- private:
-  XXH64_state_t* st_;
-};
 
 std::string gb(double bytes) {
   char buf[32];
@@ -150,7 +129,7 @@ void Planner::resolve_budgets() {
     double best = lo, best_tp = -1;
     for (int i = 0; i < kCompSearchPoints; ++i) {
       double c = lo * std::pow(hi / lo, double(i) / (kCompSearchPoints - 1));
-      PlanProblem pr = problem(cfg_.world_size, 0, pool_);
+      PlanProblem pr = problem(cfg_.world_size, 0, 0, pool_);
       pr.comp_budget = c;
       Metrics m = simulate(plan_dual(pr));
       comp_search_.emplace_back(c, m.throughput_samples_per_s);
@@ -174,8 +153,9 @@ void Planner::resolve_budgets() {
   }
 }
 
-PlanProblem Planner::problem(int world_size, uint64_t segment, std::vector<uint32_t> pool) const {
+PlanProblem Planner::problem(int world_size, int64_t epoch, uint64_t segment, std::vector<uint32_t> pool) const {
   PlanProblem pr = base_;
+  pr.epoch = epoch;
   pr.world_size = world_size > 0 ? world_size : cfg_.world_size;
   pr.allreduce_s = sim_env(pr.world_size).allreduce_s;
   pr.segment = segment;
@@ -206,8 +186,8 @@ Plan Planner::run(const StrategyEntry& s, const PlanProblem& pr) const {
   return s.fn(pr);
 }
 
-Plan Planner::plan(const std::string& strategy, int world_size) const {
-  return run(find_strategy(strategy), problem(world_size, 0, pool_));
+Plan Planner::plan(const std::string& strategy, int world_size, int64_t epoch) const {
+  return run(find_strategy(strategy), problem(world_size, epoch < 0 ? cfg_.epoch : epoch, 0, pool_));
 }
 
 SimEnv Planner::sim_env(int world_size) const {
@@ -224,14 +204,14 @@ SimEnv Planner::sim_env(int world_size) const {
 
 Metrics Planner::simulate(const Plan& plan) const { return adaptiveload::simulate(plan, sim_env(plan.world_size)); }
 
-PlanState Planner::initial_state(const std::string& strategy) const {
+PlanState Planner::initial_state(const std::string& strategy, int world_size, int64_t epoch) const {
   find_strategy(strategy);
   PlanState s;
   s.strategy = strategy;
   s.fingerprint = fingerprint_;
   s.seed = cfg_.seed;
-  s.epoch = cfg_.epoch;
-  s.segments = {{cfg_.world_size, 0}};
+  s.epoch = epoch < 0 ? cfg_.epoch : epoch;
+  s.segments = {{world_size > 0 ? world_size : cfg_.world_size, 0}};
   return s;
 }
 
@@ -239,10 +219,9 @@ Planner::Resumed Planner::resume(const PlanState& state, int world_size) const {
   if (state.fingerprint != fingerprint_)
     throw InputError("sampler state", "was saved for another manifest or planner configuration (fingerprint mismatch); "
                                       "resume with the same manifest and options, or start a new epoch");
-  if (state.seed != cfg_.seed || state.epoch != cfg_.epoch)
-    throw InputError("sampler state", "was saved for seed " + std::to_string(state.seed) + " epoch " +
-                                          std::to_string(state.epoch) + ", not seed " + std::to_string(cfg_.seed) +
-                                          " epoch " + std::to_string(cfg_.epoch));
+  if (state.seed != cfg_.seed)
+    throw InputError("sampler state", "was saved for seed " + std::to_string(state.seed) + ", not seed " +
+                                          std::to_string(cfg_.seed) + "; resume with the same seed");
   const StrategyEntry& strat = find_strategy(state.strategy);
   if (world_size < 1) throw ConfigError("world size must be >= 1");
   std::vector<uint8_t> done(bucketing_.sample_bucket.size(), 0);
@@ -256,7 +235,7 @@ Planner::Resumed Planner::resume(const PlanState& state, int world_size) const {
   out.state = state;
   for (size_t seg = 0; seg < state.segments.size(); ++seg) {
     auto [w, steps_done] = state.segments[seg];
-    Plan p = run(strat, problem(w, seg, remaining_pool()));
+    Plan p = run(strat, problem(w, state.epoch, seg, remaining_pool()));
     if (size_t(steps_done) > p.num_steps())
       throw InputError("sampler state", "records " + std::to_string(steps_done) + " steps done but the plan has " +
                                             std::to_string(p.num_steps()));
@@ -274,7 +253,7 @@ Planner::Resumed Planner::resume(const PlanState& state, int world_size) const {
   }
   // World size changed: plan what is left for the new world size as a new segment.
   const uint64_t seg = state.segments.size();
-  out.plan = run(strat, problem(world_size, seg, remaining_pool()));
+  out.plan = run(strat, problem(world_size, state.epoch, seg, remaining_pool()));
   out.first_step = 0;
   out.state.segments.emplace_back(world_size, 0);
   return out;

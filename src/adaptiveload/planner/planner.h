@@ -29,7 +29,7 @@ struct PlannerConfig {
   bool checkpointing = true;
   int world_size = 8;
   uint64_t seed = 0;
-  int64_t epoch = 0;
+  int64_t epoch = 0;  // default epoch of plan(); budgets are resolved on epoch 0
   int64_t mem_budget_tokens = 0;  // M_mem; 0 = the largest that fits device memory for every bucket
   double comp_budget = 0;         // M_comp in S^p units; 0 = auto (simulator search for `dual`)
   double p = 0;                   // exponent of the compute constraint; 0 = fitted to the cost model
@@ -67,24 +67,26 @@ class Planner {
   // Candidates tried by the automatic M_comp search and their simulated throughput.
   const std::vector<std::pair<double, double>>& comp_search() const { return comp_search_; }
 
-  // The full-epoch plan of a strategy for the configured world size (or `world_size`).
-  Plan plan(const std::string& strategy, int world_size = 0) const;
+  // The full-epoch plan of a strategy for `world_size` ranks (0: the configured one) and
+  // `epoch` (-1: the configured one). Budgets do not depend on the epoch.
+  Plan plan(const std::string& strategy, int world_size = 0, int64_t epoch = -1) const;
   Metrics simulate(const Plan& plan) const;
   SimEnv sim_env(int world_size) const;
 
   // Resume: the plan to continue from `state` on `world_size` ranks, and the first step of it
   // still to run. Throws InputError when the state belongs to another manifest, config,
-  // strategy, seed or epoch. The returned state is the one to save from here on.
+  // strategy or seed. The returned state is the one to save from here on.
   struct Resumed {
     Plan plan;
     size_t first_step = 0;
     PlanState state;
   };
   Resumed resume(const PlanState& state, int world_size) const;
-  PlanState initial_state(const std::string& strategy) const;
+  // State at the start of `epoch` on `world_size` ranks (0 / -1: the configured ones).
+  PlanState initial_state(const std::string& strategy, int world_size = 0, int64_t epoch = -1) const;
 
  private:
-  PlanProblem problem(int world_size, uint64_t segment, std::vector<uint32_t> pool) const;
+  PlanProblem problem(int world_size, int64_t epoch, uint64_t segment, std::vector<uint32_t> pool) const;
   void resolve_budgets();
   std::vector<int64_t> resolve_fixed(std::string& error) const;
   Plan run(const StrategyEntry& s, const PlanProblem& pr) const;
