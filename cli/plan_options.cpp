@@ -78,6 +78,11 @@ void PlanOptions::add_to(CLI::App& app, bool with_manifest) {
   app.add_option("--checkpointing", checkpointing, "Full activation checkpointing (on/off)")
       ->capture_default_str()
       ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--sharding", config.sharding,
+                 "Model state per GPU: none (DDP), fsdp (fully sharded over the ranks), or auto (fsdp when the "
+                 "unsharded state would take over half the memory)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "none", "fsdp"}));
   app.add_option("--fixed-config", config.fixed_config,
                  "JSON of per-bucket batch sizes for `fixed`: {\"<tier>\": {\"<frames>\": B}}")
       ->check(CLI::ExistingFile);
@@ -162,7 +167,8 @@ void print_table(const Planner& planner, const Manifest& manifest, const Compari
       << bk.buckets.size() << " buckets (" << thousands(manifest.total_rows()) << " rows, " << bk.bad << " bad, "
       << bk.unfit.size() << " unfit, " << planner.oversize().size() << " oversize)\n";
   out << "model " << planner.model().name << ", " << cfg.world_size << " x " << planner.device().name << ", cost model "
-      << planner.cost().name() << ", checkpointing " << (cfg.checkpointing ? "on" : "off") << ", seed " << cfg.seed
+      << planner.cost().name() << ", checkpointing " << (cfg.checkpointing ? "on" : "off")
+      << ", " << (planner.sharded() ? "fsdp" : "ddp") << ", seed " << cfg.seed
       << ", epoch " << cfg.epoch << "\n";
   out << "budgets: M_mem " << thousands(planner.mem_budget_tokens()) << " tokens"
       << (cfg.mem_budget_tokens ? "" : " (auto)") << ", M_comp " << fmt("%.4g", planner.comp_budget()) << " (B x S^"
@@ -241,6 +247,7 @@ nlohmann::json comparison_json(const Planner& planner, const Manifest& manifest,
                    {"grid", planner.grid().name},
                    {"cost_model", planner.cost().name()},
                    {"checkpointing", cfg.checkpointing},
+                   {"sharding", planner.sharded() ? "fsdp" : "none"},
                    {"world_size", cfg.world_size},
                    {"seed", cfg.seed},
                    {"epoch", cfg.epoch},

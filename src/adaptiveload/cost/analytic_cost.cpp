@@ -29,12 +29,13 @@ double analytic_sample_flops(const ModelPreset& m, const Bucket& b, bool checkpo
   return double(m.layers) * (lin_mult * linear + attn_mult * attention);
 }
 
-MemoryModel analytic_memory_model(const ModelPreset& m, bool checkpointing) {
+MemoryModel analytic_memory_model(const ModelPreset& m, bool checkpointing, int shards) {
   const double D = double(m.dim), F = double(m.ffn_dim), L = double(m.text_len), layers = double(m.layers);
   MemoryModel mm;
   // Mixed-precision AdamW without sharding: bf16 weights (2) + fp32 grads (4) + fp32 master
   // weights and two moments (12) -> 18 bytes/param; plus ~3 GB of CUDA context and workspace.
-  mm.static_bytes = m.params * 18.0 + 3e9;
+  mm.static_bytes = shards > 1 ? m.params * 18.0 / shards + 2 * 2.0 * m.params / double(m.layers) + 3e9
+                               : m.params * 18.0 + 3e9;
   // Activations saved for backward per token and layer, bf16 with flash attention
   // (Korthikanti et al. 2022, generalised to an FFN of width F and a cross-attention).
   const double per_layer = 30 * D + 4 * F;

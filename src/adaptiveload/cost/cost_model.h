@@ -59,8 +59,9 @@ struct CostContext {
 // attention core 3.5x; +1x forward with checkpointing).
 double analytic_sample_flops(const ModelPreset& m, const Bucket& b, bool checkpointing);
 
-// The memory model derived from a model and device preset.
-MemoryModel analytic_memory_model(const ModelPreset& m, bool checkpointing);
+// The memory model derived from a model preset. `shards` > 1: FSDP full sharding of weights,
+// gradients and optimizer state over that many ranks (plus two gathered layers in bf16).
+MemoryModel analytic_memory_model(const ModelPreset& m, bool checkpointing, int shards = 1);
 
 // Registry: "analytic", "power", "profile". Throws ConfigError naming the valid choices.
 std::unique_ptr<CostModel> make_cost_model(const std::string& name, const CostContext& ctx,

@@ -32,11 +32,20 @@ Planner::Planner(const Manifest& manifest, const PlannerConfig& config) : cfg_(c
   const auto& buckets = bucketing_.buckets;
   CostContext ctx{model_, device_, cfg_.checkpointing, cfg_.profile};
   cost_ = make_cost_model(cfg_.cost_model, ctx, buckets, bucketing_.bucket_counts);
-  memory_ = analytic_memory_model(model_, cfg_.checkpointing);
+  if (cfg_.sharding != "auto" && cfg_.sharding != "none" && cfg_.sharding != "fsdp")
+    throw ConfigError("sharding must be auto, none or fsdp, not '" + cfg_.sharding + "'");
+  const double usable = usable_memory_bytes();
+  sharded_ = cfg_.sharding == "fsdp" ||
+             (cfg_.sharding == "auto" && cfg_.world_size > 1 &&
+              analytic_memory_model(model_, cfg_.checkpointing).static_bytes > 0.5 * usable);
+  memory_ = analytic_memory_model(model_, cfg_.checkpointing, sharded_ ? cfg_.world_size : 1);
   if (auto* prof = dynamic_cast<const ProfileCost*>(cost_.get()); prof && prof->has_memory()) memory_ = prof->memory();
+  if (memory_.static_bytes >= usable)
+    throw ConfigError("the model state of " + model_.name + " (weights, gradients, optimizer) needs " +
+                      gb(memory_.static_bytes) + " per GPU, more than the " + gb(usable) + " usable on " + device_.name +
+                      (sharded_ ? "; use more GPUs" : "; use --sharding fsdp or a larger device"));
 
   // Oversize samples: one alone exceeds device memory or the token budget.
-  const double usable = usable_memory_bytes();
   std::vector<int64_t> max_mem(buckets.size());
   std::vector<uint8_t> too_big(buckets.size(), 0);
   for (size_t b = 0; b < buckets.size(); ++b) {
@@ -70,19 +79,6 @@ Planner::Planner(const Manifest& manifest, const PlannerConfig& config) : cfg_(c
     oversize_.push_back({row, msg});
   }
 
-  Hasher h;
-  for (int64_t row = 0; row < manifest.total_rows(); ++row) {
-    std::string_view p = manifest.path(row);
-    h.bytes(p.data(), p.size());
-    h.pod(uint8_t(0));
-    const ClipInfo& c = manifest.clip(row);
-    h.pod(c.num_frames), h.pod(c.height), h.pod(c.width), h.pod(c.fps), h.pod(uint8_t(manifest.usable(row)));
-  }
-  h.str(model_.name), h.str(device_.name), h.str(grid_.name), h.str(cfg_.cost_model), h.str(cfg_.profile);
-  h.pod(uint8_t(cfg_.checkpointing)), h.pod(uint8_t(cfg_.end_policy)), h.pod(uint8_t(cfg_.oversize));
-  h.pod(cfg_.mem_budget_tokens), h.pod(cfg_.comp_budget), h.pod(cfg_.p), h.pod(cfg_.step_budget_s);
-  h.str(cfg_.fixed_config);
-  fingerprint_ = h.digest();
 
   base_.buckets = &bucketing_.buckets;
   base_.sample_bucket = &bucketing_.sample_bucket;
@@ -94,6 +90,24 @@ Planner::Planner(const Manifest& manifest, const PlannerConfig& config) : cfg_(c
   base_.fixed_batch = resolve_fixed(fixed_error_);
   base_.allreduce_s = sim_env(cfg_.world_size).allreduce_s;
   resolve_budgets();
+
+  Hasher h;
+  for (int64_t row = 0; row < manifest.total_rows(); ++row) {
+    std::string_view p = manifest.path(row);
+    h.bytes(p.data(), p.size());
+    h.pod(uint8_t(0));
+    const ClipInfo& c = manifest.clip(row);
+    h.pod(c.num_frames), h.pod(c.height), h.pod(c.width), h.pod(c.fps), h.pod(uint8_t(manifest.usable(row)));
+  }
+  h.str(model_.name), h.str(device_.name), h.str(grid_.name), h.str(cfg_.cost_model), h.str(cfg_.profile);
+  h.pod(uint8_t(sharded_)), h.pod(uint8_t(cfg_.checkpointing)), h.pod(uint8_t(cfg_.end_policy)), h.pod(uint8_t(cfg_.oversize));
+  h.pod(cfg_.mem_budget_tokens), h.pod(cfg_.comp_budget), h.pod(cfg_.p), h.pod(cfg_.step_budget_s);
+  h.str(cfg_.fixed_config);
+  // Resolved budgets too: a state from a planner that resolved them differently (another
+  // world size under FSDP, another search result) must not replay silently.
+  h.pod(base_.mem_budget_tokens), h.pod(base_.comp_budget), h.pod(base_.p), h.pod(base_.step_budget_s);
+  h.pod(memory_.static_bytes);
+  fingerprint_ = h.digest();
 }
 
 void Planner::resolve_budgets() {
@@ -108,6 +122,9 @@ void Planner::resolve_budgets() {
     for (size_t b = 0; b < buckets.size(); ++b)
       if (live[b]) M = std::min<int64_t>(M, (base_.max_batch_memory[b] + 1) * buckets[b].tokens - 1);
     if (M == INT64_MAX) M = 0;
+    // Never below the longest sample: each bucket's batch is capped at memory separately.
+    for (size_t b = 0; b < buckets.size(); ++b)
+      if (live[b]) M = std::max<int64_t>(M, buckets[b].tokens);
   }
   base_.mem_budget_tokens = M;
   base_.p = cfg_.p > 0 ? cfg_.p : fit_power(*cost_, buckets, bucketing_.bucket_counts).p;

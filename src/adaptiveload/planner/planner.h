@@ -27,6 +27,11 @@ struct PlannerConfig {
   std::string cost_model = "analytic";  // analytic | power | profile
   std::string profile;                  // profile file (from `calibrate`)
   bool checkpointing = true;
+  // "none" (DDP: every rank holds the full model state), "fsdp" (fully sharded over the
+  // world size), or "auto": fsdp when the unsharded state would take over half the memory.
+  std::string sharding = "auto";
+  // Ranks the budgets are resolved for (FSDP sharding, the M_comp search). Keep it across an
+  // elastic resume (Planner::resume takes the new world size): it is part of the fingerprint.
   int world_size = 8;
   uint64_t seed = 0;
   int64_t epoch = 0;  // default epoch of plan(); budgets are resolved on epoch 0
@@ -57,6 +62,7 @@ class Planner {
   const Bucketing& bucketing() const { return bucketing_; }
   const CostModel& cost() const { return *cost_; }
   const MemoryModel& memory() const { return memory_; }
+  bool sharded() const { return sharded_; }
   const std::vector<OversizeSample>& oversize() const { return oversize_; }
   double usable_memory_bytes() const;
   int64_t mem_budget_tokens() const { return base_.mem_budget_tokens; }
@@ -103,7 +109,8 @@ class Planner {
   PlanProblem base_;            // budgets resolved; pool and world size filled per call
   uint64_t fingerprint_ = 0;
   std::vector<std::pair<double, double>> comp_search_;
-  std::string fixed_error_;  // why `fixed` cannot run, when its table misses a bucket
+  std::string fixed_error_;
+  bool sharded_ = false;  // why `fixed` cannot run, when its table misses a bucket
 };
 
 }  // namespace adaptiveload

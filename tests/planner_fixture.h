@@ -1,0 +1,84 @@
+#pragma once
+// Shared helpers of the planner tests: real manifests and plan invariants.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "adaptiveload/plan/plan_io.h"
+#include "adaptiveload/planner/planner.h"
+
+namespace adaptiveload::test {
+
+inline Manifest real_manifest() {
+  Manifest m;
+  m.load(AL_SHARED_DATASETS "/taichi_hd.csv", BadRowPolicy::kError);
+  m.load(AL_SHARED_DATASETS "/coco2017_val_images.csv", BadRowPolicy::kError);
+  return m;
+}
+
+inline std::string jsonl(const Plan& p, size_t first = 0) {
+  std::ostringstream s;
+  write_plan_jsonl(p, s, first);
+  return s.str();
+}
+
+// Ids a plan trains (padded repeats excluded), sorted.
+inline std::vector<uint32_t> trained_ids(const Plan& p, size_t first_step = 0, size_t end_step = SIZE_MAX) {
+  std::vector<uint32_t> ids;
+  end_step = std::min(end_step, p.num_steps());
+  if (first_step >= end_step) return ids;
+  const size_t W = size_t(p.world_size);
+  for (uint64_t m = p.rank_begin[first_step * W]; m < p.rank_begin[end_step * W]; ++m) {
+    const MicroBatch& mb = p.micro_batches[m];
+    if (!mb.padded) ids.insert(ids.end(), p.ids(mb), p.ids(mb) + mb.count);
+  }
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+inline std::vector<uint32_t> usable_ids(const Planner& pl) {
+  std::vector<uint32_t> ids;
+  const auto& sb = pl.bucketing().sample_bucket;
+  std::vector<uint8_t> over(sb.size(), 0);
+  for (const auto& o : pl.oversize()) over[size_t(o.row)] = 1;
+  for (size_t i = 0; i < sb.size(); ++i)
+    if (sb[i] != kNoBucket && !over[i]) ids.push_back(uint32_t(i));
+  return ids;
+}
+
+// The plan contract: every usable sample exactly once (trained or dropped), every rank has
+// work in every step, micro-batches within their budgets.
+inline void expect_plan_contract(const Planner& pl, const Plan& p, const std::string& ctx) {
+  std::vector<uint32_t> ids = trained_ids(p);
+  ids.insert(ids.end(), p.dropped.begin(), p.dropped.end());
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(ids, usable_ids(pl)) << ctx << ": coverage (each usable sample exactly once)";
+  const size_t W = size_t(p.world_size);
+  ASSERT_EQ(p.rank_begin.size(), p.num_steps() * W + 1) << ctx;
+  const auto& buckets = pl.bucketing().buckets;
+  const double usable = pl.usable_memory_bytes();
+  for (size_t i = 0; i + 1 < p.rank_begin.size(); ++i)
+    ASSERT_LT(p.rank_begin[i], p.rank_begin[i + 1]) << ctx << ": rank " << i % W << " idle in step " << i / W;
+  for (const MicroBatch& mb : p.micro_batches) {
+    const Bucket& b = buckets[mb.bucket];
+    ASSERT_GT(mb.count, 0u) << ctx;
+    for (uint32_t k = 0; k < mb.count; ++k)
+      ASSERT_EQ(pl.bucketing().sample_bucket[p.ids(mb)[k]], mb.bucket) << ctx << ": sample in the wrong bucket";
+    // `fixed` follows its table (capped at device memory), not the token budget.
+    if (p.strategy != "fixed") {
+      EXPECT_LE(int64_t(mb.count) * b.tokens, pl.mem_budget_tokens()) << ctx << ": B x S over M_mem in " << b.name();
+    }
+    EXPECT_LE(pl.memory().bytes(mb.count, b.tokens), usable) << ctx << ": micro-batch over device memory";
+    if ((p.strategy == "dual" || p.strategy == "balanced") && mb.count > 1) {
+      EXPECT_LE(double(mb.count) * std::pow(double(b.tokens), pl.p()), pl.comp_budget() * (1 + 1e-12))
+          << ctx << ": B x S^p over M_comp in " << b.name();
+    }
+  }
+  uint64_t samples = 0;
+  for (const StepInfo& s : p.steps) samples += s.samples;
+  EXPECT_EQ(samples, p.sample_ids.size()) << ctx;
+}
+
+}  // namespace adaptiveload::test
