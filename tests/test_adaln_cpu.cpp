@@ -100,11 +100,11 @@ TEST_P(AdalnCpuBwd, MatchesReferenceWithinEagerError) {
   EXPECT_TRUE(r.ok) << r.report;
 }
 
-INSTANTIATE_TEST_SUITE_P(Matrix, AdalnCpuFwd, testing::ValuesIn(matrix()), case_name);
-INSTANTIATE_TEST_SUITE_P(Matrix, AdalnCpuBwd, testing::ValuesIn(matrix()), case_name);
+INSTANTIATE_TEST_SUITE_P(adaln, AdalnCpuFwd, testing::ValuesIn(matrix()), case_name);
+INSTANTIATE_TEST_SUITE_P(adaln, AdalnCpuBwd, testing::ValuesIn(matrix()), case_name);
 
 // The reference itself, run in 16-bit storage, obeys the same rule (it rounds once).
-TEST(AdalnRef, SixteenBitStorageWithinEagerError) {
+TEST(adaln_ref, SixteenBitStorageWithinEagerError) {
   for (const AdalnCase& c0 : combos()) {
     const AdalnCase c = with_shape(c0, 2, 37, 300, 99);
     const auto f = adaln_check::check_adaln_fwd(c, adaln_fwd_ref);

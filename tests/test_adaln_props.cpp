@@ -100,9 +100,9 @@ void finite_difference_case(bool per_token, int64_t B, int64_t L, int64_t D) {
   expect_grad(f, f.b, pr.dbias, "dbias");
 }
 
-TEST(AdalnFiniteDiff, PerSample) { finite_difference_case(false, 2, 3, 7); }
-TEST(AdalnFiniteDiff, PerToken) { finite_difference_case(true, 2, 2, 5); }
-TEST(AdalnFiniteDiff, SingleElementRow) { finite_difference_case(false, 1, 3, 1); }
+TEST(adaln_finite_diff, PerSample) { finite_difference_case(false, 2, 3, 7); }
+TEST(adaln_finite_diff, PerToken) { finite_difference_case(true, 2, 2, 5); }
+TEST(adaln_finite_diff, SingleElementRow) { finite_difference_case(false, 1, 3, 1); }
 
 // --- NaN / Inf --------------------------------------------------------------------------
 
@@ -132,17 +132,17 @@ void nan_case(const char* which, double bad, void (*fwd)(const AdalnParams&), vo
   }
 }
 
-TEST(AdalnNonFinite, NanInRowGivesNanRowCpu) {
+TEST(adaln_non_finite, NanInRowGivesNanRowCpu) {
   nan_case("nan", std::nan(""), adaln_fwd_cpu, adaln_bwd_cpu);
 }
-TEST(AdalnNonFinite, InfInRowGivesNanRowCpu) {
+TEST(adaln_non_finite, InfInRowGivesNanRowCpu) {
   nan_case("inf", std::numeric_limits<double>::infinity(), adaln_fwd_cpu, adaln_bwd_cpu);
 }
-TEST(AdalnNonFinite, NanInRowGivesNanRowRef) { nan_case("nan", std::nan(""), adaln_fwd_ref, adaln_bwd_ref); }
+TEST(adaln_non_finite, NanInRowGivesNanRowRef) { nan_case("nan", std::nan(""), adaln_fwd_ref, adaln_bwd_ref); }
 
 // --- empty tensors ----------------------------------------------------------------------
 
-TEST(AdalnEmpty, NoRowsDoesNothingAndZeroesReductions) {
+TEST(adaln_empty, NoRowsDoesNothingAndZeroesReductions) {
   for (auto [B, L, tok] : {std::tuple<int64_t, int64_t, bool>{0, 5, false}, {2, 0, false}, {0, 0, true}, {3, 0, true}}) {
     AdalnCase c;
     c.batch = B;
@@ -187,7 +187,7 @@ std::vector<unsigned char> bwd_bytes(const AdalnCase& c, int threads) {
   return out;
 }
 
-TEST(AdalnDeterminism, BitIdenticalAcrossRunsAndThreadCounts) {
+TEST(adaln_determinism, BitIdenticalAcrossRunsAndThreadCounts) {
   for (bool tok : {false, true}) {
     AdalnCase c;
     c.batch = 3;
@@ -215,7 +215,7 @@ void expect_invalid(const AdalnParams& p, AdalnPass pass, const std::string& fie
   }
 }
 
-TEST(AdalnValidate, RejectsBadParamsNamingTheField) {
+TEST(adaln_validate, RejectsBadParamsNamingTheField) {
   AdalnCase c;
   c.batch = 2;
   c.L = 3;
@@ -278,7 +278,7 @@ TEST(AdalnValidate, RejectsBadParamsNamingTheField) {
 
 // --- 16-bit conversions -----------------------------------------------------------------
 
-TEST(AdalnHalfTypes, Bf16RoundsToNearestEvenAndKeepsNan) {
+TEST(adaln_half_types, Bf16RoundsToNearestEvenAndKeepsNan) {
   EXPECT_EQ(float_to_bf16(1.0f), 0x3f80);
   EXPECT_EQ(float_to_bf16(bits_to_float(0x3f808000u)), 0x3f80);  // tie -> even
   EXPECT_EQ(float_to_bf16(bits_to_float(0x3f818000u)), 0x3f82);  // tie -> even (up)
@@ -295,7 +295,7 @@ TEST(AdalnHalfTypes, Bf16RoundsToNearestEvenAndKeepsNan) {
   }
 }
 
-TEST(AdalnHalfTypes, F16MatchesHardwareConversion) {
+TEST(adaln_half_types, F16MatchesHardwareConversion) {
   for (uint32_t h = 0; h < 65536; ++h) {
     const float f = f16_to_float(uint16_t(h));
     if (std::isnan(f)) continue;
@@ -321,7 +321,7 @@ TEST(AdalnHalfTypes, F16MatchesHardwareConversion) {
 
 // Rows 2^31 + 64 elements apart: a 32-bit offset would wrap. The mapping is lazily backed,
 // so only the touched pages cost memory.
-TEST(AdalnOffsets, RowStridesPast2To32ElementsWork) {
+TEST(adaln_offsets, RowStridesPast2To32ElementsWork) {
   const int64_t D = 40, rows = 3, stride = (int64_t(1) << 31) + 64;
   const size_t bytes = size_t(stride * (rows - 1) + D) * 2;
   auto map = [&]() -> void* {

@@ -1,0 +1,681 @@
+// Fused LayerNorm-Modulate (adaLN) forward and backward, CUDA.
+//
+//   y = ((x - mean) * rstd * w + b) * (1 + scale) + shift        (see adaln.h for the math)
+//
+// Layout of the work (forward and backward alike):
+//   - a "team" of ts threads owns one row at a time; each thread holds VPT vectors of 8
+//     elements of the row in registers (vector v = i * ts + lane, columns 8v .. 8v+7), so
+//     the row is read from memory exactly once; loads and stores are 128-bit when D % 8 == 0
+//     and the rows are 16-byte aligned (VEC), else predicated per element;
+//   - statistics are two-pass in fp32 from registers (mean, then the corrected sum of
+//     squared deviations), reduced with warp shuffles (ts <= 32: sub-warp teams, several
+//     rows per warp) or shuffles + shared memory (ts > 32);
+//   - a block holds rpb teams (about 256 threads) and walks "chunks" of C = rpb * R rows
+//     that never straddle a sample, so per-sample modulation is loaded once per chunk
+//     into registers; blocks take chunks in a grid-stride loop (1D grid, any row count);
+//   - backward: the same single pass over x and dy writes dx and accumulates dscale /
+//     dshift (per-sample) and dweight / dbias in registers over the chunk; the teams of
+//     a block combine through shared memory in team order and write one fp32 partial row
+//     per chunk to the workspace; a finalize kernel then sums the partials of each sample
+//     (and of all chunks for dweight / dbias) in chunk order, coalesced over a D tile.
+//     No atomics; C depends only on the shape, so results are bit-identical everywhere.
+//
+// Build: part of adaptiveload_cuda (cuda/CMakeLists.txt) or scripts/gpu_check.sh.
+// Test:  adaptiveload_cuda_tests.  Bench: bench_adaln_cuda.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "adaln_cuda.h"
+
+namespace adaptiveload {
+namespace {
+
+constexpr int kEpv = 8;          // elements per vector (16 bytes of 16-bit data)
+constexpr int kMaxVpt = 2;       // vectors per thread
+constexpr int kMaxTeam = 512;    // threads per row (and per block): 128 registers a thread
+constexpr int kBlockTarget = 256;
+
+// ---------------------------------------------------------------- element conversions
+
+__device__ __forceinline__ float to_f(float v) { return v; }
+__device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_f(float v);
+template <>
+__device__ __forceinline__ float from_f<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <>
+__device__ __forceinline__ __half from_f<__half>(float v) {
+  return __float2half_rn(v);
+}
+
+// Runtime-dtype scalar access, for the rarely touched [D] / [B, D] operands.
+__device__ __forceinline__ float ld_any(const void* p, DType t, int64_t i) {
+  if (t == DType::F32) return __ldg(static_cast<const float*>(p) + i);
+  const unsigned short raw = __ldg(static_cast<const unsigned short*>(p) + i);
+  return t == DType::BF16 ? __bfloat162float(__ushort_as_bfloat16(raw)) : __half2float(__ushort_as_half(raw));
+}
+__device__ __forceinline__ void st_any(void* p, DType t, int64_t i, float v) {
+  if (t == DType::F32)
+    static_cast<float*>(p)[i] = v;
+  else if (t == DType::BF16)
+    static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+  else
+    static_cast<__half*>(p)[i] = __float2half_rn(v);
+}
+
+// ---------------------------------------------------------------- 8-element vectors
+
+template <typename T>
+struct Vec8;
+
+template <>
+struct Vec8<float> {
+  static __device__ __forceinline__ void load(const float* p, float (&v)[kEpv]) {
+    const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  }
+  static __device__ __forceinline__ void store(float* p, const float (&v)[kEpv]) {
+    __stcs(reinterpret_cast<float4*>(p), make_float4(v[0], v[1], v[2], v[3]));
+    __stcs(reinterpret_cast<float4*>(p) + 1, make_float4(v[4], v[5], v[6], v[7]));
+  }
+};
+
+template <>
+struct Vec8<__nv_bfloat16> {
+  static __device__ __forceinline__ void load(const __nv_bfloat16* p, float (&v)[kEpv]) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 f = __bfloat1622float2(h[k]);
+      v[2 * k] = f.x, v[2 * k + 1] = f.y;
+    }
+  }
+  static __device__ __forceinline__ void store(__nv_bfloat16* p, const float (&v)[kEpv]) {
+    uint4 u;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+    __stcs(reinterpret_cast<uint4*>(p), u);
+  }
+};
+
+template <>
+struct Vec8<__half> {
+  static __device__ __forceinline__ void load(const __half* p, float (&v)[kEpv]) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const __half2* h = reinterpret_cast<const __half2*>(&u);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 f = __half22float2(h[k]);
+      v[2 * k] = f.x, v[2 * k + 1] = f.y;
+    }
+  }
+  static __device__ __forceinline__ void store(__half* p, const float (&v)[kEpv]) {
+    uint4 u;
+    __half2* h = reinterpret_cast<__half2*>(&u);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) h[k] = __floats2half2_rn(v[2 * k], v[2 * k + 1]);
+    __stcs(reinterpret_cast<uint4*>(p), u);
+  }
+};
+
+// n = number of valid elements at p (<= 0: none). VEC: whole vectors are 16-byte aligned.
+template <typename T, bool VEC>
+__device__ __forceinline__ void load8(const T* p, int n, float (&v)[kEpv]) {
+  if (VEC && n >= kEpv) {
+    Vec8<T>::load(p, v);
+  } else {
+#pragma unroll
+    for (int e = 0; e < kEpv; ++e) v[e] = e < n ? to_f(p[e]) : 0.f;
+  }
+}
+template <typename T, bool VEC>
+__device__ __forceinline__ void store8(T* p, int n, const float (&v)[kEpv]) {
+  if (VEC && n >= kEpv) {
+    Vec8<T>::store(p, v);
+  } else {
+#pragma unroll
+    for (int e = 0; e < kEpv; ++e)
+      if (e < n) p[e] = from_f<T>(v[e]);
+  }
+}
+
+// ---------------------------------------------------------------- team reductions
+
+// Work layout shared by the kernels, computed on the host (make_cfg).
+struct Cfg {
+  int ts = 1;       // threads per row (power of two <= 32, or a multiple of 32)
+  int rpb = 1;      // rows (teams) per block
+  int vpt = 1;      // vectors per thread
+  int64_t R = 1;    // rows per team per chunk
+  int64_t C = 1;    // rows per chunk = rpb * R
+  int64_t L = 0;    // rows per group (sample; all rows when per-token)
+  int64_t cps = 0;  // chunks per group
+  int64_t groups = 0;
+  int64_t K = 0;    // chunks in all
+};
+
+// Sum over the ts threads of a team; all threads of the block must call it together.
+// red: shared [2][32] floats, `slot` alternates so back-to-back calls need one barrier.
+template <int N>
+__device__ __forceinline__ void team_sum(float (&v)[N], int ts, float (*red)[32][N], int slot) {
+  if (ts <= 32) {
+    for (int o = ts >> 1; o > 0; o >>= 1)
+#pragma unroll
+      for (int k = 0; k < N; ++k) v[k] += __shfl_xor_sync(0xffffffffu, v[k], o);
+    return;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+    for (int k = 0; k < N; ++k) v[k] += __shfl_xor_sync(0xffffffffu, v[k], o);
+  const int warp = threadIdx.x >> 5, wpt = ts >> 5, first = warp / wpt * wpt;
+  if ((threadIdx.x & 31) == 0)
+#pragma unroll
+    for (int k = 0; k < N; ++k) red[slot][warp][k] = v[k];
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    float s = 0.f;
+    for (int w = 0; w < wpt; ++w) s += red[slot][first + w][k];
+    v[k] = s;
+  }
+}
+
+struct Args {
+  AdalnParams p;
+  Cfg c;
+  int64_t off_s, off_t, off_w, off_b;  // workspace slots (floats), -1 = absent
+};
+
+// Rows [r0, r1) of chunk k.
+__device__ __forceinline__ void chunk_rows(const Cfg& c, int64_t k, int64_t& grp, int64_t& r0, int64_t& r1) {
+  grp = k / c.cps;
+  r0 = grp * c.L + (k - grp * c.cps) * c.C;
+  const int64_t end = (grp + 1) * c.L;
+  r1 = r0 + c.C < end ? r0 + c.C : end;
+}
+
+// ---------------------------------------------------------------- forward
+
+template <typename T, typename TM, int VPT, bool VEC>
+__global__ void __launch_bounds__(kMaxTeam) adaln_fwd_kernel(const Args a) {
+  const AdalnParams& p = a.p;
+  const Cfg& c = a.c;
+  __shared__ float red[2][32][2];
+  const int ts = c.ts, team = threadIdx.x / ts, lane = threadIdx.x - team * ts;
+  const int64_t D = p.dim;
+  const T* x = static_cast<const T*>(p.x);
+  T* y = static_cast<T*>(p.y);
+  const TM* scale = static_cast<const TM*>(p.scale);
+  const TM* shift = static_cast<const TM*>(p.shift);
+  int64_t col[VPT];
+  int nv[VPT];
+#pragma unroll
+  for (int i = 0; i < VPT; ++i) {
+    col[i] = int64_t(i * ts + lane) * kEpv;
+    nv[i] = D - col[i] < kEpv ? int(D - col[i]) : kEpv;  // <= 0: beyond the row
+  }
+  // Per-sample: y = xhat * A + B, A = w (1 + s), B = b (1 + s) + t, folded once per chunk.
+  // Per-token: A = w, B = b, and the modulation is applied per row.
+  float A[VPT][kEpv], B[VPT][kEpv];
+  for (int64_t k = blockIdx.x; k < c.K; k += gridDim.x) {
+    int64_t grp, r0, r1;
+    chunk_rows(c, k, grp, r0, r1);
+#pragma unroll
+    for (int i = 0; i < VPT; ++i)
+#pragma unroll
+      for (int e = 0; e < kEpv; ++e) {
+        const int64_t j = col[i] + e;
+        float w = 1.f, b = 0.f;
+        if (e < nv[i]) {
+          if (p.weight) w = ld_any(p.weight, p.weight_dtype, j);
+          if (p.bias) b = ld_any(p.bias, p.weight_dtype, j);
+        }
+        if (!p.per_token && e < nv[i]) {
+          const float s1 = 1.f + to_f(scale[grp * p.scale_stride + j]);
+          A[i][e] = w * s1;
+          B[i][e] = b * s1 + to_f(shift[grp * p.shift_stride + j]);
+        } else {
+          A[i][e] = w;
+          B[i][e] = b;
+        }
+      }
+    for (int64_t it = 0; it < c.R; ++it) {
+      const int64_t r = r0 + team + it * c.rpb;
+      const bool valid = r < r1;
+      float v[VPT][kEpv];
+      float s[1] = {0.f};
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) {
+        load8<T, VEC>(x + r * p.x_stride + col[i], valid ? nv[i] : 0, v[i]);
+#pragma unroll
+        for (int e = 0; e < kEpv; ++e) s[0] += v[i][e];
+      }
+      team_sum<1>(s, ts, reinterpret_cast<float(*)[32][1]>(red), 0);
+      const float m = s[0] / float(D);
+      float q[2] = {0.f, 0.f};  // sum(x - m), sum((x - m)^2)
+#pragma unroll
+      for (int i = 0; i < VPT; ++i)
+#pragma unroll
+        for (int e = 0; e < kEpv; ++e) {
+          const float d = e < nv[i] ? v[i][e] - m : 0.f;
+          q[0] += d;
+          q[1] += d * d;
+        }
+      team_sum<2>(q, ts, red, 1);
+      const float cm = q[0] / float(D);
+      const float var = fmaxf(q[1] / float(D) - cm * cm, 0.f);
+      const float rstd = rsqrtf(var + p.eps);
+      if (!valid) continue;  // uniform per team; the barriers above were shared
+      if (lane == 0) {
+        p.mean[r] = m + cm;
+        p.rstd[r] = rstd;
+      }
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) {
+        float o[kEpv];
+        if (p.per_token) {
+          float sv[kEpv], tv[kEpv];
+          load8<TM, VEC>(scale + r * p.scale_stride + col[i], nv[i], sv);
+          load8<TM, VEC>(shift + r * p.shift_stride + col[i], nv[i], tv);
+#pragma unroll
+          for (int e = 0; e < kEpv; ++e)
+            o[e] = ((v[i][e] - m - cm) * rstd * A[i][e] + B[i][e]) * (1.f + sv[e]) + tv[e];
+        } else {
+#pragma unroll
+          for (int e = 0; e < kEpv; ++e) o[e] = (v[i][e] - m - cm) * rstd * A[i][e] + B[i][e];
+        }
+        store8<T, VEC>(y + r * p.y_stride + col[i], nv[i], o);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- backward
+
+template <typename T, typename TM, int VPT, bool VEC, bool AFFINE>
+__global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
+  const AdalnParams& p = a.p;
+  const Cfg& c = a.c;
+  __shared__ float red[2][32][2];
+  extern __shared__ float part[];  // [rpb][D] when rpb > 1
+  const int ts = c.ts, team = threadIdx.x / ts, lane = threadIdx.x - team * ts;
+  const int64_t D = p.dim;
+  const T* x = static_cast<const T*>(p.x);
+  const T* dy = static_cast<const T*>(p.dy);
+  T* dx = static_cast<T*>(p.dx);
+  const TM* scale = static_cast<const TM*>(p.scale);
+  TM* dscale = static_cast<TM*>(p.dscale);
+  TM* dshift = static_cast<TM*>(p.dshift);
+  float* ws = static_cast<float*>(p.workspace);
+  const bool mod_acc = !p.per_token && a.off_s >= 0;
+  int64_t col[VPT];
+  int nv[VPT];
+#pragma unroll
+  for (int i = 0; i < VPT; ++i) {
+    col[i] = int64_t(i * ts + lane) * kEpv;
+    nv[i] = D - col[i] < kEpv ? int(D - col[i]) : kEpv;
+  }
+  float w[VPT][kEpv], b[VPT][kEpv];
+  if (AFFINE) {
+#pragma unroll
+    for (int i = 0; i < VPT; ++i)
+#pragma unroll
+      for (int e = 0; e < kEpv; ++e) {
+        const bool in = e < nv[i];
+        w[i][e] = in && p.weight ? ld_any(p.weight, p.weight_dtype, col[i] + e) : 1.f;
+        b[i][e] = in && p.bias ? ld_any(p.bias, p.weight_dtype, col[i] + e) : 0.f;
+      }
+  }
+  unsigned phase = 0;  // alternates the team_sum slot across every row of every chunk
+  for (int64_t k = blockIdx.x; k < c.K; k += gridDim.x) {
+    int64_t grp, r0, r1;
+    chunk_rows(c, k, grp, r0, r1);
+    float s1[VPT][kEpv];  // 1 + scale of this chunk's sample (per-sample)
+    float acc_s[VPT][kEpv], acc_t[VPT][kEpv], acc_w[VPT][kEpv], acc_b[VPT][kEpv];
+#pragma unroll
+    for (int i = 0; i < VPT; ++i)
+#pragma unroll
+      for (int e = 0; e < kEpv; ++e) {
+        s1[i][e] = (!p.per_token && e < nv[i]) ? 1.f + to_f(scale[grp * p.scale_stride + col[i] + e]) : 0.f;
+        acc_s[i][e] = acc_t[i][e] = acc_w[i][e] = acc_b[i][e] = 0.f;
+      }
+    for (int64_t it = 0; it < c.R; ++it) {
+      const int64_t r = r0 + team + it * c.rpb;
+      const bool valid = r < r1;
+      const float mean = valid ? p.mean[r] : 0.f, rstd = valid ? p.rstd[r] : 0.f;
+      float xh[VPT][kEpv], g[VPT][kEpv], dxh[VPT][kEpv];
+      float q[2] = {0.f, 0.f};  // sum dxhat, sum dxhat * xhat
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) {
+        const int n = valid ? nv[i] : 0;
+        float xv[kEpv], sv[kEpv];
+        load8<T, VEC>(x + r * p.x_stride + col[i], n, xv);
+        load8<T, VEC>(dy + r * p.dy_stride + col[i], n, g[i]);
+        if (p.per_token) {
+          load8<TM, VEC>(scale + r * p.scale_stride + col[i], n, sv);
+#pragma unroll
+          for (int e = 0; e < kEpv; ++e) sv[e] += 1.f;
+        } else {
+#pragma unroll
+          for (int e = 0; e < kEpv; ++e) sv[e] = s1[i][e];
+        }
+        float nrm[kEpv];
+#pragma unroll
+        for (int e = 0; e < kEpv; ++e) {
+          xh[i][e] = e < n ? (xv[e] - mean) * rstd : 0.f;
+          nrm[e] = AFFINE ? xh[i][e] * w[i][e] + b[i][e] : xh[i][e];
+          const float dn = g[i][e] * sv[e];
+          dxh[i][e] = AFFINE ? dn * w[i][e] : dn;
+          q[0] += dxh[i][e];
+          q[1] += dxh[i][e] * xh[i][e];
+          if (AFFINE) {
+            acc_w[i][e] += dn * xh[i][e];
+            acc_b[i][e] += dn;
+          }
+          if (mod_acc) {
+            acc_s[i][e] += g[i][e] * nrm[e];
+            acc_t[i][e] += g[i][e];
+          }
+        }
+        if (p.per_token && n > 0) {
+          float o[kEpv];
+          if (dscale) {
+#pragma unroll
+            for (int e = 0; e < kEpv; ++e) o[e] = g[i][e] * nrm[e];
+            store8<TM, VEC>(dscale + r * p.dscale_stride + col[i], n, o);
+          }
+          if (dshift) store8<TM, VEC>(dshift + r * p.dshift_stride + col[i], n, g[i]);
+        }
+      }
+      team_sum<2>(q, ts, red, int(phase++ & 1u));
+      if (!valid) continue;
+      const float c1 = q[0] / float(D), c2 = q[1] / float(D);
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) {
+        float o[kEpv];
+#pragma unroll
+        for (int e = 0; e < kEpv; ++e) o[e] = rstd * (dxh[i][e] - c1 - xh[i][e] * c2);
+        store8<T, VEC>(dx + r * p.dx_stride + col[i], nv[i], o);
+      }
+    }
+    // One partial row per chunk and slot: teams combine in team order.
+    auto flush = [&](const float (&acc)[VPT][kEpv], int64_t off) {
+      if (off < 0) return;
+      float* dst = ws + off + k * D;
+      if (c.rpb == 1) {
+#pragma unroll
+        for (int i = 0; i < VPT; ++i)
+#pragma unroll
+          for (int e = 0; e < kEpv; ++e)
+            if (e < nv[i]) dst[col[i] + e] = acc[i][e];
+        return;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int i = 0; i < VPT; ++i)
+#pragma unroll
+        for (int e = 0; e < kEpv; ++e)
+          if (e < nv[i]) part[team * D + col[i] + e] = acc[i][e];
+      __syncthreads();
+      for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+        float s = 0.f;
+        for (int t = 0; t < c.rpb; ++t) s += part[t * D + j];
+        dst[j] = s;
+      }
+    };
+    if (mod_acc) {
+      flush(acc_s, a.off_s);
+      flush(acc_t, a.off_t);
+    }
+    if (AFFINE) {
+      flush(acc_w, a.off_w);
+      flush(acc_b, a.off_b);
+    }
+  }
+}
+
+// out[g][j] = sum over the nk partial rows of group g, in row order. Block (32, 16): a
+// tile of 32 columns (coalesced), 16 row phases combined in a fixed order.
+__global__ void adaln_finalize_kernel(const float* part, int64_t nk, int64_t groups, int64_t D, void* out,
+                                      DType out_dtype, int64_t out_stride) {
+  __shared__ float sm[16][33];
+  const int64_t j = int64_t(blockIdx.x) * 32 + threadIdx.x;
+  for (int64_t g = blockIdx.y; g < groups; g += gridDim.y) {
+    float s = 0.f;
+    if (j < D)
+      for (int64_t k = threadIdx.y; k < nk; k += 16) s += part[(g * nk + k) * D + j];
+    sm[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < D) {
+      float t = 0.f;
+      for (int i = 0; i < 16; ++i) t += sm[i][threadIdx.x];
+      st_any(out, out_dtype, g * out_stride + j, t);
+    }
+    __syncthreads();
+  }
+}
+
+// ---------------------------------------------------------------- host side
+
+void check_launch(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) throw std::runtime_error(std::string("adaln CUDA: ") + what + ": " + cudaGetErrorString(e));
+}
+
+int pow2_ceil(int v) {
+  int p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+// Team width and vectors per thread for D: least padding, prefer 2 vectors per thread
+// (more loads in flight), except for the affine backward, whose 4 accumulators plus
+// weight and bias would spill at 2 when 1 fits in a team.
+Cfg make_cfg(const AdalnParams& p, bool bwd) {
+  Cfg c;
+  const int64_t nvec = (p.dim + kEpv - 1) / kEpv;
+  const bool prefer1 = bwd && (p.weight || p.bias) && nvec <= kMaxTeam;
+  int64_t best_waste = -1;
+  for (int vpt : {prefer1 ? 1 : 2, prefer1 ? 2 : 1}) {
+    const int64_t raw = (nvec + vpt - 1) / vpt;
+    const int64_t ts = raw <= 32 ? pow2_ceil(int(std::max<int64_t>(raw, 1))) : (raw + 31) / 32 * 32;
+    if (ts > kMaxTeam) continue;
+    const int64_t waste = ts * vpt - nvec;
+    if (best_waste < 0 || waste < best_waste) {
+      best_waste = waste;
+      c.ts = int(ts);
+      c.vpt = vpt;
+    }
+  }
+  c.rpb = c.ts >= kBlockTarget ? 1 : kBlockTarget / c.ts;
+  const int64_t N = p.rows;
+  c.L = p.per_token ? N : p.rows_per_sample;
+  c.groups = p.per_token ? (N > 0 ? 1 : 0) : p.batch;
+  // About 512 chunks in all: enough blocks to fill a GPU, few partial rows to finalize.
+  int64_t R = std::clamp<int64_t>((N + 512 * c.rpb - 1) / (512 * c.rpb), 1, 256);
+  R = std::min<int64_t>(R, std::max<int64_t>(1, (c.L + c.rpb - 1) / c.rpb));
+  c.R = R;
+  c.C = c.rpb * R;
+  c.cps = c.L > 0 ? (c.L + c.C - 1) / c.C : 0;
+  c.K = c.groups * c.cps;
+  return c;
+}
+
+void check_cuda_limits(const AdalnParams& p) {
+  if (p.dim > adaln_cuda_max_dim())
+    throw std::invalid_argument("AdalnParams.dim (" + std::to_string(p.dim) + ") exceeds the CUDA kernels' limit of " +
+                                std::to_string(adaln_cuda_max_dim()));
+  if (p.mod_dtype != DType::F32 && p.mod_dtype != p.x_dtype)
+    throw std::invalid_argument(std::string("AdalnParams.mod_dtype (") + dtype_name(p.mod_dtype) +
+                                ") must be f32 or equal to x_dtype (" + dtype_name(p.x_dtype) + ") for the CUDA kernels");
+}
+
+bool aligned16(const void* ptr, int64_t stride, size_t es) {
+  return ptr == nullptr || (reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (stride * int64_t(es)) % 16 == 0);
+}
+
+bool vec_ok(const AdalnParams& p, bool bwd) {
+  if (p.dim % kEpv != 0) return false;
+  const size_t es = dtype_size(p.x_dtype), em = dtype_size(p.mod_dtype);
+  bool ok = aligned16(p.x, p.x_stride, es);
+  if (bwd)
+    ok = ok && aligned16(p.dy, p.dy_stride, es) && aligned16(p.dx, p.dx_stride, es);
+  else
+    ok = ok && aligned16(p.y, p.y_stride, es);
+  if (p.per_token) {
+    ok = ok && aligned16(p.scale, p.scale_stride, em);
+    if (!bwd) ok = ok && aligned16(p.shift, p.shift_stride, em);
+    if (bwd) ok = ok && aligned16(p.dscale, p.dscale_stride, em) && aligned16(p.dshift, p.dshift_stride, em);
+  }
+  return ok;
+}
+
+// Workspace slot offsets (floats) for the requested reductions; returns the total floats.
+int64_t ws_layout(const AdalnParams& p, const Cfg& c, int64_t& off_s, int64_t& off_t, int64_t& off_w,
+                  int64_t& off_b) {
+  int64_t n = 0;
+  const int64_t slot = c.K * p.dim;
+  off_s = off_t = off_w = off_b = -1;
+  if (!p.per_token && (p.dscale || p.dshift)) {
+    off_s = n, n += slot;
+    off_t = n, n += slot;
+  }
+  if (p.dweight) off_w = n, n += slot;
+  if (p.dbias) off_b = n, n += slot;
+  return n;
+}
+
+int grid_for(int64_t K) { return int(std::min<int64_t>(K, int64_t(1) << 30)); }
+
+template <typename T, typename TM>
+void launch_fwd(const Args& a, cudaStream_t st) {
+  const dim3 grid(grid_for(a.c.K)), block(a.c.ts * a.c.rpb);
+  const bool vec = vec_ok(a.p, false);
+  if (a.c.vpt == 2) {
+    if (vec)
+      adaln_fwd_kernel<T, TM, 2, true><<<grid, block, 0, st>>>(a);
+    else
+      adaln_fwd_kernel<T, TM, 2, false><<<grid, block, 0, st>>>(a);
+  } else {
+    if (vec)
+      adaln_fwd_kernel<T, TM, 1, true><<<grid, block, 0, st>>>(a);
+    else
+      adaln_fwd_kernel<T, TM, 1, false><<<grid, block, 0, st>>>(a);
+  }
+  check_launch("forward kernel");
+}
+
+template <typename T, typename TM, bool AFFINE>
+void launch_bwd_affine(const Args& a, cudaStream_t st) {
+  const dim3 grid(grid_for(a.c.K)), block(a.c.ts * a.c.rpb);
+  const size_t smem = a.c.rpb > 1 ? size_t(a.c.rpb) * size_t(a.p.dim) * sizeof(float) : 0;
+  const bool vec = vec_ok(a.p, true);
+  if (a.c.vpt == 2) {
+    if (vec)
+      adaln_bwd_kernel<T, TM, 2, true, AFFINE><<<grid, block, smem, st>>>(a);
+    else
+      adaln_bwd_kernel<T, TM, 2, false, AFFINE><<<grid, block, smem, st>>>(a);
+  } else {
+    if (vec)
+      adaln_bwd_kernel<T, TM, 1, true, AFFINE><<<grid, block, smem, st>>>(a);
+    else
+      adaln_bwd_kernel<T, TM, 1, false, AFFINE><<<grid, block, smem, st>>>(a);
+  }
+  check_launch("backward kernel");
+}
+
+template <typename T, typename TM>
+void launch_bwd(const Args& a, cudaStream_t st) {
+  if (a.p.weight || a.p.bias)
+    launch_bwd_affine<T, TM, true>(a, st);
+  else
+    launch_bwd_affine<T, TM, false>(a, st);
+}
+
+// Dispatch on (x dtype, mod dtype in {f32, x dtype}).
+template <typename Fn>
+void dispatch(const AdalnParams& p, Fn&& fn) {
+  const bool mf = p.mod_dtype == DType::F32;
+  switch (p.x_dtype) {
+    case DType::F32:
+      fn(float(), float());
+      break;
+    case DType::BF16:
+      if (mf)
+        fn(__nv_bfloat16(), float());
+      else
+        fn(__nv_bfloat16(), __nv_bfloat16());
+      break;
+    case DType::F16:
+      if (mf)
+        fn(__half(), float());
+      else
+        fn(__half(), __half());
+      break;
+  }
+}
+
+void finalize(const float* part, int64_t nk, int64_t groups, int64_t D, void* out, DType t, int64_t stride,
+              cudaStream_t st) {
+  if (out == nullptr || groups == 0 || D == 0) return;
+  const dim3 grid(unsigned((D + 31) / 32), unsigned(std::min<int64_t>(groups, 65535))), block(32, 16);
+  adaln_finalize_kernel<<<grid, block, 0, st>>>(part, nk, groups, D, out, t, stride);
+  check_launch("finalize kernel");
+}
+
+}  // namespace
+
+int64_t adaln_cuda_max_dim() { return int64_t(kMaxTeam) * kMaxVpt * kEpv; }
+
+void adaln_fwd_cuda(const AdalnParams& p, void* stream) {
+  validate(p, AdalnPass::Fwd);
+  check_cuda_limits(p);
+  if (p.rows == 0 || p.dim == 0) return;
+  Args a{p, make_cfg(p, false), -1, -1, -1, -1};
+  const cudaStream_t st = static_cast<cudaStream_t>(stream);
+  dispatch(p, [&](auto t, auto tm) { launch_fwd<decltype(t), decltype(tm)>(a, st); });
+}
+
+size_t adaln_bwd_cuda_workspace_bytes(const AdalnParams& p) {
+  const Cfg c = make_cfg(p, true);
+  int64_t s, t, w, b;
+  return size_t(ws_layout(p, c, s, t, w, b)) * sizeof(float);
+}
+
+void adaln_bwd_cuda(const AdalnParams& p, void* stream) {
+  validate(p, AdalnPass::Bwd);
+  check_cuda_limits(p);
+  Args a{p, make_cfg(p, true), -1, -1, -1, -1};
+  const size_t need = size_t(ws_layout(p, a.c, a.off_s, a.off_t, a.off_w, a.off_b)) * sizeof(float);
+  if (need > 0 && (p.workspace == nullptr || p.workspace_bytes < need))
+    throw std::invalid_argument("AdalnParams.workspace: needs " + std::to_string(need) + " bytes (got " +
+                                std::to_string(p.workspace_bytes) + (p.workspace ? "" : ", null") +
+                                "); size it with adaln_bwd_cuda_workspace_bytes()");
+  const cudaStream_t st = static_cast<cudaStream_t>(stream);
+  if (a.c.K > 0) dispatch(p, [&](auto t, auto tm) { launch_bwd<decltype(t), decltype(tm)>(a, st); });
+  const float* ws = static_cast<const float*>(p.workspace);
+  if (!p.per_token) {
+    finalize(ws + std::max<int64_t>(a.off_s, 0), a.c.cps, p.batch, p.dim, p.dscale, p.mod_dtype, p.dscale_stride, st);
+    finalize(ws + std::max<int64_t>(a.off_t, 0), a.c.cps, p.batch, p.dim, p.dshift, p.mod_dtype, p.dshift_stride, st);
+  }
+  finalize(ws + std::max<int64_t>(a.off_w, 0), a.c.K, 1, p.dim, p.dweight, p.weight_dtype, 0, st);
+  finalize(ws + std::max<int64_t>(a.off_b, 0), a.c.K, 1, p.dim, p.dbias, p.weight_dtype, 0, st);
+}
+
+}  // namespace adaptiveload

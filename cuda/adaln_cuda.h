@@ -1,0 +1,45 @@
+// CUDA entry points of the fused adaLN op. Plain C++: no CUDA types, so the torch binding
+// and the tests include it without nvcc. See src/adaptiveload/kernels/adaln.h for the
+// math and the AdalnParams fields; docs/kernels.md for the kernel design.
+//
+// Every pointer in AdalnParams is a device pointer here (mean and rstd too). `stream` is a
+// cudaStream_t (nullptr = the legacy default stream). The calls are asynchronous on that
+// stream; they throw std::invalid_argument for bad params (validate() plus the limits
+// below) and std::runtime_error when a launch fails.
+//
+// Limits of the CUDA path: dim <= adaln_cuda_max_dim() (8192); mod_dtype is F32 or equal
+// to x_dtype (weight_dtype may be any). Rows may be any int64 count (grid-stride loops).
+//
+// Backward workspace: call adaln_bwd_cuda_workspace_bytes(p) with the params filled in
+// (sizes, per_token and which of dscale / dshift / dweight / dbias are wanted: the
+// pointers only need to be non-null at this point), allocate that many bytes of device
+// memory (any cudaMalloc / caching-allocator block; 16-byte alignment suffices) and set
+// p.workspace and p.workspace_bytes before calling adaln_bwd_cuda. The size depends only
+// on (rows, dim, batch, rows_per_sample, per_token, requested outputs); it is 0 when no
+// reduction over rows is requested (per-token without weight / bias). The workspace holds
+// fp32 per-block partial sums; it needs no initialisation and may be reused once the
+// call's work on the stream is done.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "adaptiveload/kernels/adaln.h"
+
+namespace adaptiveload {
+
+// Forward: writes y, mean, rstd.
+void adaln_fwd_cuda(const AdalnParams& p, void* stream);
+
+// Device scratch bytes adaln_bwd_cuda needs for these params.
+size_t adaln_bwd_cuda_workspace_bytes(const AdalnParams& p);
+
+// Backward: writes dx and the requested dscale / dshift / dweight / dbias. Deterministic:
+// the row partition depends only on the shape, so results are bit-identical run to run
+// (and across GPUs of any SM count).
+void adaln_bwd_cuda(const AdalnParams& p, void* stream);
+
+// Largest dim the CUDA kernels accept.
+int64_t adaln_cuda_max_dim();
+
+}  // namespace adaptiveload

@@ -1,0 +1,289 @@
+// Fused adaLN, CUDA: the kernels against the fp64 CPU reference with the tolerance rule
+// of DESIGN.md (adaln_check.h), plus determinism, NaN rows, empty tensors, grids beyond
+// 65,535 blocks, and the CUDA-specific parameter checks.
+//
+// Two ways to build it:
+//   - with gtest (AL_CUDA_TEST_GTEST defined; cuda/CMakeLists.txt): every test SKIPs
+//     cleanly (GTEST_SKIP) when there is no usable GPU;
+//   - standalone (scripts/gpu_check.sh, where GTest is not installed): a plain main() that
+//     runs every test, prints "PASS name" / "FAIL name" / "SKIP name", and exits 0 when
+//     nothing failed. `--filter=substr` runs only the tests whose name contains substr;
+//     `--small` runs a reduced matrix (used under compute-sanitizer).
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "adaln_cuda.h"
+#include "adaln_cuda_testing.h"
+#include "adaptiveload/kernels/adaln.h"
+#include "adaptiveload/kernels/adaln_check.h"
+
+using namespace adaptiveload;
+using adaln_check::AdalnCase;
+using adaln_check::AdalnProblem;
+using adaln_check::Buffer;
+using cuda_testing::run_bwd_cuda;
+using cuda_testing::run_fwd_cuda;
+
+namespace {
+
+// ------------------------------------------------------------------ mini test harness
+
+int g_failures = 0;
+bool g_small = false;
+#define AL_CHECK(cond, msg)                                                                  \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
+      ++g_failures;                                                                          \
+      std::ostringstream al_os_;                                                             \
+      al_os_ << msg;                                                                         \
+      std::printf("  %s:%d: CHECK(%s) failed: %s\n", __FILE__, __LINE__, #cond, al_os_.str().c_str()); \
+    }                                                                                        \
+  } while (0)
+
+std::vector<AdalnCase> combos() {
+  std::vector<AdalnCase> out;
+  for (DType xt : {DType::F32, DType::BF16, DType::F16})
+    for (bool mod_f32 : {true, false})
+      for (bool per_token : {false, true})
+        for (int affine : {0, 1}) {
+          if (xt == DType::F32 && !mod_f32) continue;
+          AdalnCase c;
+          c.x_dtype = xt;
+          c.mod_dtype = mod_f32 ? DType::F32 : xt;
+          c.weight_dtype = (affine && !mod_f32) ? xt : DType::F32;
+          c.per_token = per_token;
+          c.weight = c.bias = affine != 0;
+          out.push_back(c);
+        }
+  return out;
+}
+
+AdalnCase shaped(AdalnCase c, int64_t B, int64_t L, int64_t D, uint64_t seed, int64_t pad = 0) {
+  c.batch = B;
+  c.L = L;
+  c.D = D;
+  c.seed = seed;
+  c.pad = pad;
+  return c;
+}
+
+std::vector<AdalnCase> matrix() {
+  const auto cs = combos();
+  std::vector<AdalnCase> out;
+  uint64_t seed = 100;
+  const std::vector<int64_t> dims = {1, 7, 64, 1023, 1152, 1500, 1536, 3000, 3072, 5120};
+  for (size_t i = 0; i < dims.size(); ++i)
+    for (size_t k = 0; k < (g_small ? 1u : 3u); ++k)
+      out.push_back(shaped(cs[(i * 3 + k) % cs.size()], 1, g_small ? 33 : 257, dims[i], seed++));
+  if (g_small) return out;
+  for (const AdalnCase& c : cs) out.push_back(shaped(c, 2, 100, 1536, seed++, 0));  // vector path
+  for (const AdalnCase& c : cs) out.push_back(shaped(c, 2, 100, 1536, seed++, 3));  // misaligned rows
+  for (int64_t D : {7, 1500})
+    for (int64_t N : {1, 3, 257, 4099}) out.push_back(shaped(cs[size_t(N + D) % cs.size()], 1, N, D, seed++));
+  out.push_back(shaped(cs[1], 3, 1367, 64, seed++));
+  out.push_back(shaped(cs[4], 5, 200, 1536, seed++));
+  out.push_back(shaped(cs[9], 4, 33, 3072, seed++));
+  out.push_back(shaped(cs[3], 2, 65, 4104, seed++));   // affine backward with 2 vectors a thread
+  out.push_back(shaped(cs[5], 2, 40, 8192, seed++));   // the largest D
+  out.push_back(shaped(cs[6], 1, 3000, 8, seed++));    // tiny D: many rows a block
+  AdalnCase off = shaped(cs[0], 1, 64, 1536, seed++);
+  off.x_offset = 300;
+  out.push_back(off);
+  return out;
+}
+
+void test_matrix_fwd() {
+  for (const AdalnCase& c : matrix()) {
+    const auto r = adaln_check::check_adaln_fwd(c, run_fwd_cuda);
+    AL_CHECK(r.ok, c.name() << "\n" << r.report);
+  }
+}
+
+void test_matrix_bwd() {
+  for (const AdalnCase& c : matrix()) {
+    const auto r = adaln_check::check_adaln_bwd(c, run_bwd_cuda);
+    AL_CHECK(r.ok, c.name() << "\n" << r.report);
+  }
+}
+
+std::vector<unsigned char> outputs(AdalnProblem& pr) {
+  std::vector<unsigned char> v;
+  for (const Buffer* b : {&pr.y, &pr.mean, &pr.rstd, &pr.dx, &pr.dscale, &pr.dshift, &pr.dweight, &pr.dbias})
+    v.insert(v.end(), b->bytes.begin(), b->bytes.end());
+  return v;
+}
+
+void test_determinism() {
+  for (bool tok : {false, true}) {
+    AdalnCase c = shaped(combos()[tok ? 7 : 5], 3, g_small ? 200 : 3001, 1536, 5);
+    c.weight = c.bias = true;
+    std::vector<unsigned char> first;
+    for (int run = 0; run < 3; ++run) {
+      AdalnProblem pr(c);
+      run_fwd_cuda(pr.params());
+      run_bwd_cuda(pr.params());
+      const auto o = outputs(pr);
+      if (run == 0)
+        first = o;
+      else
+        AL_CHECK(o == first, c.name() << ": run " << run << " differs from run 0");
+    }
+  }
+}
+
+void test_nan_rows() {
+  for (int64_t D : {1, 7, 64, 1536, 1500}) {
+    AdalnCase c = shaped(combos()[2], 1, 5, D, 9);
+    AdalnProblem pr(c);
+    pr.x.set(2, D / 2, std::nan(""));
+    run_fwd_cuda(pr.params());
+    run_bwd_cuda(pr.params());
+    for (int64_t r = 0; r < 5; ++r)
+      for (int64_t j = 0; j < D; ++j) {
+        const bool bad = r == 2;
+        AL_CHECK(std::isnan(pr.y.get(r, j)) == bad, "D=" << D << " y[" << r << "," << j << "]");
+        AL_CHECK(std::isnan(pr.dx.get(r, j)) == bad, "D=" << D << " dx[" << r << "," << j << "]");
+      }
+  }
+}
+
+void test_empty() {
+  struct E {
+    int64_t B, L;
+    bool tok;
+  };
+  for (const E& e : {E{0, 4, false}, E{2, 0, false}, E{0, 0, true}, E{3, 0, true}}) {
+    AdalnCase c = shaped(combos()[1], e.B, e.L, 40, 3);
+    c.per_token = e.tok;
+    c.weight = c.bias = true;
+    AdalnProblem pr(c);
+    run_fwd_cuda(pr.params());
+    run_bwd_cuda(pr.params());
+    for (int64_t j = 0; j < 40; ++j) {
+      AL_CHECK(pr.dweight.get(0, j) == 0.0, "dweight not zeroed, B=" << e.B << " L=" << e.L);
+      AL_CHECK(pr.dbias.get(0, j) == 0.0, "dbias not zeroed");
+      for (int64_t b = 0; b < pr.dscale.rows; ++b)
+        AL_CHECK(pr.dscale.get(b, j) == 0.0 && pr.dshift.get(b, j) == 0.0, "dscale/dshift not zeroed");
+    }
+  }
+}
+
+// More chunks (blocks) than a 16-bit grid dimension could hold.
+void test_many_blocks() {
+  AdalnCase a = shaped(combos()[0], g_small ? 2000 : 70000, 1, 16, 11);  // per-sample, L = 1: one chunk a sample
+  auto r = adaln_check::check_adaln_fwd(a, run_fwd_cuda);
+  AL_CHECK(r.ok, a.name() << "\n" << r.report);
+  r = adaln_check::check_adaln_bwd(a, run_bwd_cuda);
+  AL_CHECK(r.ok, a.name() << "\n" << r.report);
+}
+
+// Parameter checks need no device: they throw before any launch.
+void test_cuda_limits() {
+  AdalnCase c = shaped(combos()[1], 1, 4, 16, 1);
+  AdalnProblem pr(c);
+  AdalnParams p = pr.params();
+  p.dim = adaln_cuda_max_dim() + 8;
+  p.x_stride = p.y_stride = p.dy_stride = p.dx_stride = p.scale_stride = p.shift_stride = p.dim;
+  p.dscale_stride = p.dshift_stride = p.dim;
+  bool threw = false;
+  try {
+    adaln_fwd_cuda(p, nullptr);
+  } catch (const std::invalid_argument& e) {
+    threw = std::string(e.what()).find("dim") != std::string::npos;
+  }
+  AL_CHECK(threw, "dim above the CUDA limit must throw naming dim");
+  p = pr.params();
+  p.mod_dtype = DType::F16;  // x is bf16: mixed 16-bit types are not supported on CUDA
+  threw = false;
+  try {
+    adaln_fwd_cuda(p, nullptr);
+  } catch (const std::invalid_argument& e) {
+    threw = std::string(e.what()).find("mod_dtype") != std::string::npos;
+  }
+  AL_CHECK(threw, "mod_dtype f16 with bf16 x must throw");
+  p = pr.params();
+  AL_CHECK(adaln_bwd_cuda_workspace_bytes(p) > 0, "per-sample backward needs a workspace");
+  threw = false;
+  try {
+    adaln_bwd_cuda(p, nullptr);  // workspace null
+  } catch (const std::invalid_argument& e) {
+    threw = std::string(e.what()).find("workspace") != std::string::npos;
+  }
+  AL_CHECK(threw, "missing workspace must throw naming workspace");
+  p.per_token = true;
+  p.dweight = p.dbias = nullptr;
+  AL_CHECK(adaln_bwd_cuda_workspace_bytes(p) == 0, "per-token without weight needs no workspace");
+}
+
+struct CudaTest {
+  const char* name;
+  void (*fn)();
+  bool needs_device;
+};
+const CudaTest kTests[] = {
+    {"cuda_limits", test_cuda_limits, false}, {"matrix_fwd", test_matrix_fwd, true},
+    {"matrix_bwd", test_matrix_bwd, true},    {"determinism", test_determinism, true},
+    {"nan_rows", test_nan_rows, true},        {"empty", test_empty, true},
+    {"many_blocks", test_many_blocks, true},
+};
+
+}  // namespace
+
+#ifdef AL_CUDA_TEST_GTEST
+#include <gtest/gtest.h>
+
+class AdalnCuda : public testing::TestWithParam<CudaTest> {};
+
+TEST_P(AdalnCuda, Run) {
+  const CudaTest& t = GetParam();
+  std::string why;
+  if (t.needs_device && !cuda_testing::have_device(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
+  const int before = g_failures;
+  t.fn();
+  EXPECT_EQ(g_failures, before) << t.name << " had failed checks (see above)";
+}
+
+INSTANTIATE_TEST_SUITE_P(adaln, AdalnCuda, testing::ValuesIn(kTests),
+                         [](const testing::TestParamInfo<CudaTest>& i) { return std::string(i.param.name); });
+
+#else
+
+int main(int argc, char** argv) {
+  std::string filter;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--filter=", 9) == 0) filter = argv[i] + 9;
+    if (std::strcmp(argv[i], "--small") == 0) g_small = true;
+  }
+  std::string why;
+  const bool dev = cuda_testing::have_device(&why);
+  if (!dev) std::printf("no usable CUDA device (%s): device tests are skipped\n", why.c_str());
+  int failed = 0;
+  for (const CudaTest& t : kTests) {
+    if (!filter.empty() && std::string(t.name).find(filter) == std::string::npos) continue;
+    if (t.needs_device && !dev) {
+      std::printf("SKIP %s\n", t.name);
+      continue;
+    }
+    const int before = g_failures;
+    try {
+      t.fn();
+    } catch (const std::exception& e) {
+      ++g_failures;
+      std::printf("  exception: %s\n", e.what());
+    }
+    const bool ok = g_failures == before;
+    failed += ok ? 0 : 1;
+    std::printf("%s %s\n", ok ? "PASS" : "FAIL", t.name);
+    std::fflush(stdout);
+  }
+  std::printf("%s: %d test group(s) failed\n", failed ? "FAILED" : "OK", failed);
+  return failed ? 1 : 0;
+}
+
+#endif
