@@ -28,7 +28,19 @@ Planner::Planner(const Manifest& manifest, const PlannerConfig& config) : cfg_(c
   model_ = load_model(cfg_.model);
   device_ = load_device(cfg_.device);
   grid_ = load_grid(cfg_.grid);
-  bucketing_ = assign_buckets(manifest, grid_, model_);
+  init(assign_buckets(manifest, grid_, model_), &manifest);
+}
+
+Planner::Planner(Bucketing bucketing, const PlannerConfig& config) : cfg_(config) {
+  if (cfg_.world_size < 1) throw ConfigError("world size must be >= 1");
+  model_ = load_model(cfg_.model);
+  device_ = load_device(cfg_.device);
+  grid_ = load_grid(cfg_.grid);
+  init(std::move(bucketing), nullptr);
+}
+
+void Planner::init(Bucketing bucketing, const Manifest* manifest) {
+  bucketing_ = std::move(bucketing);
   const auto& buckets = bucketing_.buckets;
   CostContext ctx{model_, device_, cfg_.checkpointing, cfg_.profile};
   cost_ = make_cost_model(cfg_.cost_model, ctx, buckets, bucketing_.bucket_counts);
@@ -52,7 +64,8 @@ Planner::Planner(const Manifest& manifest, const PlannerConfig& config) : cfg_(c
     max_mem[b] = memory_.max_batch(buckets[b].tokens, usable);
     too_big[b] = max_mem[b] < 1 || (cfg_.mem_budget_tokens > 0 && buckets[b].tokens > cfg_.mem_budget_tokens);
   }
-  for (int64_t row = 0; row < manifest.total_rows(); ++row) {
+  const int64_t rows = int64_t(bucketing_.sample_bucket.size());
+  for (int64_t row = 0; row < rows; ++row) {
     uint16_t b = bucketing_.sample_bucket[size_t(row)];
     if (b == kNoBucket) continue;
     if (!too_big[b]) {
@@ -71,8 +84,9 @@ Planner::Planner(const Manifest& manifest, const PlannerConfig& config) : cfg_(c
             std::to_string(cfg_.mem_budget_tokens) + " tokens";
     }
     if (cfg_.oversize == OversizePolicy::kError) {
-      throw ConfigError("manifest row " + std::to_string(row) + " (" + manifest.where(row) + ", " +
-                        std::string(manifest.path(row)) + "): " + msg +
+      throw ConfigError("manifest row " + std::to_string(row) +
+                        (manifest ? " (" + manifest->where(row) + ", " + std::string(manifest->path(row)) + ")" : "") +
+                        ": " + msg +
                         "; enable activation checkpointing, raise the budget, use a larger device or a "
                         "smaller bucket grid, or pass --on-oversize=skip to leave such samples out");
     }
@@ -92,12 +106,17 @@ Planner::Planner(const Manifest& manifest, const PlannerConfig& config) : cfg_(c
   resolve_budgets();
 
   Hasher h;
-  for (int64_t row = 0; row < manifest.total_rows(); ++row) {
-    std::string_view p = manifest.path(row);
-    h.bytes(p.data(), p.size());
-    h.pod(uint8_t(0));
-    const ClipInfo& c = manifest.clip(row);
-    h.pod(c.num_frames), h.pod(c.height), h.pod(c.width), h.pod(c.fps), h.pod(uint8_t(manifest.usable(row)));
+  if (manifest) {
+    for (int64_t row = 0; row < manifest->total_rows(); ++row) {
+      std::string_view p = manifest->path(row);
+      h.bytes(p.data(), p.size());
+      h.pod(uint8_t(0));
+      const ClipInfo& c = manifest->clip(row);
+      h.pod(c.num_frames), h.pod(c.height), h.pod(c.width), h.pod(c.fps), h.pod(uint8_t(manifest->usable(row)));
+    }
+  } else {
+    h.bytes(bucketing_.sample_bucket.data(), bucketing_.sample_bucket.size() * sizeof(uint16_t));
+    for (const Bucket& b : bucketing_.buckets) h.pod(b.frames), h.pod(b.height), h.pod(b.width), h.pod(b.tokens);
   }
   h.str(model_.name), h.str(device_.name), h.str(grid_.name), h.str(cfg_.cost_model), h.str(cfg_.profile);
   h.pod(uint8_t(sharded_)), h.pod(uint8_t(cfg_.checkpointing)), h.pod(uint8_t(cfg_.end_policy)), h.pod(uint8_t(cfg_.oversize));

@@ -54,6 +54,9 @@ class Planner {
   // Resolves presets, buckets every usable row, checks oversize samples and resolves budgets.
   // Throws ConfigError / InputError with a message for the user.
   Planner(const Manifest& manifest, const PlannerConfig& config);
+  // From samples already bucketed (synthetic data, benchmarks); its buckets are the truth and
+  // the grid preset is only recorded.
+  Planner(Bucketing bucketing, const PlannerConfig& config);
 
   const PlannerConfig& config() const { return cfg_; }
   const ModelPreset& model() const { return model_; }
@@ -92,6 +95,7 @@ class Planner {
   PlanState initial_state(const std::string& strategy, int world_size = 0, int64_t epoch = -1) const;
 
  private:
+  void init(Bucketing bucketing, const Manifest* manifest);
   PlanProblem problem(int world_size, int64_t epoch, uint64_t segment, std::vector<uint32_t> pool) const;
   void resolve_budgets();
   std::vector<int64_t> resolve_fixed(std::string& error) const;

@@ -4,22 +4,26 @@
 // is chosen, from K_lo = ceil(R / (W * C)) (total work R, per-rank step budget C) upwards,
 // to minimise the epoch time K * (LB(K * W) + all-reduce), where LB(m) = max(t_1, R / m,
 // t_m + t_(m+1)) is the classic lower bound of scheduling sorted items t_1 >= t_2 >= ... on m
-// machines; the best few candidates are then dealt for real and the fastest kept. Fewer
-// steps than that would force two long clips into some bins. Samples are dealt longest
-// first (LPT) to the least-loaded
-// bin; once samples are short, a bin takes as many of one bucket as bring it level with the
-// next-least-loaded bin (water filling), at least enough to pay for a new micro-batch's
-// overhead. Long clips thus spread one per bin and short clips and images fill the gaps, so
-// every bin ends within about one short sample of the others. A bin's samples of one bucket
-// form one micro-batch (several when the dual constraint caps its size); a rank with several
-// micro-batches in a step runs them with gradient accumulation. Bins are shuffled into
-// steps, so each step mixes buckets and the step order changes with the seed and epoch.
+// machines; the best few candidates (one past 2M samples) are dealt for real and the fastest
+// kept. Fewer steps than that would force two long clips into some bins.
+//
+// Dealing: samples go longest first (LPT) to the least-loaded bin; once samples are short, a
+// bin takes as many of one bucket as bring it level with the next-least-loaded bin (water
+// filling), at least enough to pay for a new micro-batch's overhead. Long clips thus spread
+// one per bin and short clips and images fill the gaps, so every bin ends within about one
+// short sample of the others. A bin's samples of one bucket form one micro-batch (several
+// when the dual constraint caps its size); a rank with several micro-batches in a step runs
+// them with gradient accumulation. Bins are shuffled into steps, so each step mixes buckets
+// and the step order changes with the seed and epoch.
+//
+// A first pass counts each bin's samples and micro-batches; the second deals again and
+// writes ids straight into the plan, so no intermediate list of assignments is kept
+// (~50 bytes per sample at 10M samples x 1024 ranks).
 //
 // Times are integer nanosecond "ticks" rounded once from the cost model, so every decision is
 // integer arithmetic and identical on every rank.
 #include <algorithm>
 #include <cmath>
-#include <queue>
 
 #include "adaptiveload/strategy/strategy.h"
 #include "adaptiveload/util/error.h"
@@ -28,76 +32,130 @@
 namespace adaptiveload {
 namespace {
 
+// Step counts dealt for real (a full pass each); past kSearchSamples samples only the one with
+// the best lower bound is, which keeps 10M samples x 1024 ranks within seconds.
+constexpr size_t kBalancedCandidates = 3;
+constexpr uint64_t kSearchSamples = 2'000'000;
+
 int64_t to_ticks(double seconds) { return std::max<int64_t>(1, std::llround(seconds * 1e9)); }
 
-struct Piece {  // `count` consecutive ids of one bucket's shuffled list, given to one bin
-  uint32_t bin;
-  uint16_t bucket;
-  uint8_t new_mb;  // starts a new micro-batch in its bin
-  uint64_t begin;
-  uint32_t count;
-};
-
-struct Dealt {
-  std::vector<Piece> pieces;
-  std::vector<uint32_t> perm;  // bin of (step t, rank r) at t * W + r
-  int64_t epoch_ticks = 0;
-};
-
-constexpr size_t kBalancedCandidates = 3;
-
-// Deals the samples to `bins` bins (LPT + water filling), shuffles the bins into steps and
-// measures the epoch in ticks: sum over steps of the slowest bin, plus the all-reduces.
-Dealt deal(uint64_t bins, int W, const std::vector<size_t>& order, const BucketedPool& pool,
-           const std::vector<int64_t>& per, const std::vector<int64_t>& fixed, const std::vector<int64_t>& mem_cap,
-           Rng& rng, int64_t allreduce) {
-  Dealt out;
-  std::vector<Piece>& pieces = out.pieces;
-  // Min-heap of (load, bin); ties go to the lowest bin index.
-  using Entry = std::pair<int64_t, uint32_t>;
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
-  {
-    std::vector<Entry> init(bins);
-    for (uint64_t j = 0; j < bins; ++j) init[j] = {0, uint32_t(j)};
-    heap = std::priority_queue<Entry, std::vector<Entry>, std::greater<>>(std::greater<>(), std::move(init));
+// Binary min-heap of (load, bin) with replace-top; ties go to the lowest bin index.
+class BinHeap {
+ public:
+  explicit BinHeap(uint64_t bins) : h_(bins) {
+    for (uint64_t j = 0; j < bins; ++j) h_[j] = {0, uint32_t(j)};  // all zero: already a heap
   }
-  std::vector<int64_t> loads(bins, 0);
-  std::vector<uint16_t> last_bucket(bins, kNoBucket);  // bucket of each bin's latest micro-batch
-  std::vector<uint32_t> last_count(bins, 0);
-  for (size_t b : order) {
-    uint64_t next = pool.begin[b];
-    const uint64_t end = pool.begin[b + 1];
-    // A new micro-batch takes at least enough samples to cover its own overhead.
-    const int64_t min_new = std::max<int64_t>(1, (fixed[b] + per[b] - 1) / per[b]);
-    while (next < end) {
-      auto [load, j] = heap.top();
-      heap.pop();
-      const int64_t level = heap.empty() ? load : heap.top().first;
-      const bool merge = last_bucket[j] == b && last_count[j] < uint64_t(mem_cap[b]);
-      const int64_t gap = level - load - (merge ? 0 : fixed[b]);
-      int64_t n = std::max<int64_t>(merge ? 1 : min_new, gap > 0 ? (gap + per[b] - 1) / per[b] : 1);
-      n = std::min<int64_t>({n, int64_t(end - next), merge ? mem_cap[b] - int64_t(last_count[j]) : mem_cap[b]});
-      pieces.push_back({j, uint16_t(b), uint8_t(merge ? 0 : 1), next, uint32_t(n)});
-      next += uint64_t(n);
-      if (merge) {
-        last_count[j] += uint32_t(n);
-      } else {
-        last_bucket[j] = uint16_t(b), last_count[j] = uint32_t(n);
-      }
-      loads[j] = load + n * per[b] + (merge ? 0 : fixed[b]);
-      heap.push({loads[j], j});
+  const std::pair<int64_t, uint32_t>& top() const { return h_[0]; }
+  // Load of the second-least-loaded bin (the top's own load when it is alone).
+  int64_t second() const {
+    if (h_.size() == 1) return h_[0].first;
+    if (h_.size() == 2) return h_[1].first;
+    return std::min(h_[1].first, h_[2].first);
+  }
+  void replace_top_load(int64_t load) {
+    h_[0].first = load;
+    size_t i = 0;
+    const size_t n = h_.size();
+    for (;;) {
+      size_t l = 2 * i + 1, r = l + 1, m = i;
+      if (l < n && h_[l] < h_[m]) m = l;
+      if (r < n && h_[r] < h_[m]) m = r;
+      if (m == i) return;
+      std::swap(h_[i], h_[m]);
+      i = m;
     }
   }
 
-  out.perm.resize(bins);
-  for (uint64_t j = 0; j < bins; ++j) out.perm[j] = uint32_t(j);
-  rng.shuffle(out.perm);
-  for (uint64_t t = 0; t < bins / uint64_t(W); ++t) {
-    int64_t mx = 0;
-    for (int r = 0; r < W; ++r) mx = std::max(mx, loads[out.perm[t * uint64_t(W) + uint64_t(r)]]);
-    out.epoch_ticks += mx + allreduce;
+ private:
+  std::vector<std::pair<int64_t, uint32_t>> h_;
+};
+
+struct Inputs {
+  const BucketedPool* pool;
+  std::vector<size_t> order;  // buckets with samples, longest sample first
+  std::vector<int64_t> per, fixed, mem_cap;
+};
+
+// Where the second pass writes: per bin, its next sample slot and its micro-batch cursor.
+struct Writer {
+  Plan* plan;
+  std::vector<uint64_t> next_sample;
+  std::vector<uint64_t> next_mb;
+};
+
+struct Counts {
+  std::vector<int64_t> load;      // ticks per bin
+  std::vector<uint32_t> samples;  // per bin
+  std::vector<uint32_t> mbs;      // micro-batches per bin
+};
+
+// Deals every sample to `bins` bins; with a writer, also writes the plan's ids and
+// micro-batches. Both passes make identical decisions.
+Counts deal(uint64_t bins, const Inputs& in, Writer* w) {
+  Counts c;
+  c.load.assign(bins, 0);
+  c.samples.assign(bins, 0);
+  c.mbs.assign(bins, 0);
+  BinHeap heap(bins);
+  std::vector<uint16_t> last_bucket(bins, kNoBucket);  // bucket of each bin's latest micro-batch
+  std::vector<uint32_t> open_count(bins, 0);           // samples in that micro-batch
+  for (size_t b : in.order) {
+    uint64_t next = in.pool->begin[b];
+    const uint64_t end = in.pool->begin[b + 1];
+    const int64_t per = in.per[b], fixed = in.fixed[b], cap = in.mem_cap[b];
+    // A new micro-batch takes at least enough samples to cover its own overhead.
+    const int64_t min_new = std::max<int64_t>(1, (fixed + per - 1) / per);
+    while (next < end) {
+      const auto [load, j] = heap.top();
+      const bool merge = last_bucket[j] == b && int64_t(open_count[j]) < cap;
+      const int64_t gap = heap.second() - load - (merge ? 0 : fixed);
+      int64_t n = std::max<int64_t>(merge ? 1 : min_new, gap > 0 ? (gap + per - 1) / per : 1);
+      n = std::min<int64_t>({n, int64_t(end - next), merge ? cap - int64_t(open_count[j]) : cap});
+      if (w) {
+        Plan& plan = *w->plan;
+        if (merge) {
+          plan.micro_batches[w->next_mb[j] - 1].count += uint32_t(n);
+        } else {
+          MicroBatch& mb = plan.micro_batches[w->next_mb[j]++];
+          mb.begin = uint32_t(w->next_sample[j]);
+          mb.count = uint32_t(n);
+          mb.bucket = uint16_t(b);
+        }
+        std::copy(in.pool->ids.begin() + int64_t(next), in.pool->ids.begin() + int64_t(next) + n,
+                  plan.sample_ids.begin() + int64_t(w->next_sample[j]));
+        w->next_sample[j] += uint64_t(n);
+      }
+      if (merge) {
+        open_count[j] += uint32_t(n);
+      } else {
+        last_bucket[j] = uint16_t(b), open_count[j] = uint32_t(n);
+        ++c.mbs[j];
+      }
+      c.samples[j] += uint32_t(n);
+      next += uint64_t(n);
+      c.load[j] = load + n * per + (merge ? 0 : fixed);
+      heap.replace_top_load(c.load[j]);
+    }
   }
-  return out;
+  return c;
+}
+
+// Epoch ticks of a dealing once bins are laid out as steps by `perm`.
+int64_t epoch_ticks(const Counts& c, const std::vector<uint32_t>& perm, int W, int64_t allreduce) {
+  int64_t total = 0;
+  for (size_t t = 0; t < perm.size() / size_t(W); ++t) {
+    int64_t mx = 0;
+    for (int r = 0; r < W; ++r) mx = std::max(mx, c.load[perm[t * size_t(W) + size_t(r)]]);
+    total += mx + allreduce;
+  }
+  return total;
+}
+
+std::vector<uint32_t> shuffled_bins(uint64_t bins, Rng rng) {
+  std::vector<uint32_t> perm(bins);
+  for (uint64_t j = 0; j < bins; ++j) perm[j] = uint32_t(j);
+  rng.shuffle(perm);
+  return perm;
 }
 
 }  // namespace
@@ -108,33 +166,36 @@ Plan plan_balanced(const PlanProblem& pr) {
   Plan plan;
   plan.strategy = "balanced";
   plan.world_size = W;
-  BucketedPool pool = shuffled_by_bucket(pr);
+  const BucketedPool pool = shuffled_by_bucket(pr);
   const uint64_t n_samples = pool.ids.size();
   if (n_samples == 0) return plan;
+  if (n_samples > UINT32_MAX) throw ConfigError("balanced: more than 2^32 samples in one epoch");
 
-  // Micro-batches obey the dual constraint (memory and compute); a rank may run several.
-  const std::vector<int64_t> mem_cap = dual_batch_sizes(pr);
-  std::vector<int64_t> per(nb), fixed(nb), tokens(nb);
+  Inputs in;
+  in.pool = &pool;
+  in.mem_cap = dual_batch_sizes(pr);  // micro-batches obey the dual constraint
+  in.per.resize(nb);
+  in.fixed.resize(nb);
+  std::vector<int64_t> tokens(nb);
   for (size_t b = 0; b < nb; ++b) {
     const Bucket& bk = (*pr.buckets)[b];
     tokens[b] = bk.tokens;
-    per[b] = to_ticks(pr.cost->marginal_time(1, bk));
-    fixed[b] = std::max<int64_t>(0, to_ticks(pr.cost->microbatch_time(1, bk)) - per[b]);
+    in.per[b] = to_ticks(pr.cost->marginal_time(1, bk));
+    in.fixed[b] = std::max<int64_t>(0, to_ticks(pr.cost->microbatch_time(1, bk)) - in.per[b]);
   }
   const int64_t cap = to_ticks(pr.step_budget_s);
   uint64_t work = 0;  // ticks, without per-micro-batch overheads
   for (size_t b = 0; b < nb; ++b) {
     const uint64_t n = pool.begin[b + 1] - pool.begin[b];
-    if (n > 0 && fixed[b] + per[b] > cap)
+    if (n == 0) continue;
+    if (in.fixed[b] + in.per[b] > cap)
       throw ConfigError("step budget " + std::to_string(pr.step_budget_s) + " s is below the time of one sample of bucket " +
-                        (*pr.buckets)[b].name() + " (" + std::to_string(double(fixed[b] + per[b]) * 1e-9) +
+                        (*pr.buckets)[b].name() + " (" + std::to_string(double(in.fixed[b] + in.per[b]) * 1e-9) +
                         " s); raise --step-budget or leave it on auto");
-    work += n * uint64_t(per[b]);
+    work += n * uint64_t(in.per[b]);
+    in.order.push_back(b);
   }
-  std::vector<size_t> order;
-  for (size_t b = 0; b < nb; ++b)
-    if (pool.begin[b + 1] > pool.begin[b]) order.push_back(b);
-  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return per[x] > per[y]; });
+  std::stable_sort(in.order.begin(), in.order.end(), [&](size_t x, size_t y) { return in.per[x] > in.per[y]; });
 
   // Candidate step counts, by the lower bound of their epoch time.
   const uint64_t wc = uint64_t(W) * uint64_t(cap);
@@ -142,9 +203,9 @@ Plan plan_balanced(const PlanProblem& pr) {
   const uint64_t k_hi = n_samples >= uint64_t(W) ? std::max<uint64_t>(1, n_samples / uint64_t(W)) : 1;
   const int64_t allreduce = to_ticks(pr.allreduce_s);
   auto item = [&](uint64_t m) -> int64_t {  // m-th longest sample's ticks, 1-based; 0 past the end
-    for (size_t b : order) {
+    for (size_t b : in.order) {
       const uint64_t n = pool.begin[b + 1] - pool.begin[b];
-      if (m <= n) return per[b];
+      if (m <= n) return in.per[b];
       m -= n;
     }
     return 0;
@@ -157,77 +218,77 @@ Plan plan_balanced(const PlanProblem& pr) {
     if (double(k) * double(allreduce) > candidates.front().first * 2) break;  // only more all-reduces from here
   }
   std::sort(candidates.begin(), candidates.end());
-  candidates.resize(std::min<size_t>(candidates.size(), kBalancedCandidates));
+  candidates.resize(std::min<size_t>(candidates.size(), n_samples <= kSearchSamples ? kBalancedCandidates : 1));
 
-  Rng rng = Rng::for_purpose(pr.seed, uint64_t(pr.epoch), kPurposeBalancedDraw | (pr.segment << 8));
-  const Rng rng_start = rng;
-  Dealt best;
+  // First pass: count each candidate, keep the fastest.
+  const Rng rng = Rng::for_purpose(pr.seed, uint64_t(pr.epoch), kPurposeBalancedDraw | (pr.segment << 8));
+  Counts best;
+  std::vector<uint32_t> perm;
+  int64_t best_ticks = INT64_MAX;
   for (const auto& cand : candidates) {
-    rng = rng_start;
-    Dealt d = deal(cand.second * uint64_t(W), W, order, pool, per, fixed, mem_cap, rng, allreduce);
-    if (best.pieces.empty() || d.epoch_ticks < best.epoch_ticks) best = std::move(d);
+    const uint64_t bins = cand.second * uint64_t(W);
+    if (bins > UINT32_MAX) throw ConfigError("balanced: more than 2^32 rank-steps in one epoch");
+    Counts counts = deal(bins, in, nullptr);
+    std::vector<uint32_t> p = shuffled_bins(bins, rng);
+    const int64_t ticks = epoch_ticks(counts, p, W, allreduce);
+    if (ticks < best_ticks) best_ticks = ticks, best = std::move(counts), perm = std::move(p);
   }
-  const uint64_t bins = best.perm.size();
+  const uint64_t bins = perm.size();
   const uint64_t steps = bins / uint64_t(W);
-  std::vector<Piece>& pieces = best.pieces;
-  std::vector<uint32_t>& perm = best.perm;
 
-  // Group pieces by bin (counting sort keeps each bin's pieces in dealing order).
-  std::vector<uint64_t> start(bins + 1, 0);
-  for (const Piece& p : pieces) ++start[p.bin + 1];
-  for (uint64_t j = 0; j < bins; ++j) start[j + 1] += start[j];
-  std::vector<uint32_t> by_bin(pieces.size());
-  {
-    std::vector<uint64_t> fill(start.begin(), start.end() - 1);
-    for (size_t i = 0; i < pieces.size(); ++i) by_bin[fill[pieces[i].bin]++] = uint32_t(i);
-  }
-  plan.sample_ids.reserve(n_samples + uint64_t(W));
-  plan.micro_batches.reserve(pieces.size());
+  // Lay the bins out in (step, rank) order, then deal again writing in place.
+  Writer w;
+  w.plan = &plan;
+  w.next_sample.resize(bins);
+  w.next_mb.resize(bins);
+  uint64_t total_mbs = 0;
   plan.rank_begin.reserve(bins + 1);
+  uint64_t total_samples = 0;
+  for (uint64_t i = 0; i < bins; ++i) {
+    const uint32_t j = perm[i];
+    w.next_sample[j] = total_samples;
+    w.next_mb[j] = total_mbs;
+    total_samples += best.samples[j];
+    total_mbs += best.mbs[j] + (best.samples[j] == 0 ? 1 : 0);  // an empty bin gets a padded one
+    plan.rank_begin.push_back(total_mbs);
+  }
+  plan.sample_ids.reserve(total_samples + uint64_t(W));
+  plan.sample_ids.resize(total_samples);
+  plan.micro_batches.resize(total_mbs);
+  const Counts again = deal(bins, in, &w);
+  (void)again;
+
+  // Fewer samples than ranks (tiny pool): empty bins repeat the epoch's cheapest sample.
+  for (uint64_t i = 0; i < bins; ++i) {
+    const uint32_t j = perm[i];
+    if (best.samples[j] != 0) continue;
+    const size_t cheapest = in.order.back();
+    MicroBatch& mb = plan.micro_batches[plan.rank_begin[i]];
+    mb.begin = uint32_t(plan.sample_ids.size());
+    mb.count = 1;
+    mb.bucket = uint16_t(cheapest);
+    mb.padded = 1;
+    plan.sample_ids.push_back(pool.ids[pool.begin[cheapest]]);
+    ++plan.padded_samples;
+  }
+  plan.steps.resize(steps);
   for (uint64_t t = 0; t < steps; ++t) {
-    StepInfo info;
-    for (int r = 0; r < W; ++r) {
-      const uint32_t j = perm[t * uint64_t(W) + uint64_t(r)];
-      for (uint64_t k = start[j]; k < start[j + 1]; ++k) {
-        const Piece& p = pieces[by_bin[k]];
-        if (p.new_mb || plan.micro_batches.size() == plan.rank_begin.back()) {
-          MicroBatch mb;
-          mb.begin = uint32_t(plan.sample_ids.size());
-          mb.bucket = p.bucket;
-          plan.micro_batches.push_back(mb);
-        }
-        plan.micro_batches.back().count += p.count;
-        for (uint32_t i = 0; i < p.count; ++i) plan.sample_ids.push_back(pool.ids[p.begin + i]);
-        info.samples += p.count;
-        info.tokens += uint64_t(tokens[p.bucket]) * p.count;
-      }
-      if (start[j] == start[j + 1]) {
-        // Fewer samples than ranks (tiny pool): pad with the cheapest sample of the epoch.
-        const size_t cheapest = order.back();
-        MicroBatch mb;
-        mb.begin = uint32_t(plan.sample_ids.size());
-        mb.count = 1;
-        mb.bucket = uint16_t(cheapest);
-        mb.padded = 1;
-        plan.sample_ids.push_back(pool.ids[pool.begin[cheapest]]);
-        plan.micro_batches.push_back(mb);
-        ++info.samples, ++info.padded, ++plan.padded_samples;
-        info.tokens += uint64_t(tokens[cheapest]);
-      }
-      plan.rank_begin.push_back(plan.micro_batches.size());
+    StepInfo& info = plan.steps[t];
+    for (uint64_t m = plan.rank_begin[t * uint64_t(W)]; m < plan.rank_begin[(t + 1) * uint64_t(W)]; ++m) {
+      const MicroBatch& mb = plan.micro_batches[m];
+      info.samples += mb.count;
+      info.tokens += uint64_t(tokens[mb.bucket]) * mb.count;
+      if (mb.padded) info.padded += mb.count;
     }
-    plan.steps.push_back(info);
   }
   if (plan.padded_samples > 0 && pr.end_policy == EndPolicy::kDrop) {
     // The only step could not give every rank work: drop it.
+    Plan dropped;
+    dropped.strategy = plan.strategy;
+    dropped.world_size = W;
     for (const MicroBatch& mb : plan.micro_batches)
-      if (!mb.padded)
-        for (uint32_t i = 0; i < mb.count; ++i) plan.dropped.push_back(plan.sample_ids[mb.begin + i]);
-    Plan empty;
-    empty.strategy = plan.strategy;
-    empty.world_size = W;
-    empty.dropped = std::move(plan.dropped);
-    return empty;
+      if (!mb.padded) dropped.dropped.insert(dropped.dropped.end(), plan.ids(mb), plan.ids(mb) + mb.count);
+    return dropped;
   }
   return plan;
 }

@@ -1,0 +1,164 @@
+// bench_plan: planning time and peak memory at scale (issue 2's target: 10 million samples,
+// 1024 ranks, under 5 s and under 64 bytes of resident memory per sample, on one core).
+//
+//   ./build/bench/bench_plan [--samples N] [--ranks W] [--strategy NAME|all]
+//
+// Samples are synthetic but shaped by published corpus statistics (DESIGN.md / shared
+// SOURCES.md): 30% images, 70% clips with a log-normal duration (median 8.5 s, Panda-70M's
+// mean clip) at 720p (50%), 480p (30%) and 360p (20%). Each strategy runs in a forked child
+// pinned to one core; its peak RSS (getrusage) minus the RSS before the samples were made is
+// the memory figure. Prints a table and one JSON line per strategy.
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "adaptiveload/planner/planner.h"
+#include "adaptiveload/util/rng.h"
+
+using namespace adaptiveload;
+
+namespace {
+
+long rss_kb() {
+  std::ifstream f("/proc/self/statm");
+  long pages = 0, resident = 0;
+  f >> pages >> resident;
+  return resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+// Synthetic bucketing of n samples on the Wan grid.
+Bucketing synthetic(uint64_t n, const ModelPreset& model, const BucketGrid& grid) {
+  Bucketing bk;
+  // Bucket table: every (tier, ratio, frames) of the grid.
+  std::vector<std::vector<std::vector<uint16_t>>> id(grid.tiers.size());
+  for (size_t t = 0; t < grid.tiers.size(); ++t) {
+    id[t].resize(grid.tiers[t].sizes.size());
+    for (size_t r = 0; r < grid.tiers[t].sizes.size(); ++r) {
+      for (int f : grid.frames) {
+        Bucket b = make_bucket(f, grid.tiers[t].sizes[r].h, grid.tiers[t].sizes[r].w, model);
+        b.tier = grid.tiers[t].name;
+        b.ratio = grid.tiers[t].sizes[r].ratio;
+        id[t][r].push_back(uint16_t(bk.buckets.size()));
+        bk.buckets.push_back(b);
+      }
+    }
+  }
+  bk.bucket_counts.assign(bk.buckets.size(), 0);
+  bk.sample_bucket.resize(n);
+  Rng rng(12345, 1);
+  auto uniform = [&] { return (double(rng.next_u32()) + 0.5) / 4294967296.0; };
+  const double kPi = 3.14159265358979323846;
+  for (uint64_t i = 0; i < n; ++i) {
+    const bool image = rng.below(100) < 30;
+    const uint32_t u = rng.below(100);
+    size_t tier = image ? (u < 20 ? 0 : u < 70 ? 1 : 2) : (u < 20 ? 1 : u < 50 ? 2 : 3);
+    const uint32_t v = rng.below(100);
+    size_t ratio = v < 70 ? 0 : v < 85 ? 1 : v < 93 ? 3 : v < 97 ? 4 : 2;  // 16:9 mostly
+    size_t fi = 0;
+    if (!image) {
+      double z = std::sqrt(-2 * std::log(uniform())) * std::cos(2 * kPi * uniform());
+      double seconds = 8.5 * std::exp(0.6 * z);
+      int frames = int(seconds * grid.fps) + 1;
+      fi = 1;
+      while (fi + 1 < grid.frames.size() && grid.frames[fi + 1] <= frames) ++fi;
+    }
+    uint16_t b = id[tier][ratio][fi];
+    bk.sample_bucket[i] = b;
+    ++bk.bucket_counts[b];
+  }
+  bk.usable = int64_t(n);
+  return bk;
+}
+
+struct Result {
+  double plan_s = 0, setup_s = 0;
+  long peak_kb = 0;
+  uint64_t steps = 0, micro_batches = 0;
+  double imbalance = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  uint64_t n = 10'000'000;
+  int W = 1024;
+  std::string only = "all";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "--samples")) n = std::stoull(argv[i + 1]);
+    else if (!strcmp(argv[i], "--ranks")) W = std::stoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--strategy")) only = argv[i + 1];
+    else {
+      fprintf(stderr, "usage: bench_plan [--samples N] [--ranks W] [--strategy NAME|all]\n");
+      return 2;
+    }
+  }
+  printf("bench_plan: %llu synthetic samples, %d ranks, wan2.1-1.3b on h200, one core per strategy\n",
+         static_cast<unsigned long long>(n), W);
+  printf("%-13s %9s %9s %11s %10s %9s %9s %10s\n", "strategy", "setup s", "plan s", "peak MB", "B/sample", "steps",
+         "mb", "imbalance");
+  int failures = 0;
+  for (const auto& s : strategies()) {
+    if (only != "all" && only != s.name) continue;
+    int fd[2];
+    if (pipe(fd) != 0) return 1;
+    pid_t pid = fork();
+    if (pid == 0) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(0, &set);
+      sched_setaffinity(0, sizeof set, &set);
+      const long base_kb = rss_kb();
+      Result r;
+      PlannerConfig cfg;
+      cfg.world_size = W;
+      cfg.comp_budget = 8e6;  // fixed M_comp (binds on 720p clips): the automatic search plans dual 32 times
+      ModelPreset model = load_model(cfg.model);
+      BucketGrid grid = load_grid(cfg.grid);
+      Bucketing bk = synthetic(n, model, grid);
+      auto t0 = std::chrono::steady_clock::now();
+      Planner planner(std::move(bk), cfg);
+      auto t1 = std::chrono::steady_clock::now();
+      Plan plan = planner.plan(s.name);
+      auto t2 = std::chrono::steady_clock::now();
+      struct rusage ru;
+      getrusage(RUSAGE_SELF, &ru);
+      r.setup_s = std::chrono::duration<double>(t1 - t0).count();
+      r.plan_s = std::chrono::duration<double>(t2 - t1).count();
+      r.peak_kb = ru.ru_maxrss - base_kb;
+      r.steps = plan.num_steps();
+      r.micro_batches = plan.micro_batches.size();
+      r.imbalance = planner.simulate(plan).imbalance;
+      if (write(fd[1], &r, sizeof r) != sizeof r) _exit(1);
+      _exit(0);
+    }
+    close(fd[1]);
+    Result r;
+    bool ok = read(fd[0], &r, sizeof r) == sizeof r;
+    close(fd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!ok || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      printf("%-13s FAILED (child status %d)\n", s.name, status);
+      ++failures;
+      continue;
+    }
+    const double bytes_per_sample = double(r.peak_kb) * 1024.0 / double(n);
+    printf("%-13s %9.3f %9.3f %11.1f %10.1f %9llu %9llu %9.2f%%\n", s.name, r.setup_s, r.plan_s, r.peak_kb / 1024.0,
+           bytes_per_sample, static_cast<unsigned long long>(r.steps), static_cast<unsigned long long>(r.micro_batches),
+           100 * r.imbalance);
+    printf("{\"bench\":\"plan\",\"strategy\":\"%s\",\"samples\":%llu,\"ranks\":%d,\"setup_s\":%.4f,\"plan_s\":%.4f,"
+           "\"peak_bytes_per_sample\":%.2f,\"steps\":%llu,\"imbalance\":%.5f,\"target_s\":5,\"target_bytes\":64}\n",
+           s.name, static_cast<unsigned long long>(n), W, r.setup_s, r.plan_s, bytes_per_sample,
+           static_cast<unsigned long long>(r.steps), r.imbalance);
+  }
+  return failures ? 1 : 0;
+}
