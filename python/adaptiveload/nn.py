@@ -1,0 +1,47 @@
+"""torch.nn modules over the fused ops."""
+from typing import Optional
+
+import torch
+
+from .ops import fused_adaln
+
+
+class AdaLayerNormModulate(torch.nn.Module):
+    """adaLN of a DiT block: LayerNorm(x) * (1 + scale) + shift, fused.
+
+    forward(x, shift, scale): shapes as in adaptiveload.fused_adaln. With
+    elementwise_affine=True the LayerNorm has a learnable weight (ones) and bias (zeros)
+    applied before the modulation, as in CogVideoX; Wan 2.1 uses elementwise_affine=False.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        eps: float = 1e-6,
+        elementwise_affine: bool = False,
+        device: Optional[torch.device] = None,
+        dtype: Optional[torch.dtype] = None,
+    ):
+        super().__init__()
+        if dim < 1:
+            raise ValueError(f"AdaLayerNormModulate: dim must be >= 1, got {dim}")
+        self.dim = dim
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = torch.nn.Parameter(torch.ones(dim, device=device, dtype=dtype))
+            self.bias = torch.nn.Parameter(torch.zeros(dim, device=device, dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+    def forward(self, x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] != self.dim:
+            raise ValueError(
+                f"AdaLayerNormModulate(dim={self.dim}): x has shape {list(x.shape)}; "
+                f"its last dimension must be {self.dim}"
+            )
+        return fused_adaln(x, shift, scale, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"

@@ -1,0 +1,58 @@
+// The torch side of the fused adaLN op: checks tensors (shapes, devices, dtypes) with
+// messages that name the argument and its shape, and fills the plain AdalnParams struct the
+// kernels take. The only place, with the op files beside it, that touches at::Tensor.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/util/Optional.h>
+
+#include "adaptiveload/kernels/adaln.h"
+
+namespace adaptiveload {
+namespace py {
+
+// How x and the modulation line up. x is [B, L, D] or [N, D]; shift and scale have one
+// shape, [B, D] or [B, 1, D] (per sample) or [B, L, D] (per token) for 3-D x, [1, D] (one
+// sample of N rows) or [N, D] (per row) for 2-D x.
+struct AdalnLayout {
+  int64_t rows = 0;             // N = B * L
+  int64_t dim = 0;              // D
+  int64_t batch = 0;            // B
+  int64_t rows_per_sample = 0;  // L
+  bool per_token = false;
+  DType x_dtype = DType::F32, mod_dtype = DType::F32, weight_dtype = DType::F32;
+};
+
+// Checks the forward's inputs; throws c10::ValueError (Python ValueError) for shapes and
+// dtypes, c10::Error (RuntimeError) for devices. Works on meta tensors.
+AdalnLayout adaln_check_inputs(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale,
+                               const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias,
+                               double eps);
+
+// Checks the backward's extra inputs (dy like x; mean, rstd fp32 of x.shape[:-1]).
+void adaln_check_bwd_inputs(const AdalnLayout& lay, const at::Tensor& dy, const at::Tensor& x, const at::Tensor& mean,
+                            const at::Tensor& rstd);
+
+// Sizes, dtypes and eps of `lay` in a params struct with contiguous strides; pointers null.
+AdalnParams adaln_params(const AdalnLayout& lay, double eps);
+
+// at::Tensor -> pointer, or nullptr for an absent optional tensor.
+inline const void* ptr_or_null(const c10::optional<at::Tensor>& t) {
+  return t.has_value() && t->defined() ? t->data_ptr() : nullptr;
+}
+
+// A defined optional tensor made contiguous, or an absent one.
+c10::optional<at::Tensor> contiguous_or_none(const c10::optional<at::Tensor>& t);
+
+// Runs a kernel entry point, turning its std::invalid_argument into a Python ValueError.
+template <class F>
+void run_kernel(const char* what, F&& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK_VALUE(false, what, ": ", e.what());
+  }
+}
+
+}  // namespace py
+}  // namespace adaptiveload
