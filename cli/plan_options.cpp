@@ -180,7 +180,7 @@ void print_table(const Planner& planner, const Manifest& manifest, const Compari
     return 0.0;
   }();
   out << std::left << std::setw(13) << "strategy" << std::right << std::setw(10) << "imbalance" << std::setw(11)
-      << "step(avg)" << std::setw(11) << "step(min)" << std::setw(11) << "samples/s" << std::setw(11) << "tokens/s"
+      << "max-mean" << std::setw(11) << "max-min" << std::setw(11) << "samples/s" << std::setw(11) << "tokens/s"
       << std::setw(9) << "speedup" << std::setw(9) << "mem avg" << std::setw(9) << "mem max" << std::setw(8) << "buckets"
       << std::setw(7) << "steps" << std::setw(8) << "mb/rank" << std::setw(8) << "padded" << std::setw(8) << "dropped"
       << "\n";
@@ -195,7 +195,7 @@ void print_table(const Planner& planner, const Manifest& manifest, const Compari
         << m.steps << std::setw(8) << fmt("%.2f", m.micro_batches_per_rank_step) << std::setw(8) << m.padded
         << std::setw(8) << m.dropped << "\n";
   }
-  out << "\nimbalance: idle fraction of the GPUs, 1 - sum_t mean_r T / sum_t max_r T; step(avg), step(min): per-step "
+  out << "\nimbalance: idle fraction of the GPUs, 1 - sum_t mean_r T / sum_t max_r T; max-mean, max-min: per-step "
          "mean of (max-mean)/max and (max-min)/max.\nthroughput includes one gradient all-reduce per step; mem: "
          "per-step peak over ranks / device memory; buckets: distinct buckets per global step.\n";
 }
