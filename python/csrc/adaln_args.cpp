@@ -26,6 +26,14 @@ std::string dtype_str(at::ScalarType t) {
       return "bfloat16";
     case at::kHalf:
       return "float16";
+    case at::kDouble:
+      return "float64";
+    case at::kLong:
+      return "int64";
+    case at::kInt:
+      return "int32";
+    case at::kBool:
+      return "bool";
     default:
       return std::string(c10::toString(t));
   }
