@@ -35,6 +35,10 @@ struct Comparison {
 
 Comparison compare(const Planner& planner, const std::vector<std::string>& names);
 
+// The manifests named by --manifest, and the built-in demo set.
+Manifest load_manifests(const PlanOptions& o);
+Manifest demo_manifest(BadRowPolicy policy);
+
 // Human table and JSON object of a comparison; `inputs` describes manifests and budgets.
 void print_table(const Planner& planner, const Manifest& manifest, const Comparison& c, std::ostream& out);
 nlohmann::json comparison_json(const Planner& planner, const Manifest& manifest, const Comparison& c);

@@ -1,0 +1,86 @@
+// adaptiveload plan / demo: compare strategies on a manifest (or the built-in set) and
+// optionally write one strategy's plan as JSONL.
+#include <fstream>
+#include <iostream>
+
+#include "adaptiveload/plan/plan_io.h"
+#include "adaptiveload/presets/resources.h"
+#include "adaptiveload/util/error.h"
+#include "commands.h"
+#include "plan_options.h"
+
+namespace adaptiveload::cli {
+namespace {
+
+constexpr const char* kDemoManifest = "data/demo_manifest.csv";
+
+int run_plan(const PlanOptions& o, const Manifest& manifest, const std::string& out_path) {
+  std::vector<std::string> names = o.strategy_names();
+  Planner planner(manifest, o.config);
+  Comparison c = compare(planner, names);
+  if (!o.quiet) print_input_report(planner, manifest, o.json ? std::cerr : std::cout);
+  if (o.json) {
+    std::cout << comparison_json(planner, manifest, c).dump(2) << "\n";
+  } else {
+    print_table(planner, manifest, c, std::cout);
+  }
+  if (!out_path.empty()) {
+    std::ofstream f(out_path, std::ios::binary);
+    if (!f) throw InputError(out_path, "cannot open for writing");
+    write_plan_jsonl(c.plans.front(), f);
+    if (!f) throw InputError(out_path, "write failed (disk full?)");
+    if (!o.quiet)
+      (o.json ? std::cerr : std::cout) << "wrote " << c.plans.front().num_steps() << " steps of '" << names.front()
+                                       << "' to " << out_path << "\n";
+  }
+  return 0;
+}
+
+struct PlanCommand : Command {
+  PlanOptions opts;
+  std::string out;
+};
+
+}  // namespace
+
+Manifest load_manifests(const PlanOptions& o) {
+  Manifest manifest;
+  for (const auto& m : o.manifests) manifest.load(m, o.bad_row_policy());
+  return manifest;
+}
+
+Manifest demo_manifest(BadRowPolicy policy) {
+  Manifest manifest;
+  manifest.load_text(*find_resource(kDemoManifest), std::string("built-in:") + kDemoManifest, policy);
+  return manifest;
+}
+
+std::shared_ptr<Command> add_plan_command(CLI::App& app) {
+  auto c = std::make_shared<PlanCommand>();
+  c->app = app.add_subcommand("plan", "Plan a manifest with one or all strategies and compare them");
+  c->opts.add_to(*c->app, true);
+  c->app->add_option("--out,-o", c->out,
+                     "Write the plan as JSONL (one line per global step: each rank's micro-batches as lists of "
+                     "manifest row ids); needs a single --strategy");
+  PlanCommand* p = c.get();
+  c->validate = [p] {
+    p->opts.finish();
+    if (!p->out.empty() && p->opts.strategy_names().size() != 1)
+      throw CLI::ValidationError("--out", "needs a single --strategy (equal_tokens, fixed, dual or balanced)");
+  };
+  c->run = [p] { return run_plan(p->opts, load_manifests(p->opts), p->out); };
+  return c;
+}
+
+std::shared_ptr<Command> add_demo_command(CLI::App& app) {
+  auto c = std::make_shared<PlanCommand>();
+  c->app = app.add_subcommand(
+      "demo", "Compare all strategies on the built-in mixed set (3,334 Taichi-HD clips + 5,000 COCO images)");
+  c->opts.add_to(*c->app, false);
+  PlanCommand* p = c.get();
+  c->validate = [p] { p->opts.finish(); };
+  c->run = [p] { return run_plan(p->opts, demo_manifest(p->opts.bad_row_policy()), ""); };
+  return c;
+}
+
+}  // namespace adaptiveload::cli
