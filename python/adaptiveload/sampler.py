@@ -332,7 +332,24 @@ class AdaptiveBatchSampler(Sampler):
 
     @property
     def total_rows(self) -> int:
+        """Rows of the manifest (row ids are 0..total_rows-1)."""
         return self._manifest.total_rows
+
+    def planned_rows(self) -> List[int]:
+        """Row ids every epoch covers exactly once (up to the end-of-epoch policy): usable
+        rows that fit a bucket and are not oversize, ascending."""
+        return self._planner(self.world_size).planned_rows()
+
+    @property
+    def dropped_rows(self) -> List[int]:
+        """Rows the current epoch's plan drops at its end (drop_last=True), not trained."""
+        return list(self._plan.dropped)
+
+    @property
+    def left_out(self) -> List[tuple]:
+        """(row, reason) of usable rows the plan leaves out: they fit no bucket, or are
+        oversize under on_oversize='skip'. Never silent: listed here."""
+        return list(self._planner(self.world_size).left_out)
 
     @property
     def budgets(self) -> Dict[str, float]:
@@ -346,6 +363,8 @@ class AdaptiveBatchSampler(Sampler):
         }
 
     def __repr__(self) -> str:
+        if not hasattr(self, "_plan"):
+            return "AdaptiveBatchSampler(<not initialised>)"
         return (
             f"AdaptiveBatchSampler(strategy={self.strategy!r}, rows={self.total_rows}, rank={self.rank}, "
             f"world_size={self.world_size}, epoch={self.epoch}, steps={self.num_steps}, step={self.step})"

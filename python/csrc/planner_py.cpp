@@ -148,6 +148,27 @@ void bind_planner(pb::module_& m) {
       .def_property_readonly("p", &Planner::p)
       .def_property_readonly("step_budget_s", &Planner::step_budget_s)
       .def_property_readonly("num_oversize", [](const Planner& self) { return self.oversize().size(); })
+      .def(
+          "planned_rows",
+          [](const Planner& self) {
+            // The sample pool: rows with a bucket that are not oversize, ascending.
+            std::vector<uint8_t> over(self.bucketing().sample_bucket.size(), 0);
+            for (const OversizeSample& o : self.oversize()) over[size_t(o.row)] = 1;
+            std::vector<int64_t> rows;
+            const auto& sb = self.bucketing().sample_bucket;
+            for (size_t r = 0; r < sb.size(); ++r)
+              if (sb[r] != kNoBucket && !over[r]) rows.push_back(int64_t(r));
+            return rows;
+          },
+          "Manifest rows the planner schedules each epoch (usable, fit a bucket, not oversize).")
+      .def_property_readonly("left_out",
+                             [](const Planner& self) {
+                               // Rows that fit no bucket or are oversize (skipped), with the reason.
+                               std::vector<std::pair<int64_t, std::string>> out;
+                               for (const UnfitRow& u : self.bucketing().unfit) out.emplace_back(u.row, u.reason);
+                               for (const OversizeSample& o : self.oversize()) out.emplace_back(o.row, o.message);
+                               return out;
+                             })
       .def("plan", &Planner::plan, pb::arg("strategy"), pb::arg("world_size") = 0, pb::arg("epoch") = -1,
            pb::call_guard<pb::gil_scoped_release>())
       .def(
