@@ -137,3 +137,26 @@ TEST(Cli, HelpForEverySubcommand) {
                           "--on-bad-row", "--end-policy"})
     EXPECT_NE(r.out.find(opt), std::string::npos) << opt;
 }
+
+TEST(Cli, CalibrateFitsMeasurementsAndPlanUsesTheProfile) {
+  std::string pts;
+  for (int S : {1560, 9360, 32760, 75600})
+    for (int B : {1, 2}) {
+      double t = 1.75e-5 * S + 1.94e-9 * double(S) * S + 1.3e-3;
+      pts += "{\"tokens\":" + std::to_string(S) + ",\"batch\":" + std::to_string(B) +
+             ",\"time_s\":" + std::to_string(3e-3 + t * (B + 2048.0 / S)) +
+             ",\"peak_bytes\":" + std::to_string(30e9 + B * (1e8 + 170e3 * S)) + "}\n";
+    }
+  const std::string m = write_temp("points.jsonl", pts);
+  const std::string prof = ::testing::TempDir() + "cli_profile.json";
+  CliRun r = run("calibrate --measurements " + m + " --out " + prof + " --device h200");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("best single exponent"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fit error of the micro-batch time: median 0.0%"), std::string::npos) << r.out;
+  r = run("plan -m " + kTaichi + " --profile " + prof + " -q");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("cost model profile"), std::string::npos) << r.out;
+  r = run("plan -m " + kTaichi + " --profile " + m + " -q");  // not a profile
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("not valid JSON"), std::string::npos) << r.err;
+}

@@ -1,0 +1,242 @@
+#include "adaptiveload/cost/calibration.h"
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "adaptiveload/presets/presets.h"
+#include "adaptiveload/util/error.h"
+
+namespace adaptiveload {
+namespace {
+
+// Non-negative least squares, small and dense (Lawson-Hanson active set), on rows X (n x k)
+// and targets y. Returns x >= 0 minimising |X x - y|.
+std::vector<double> nnls(const std::vector<std::vector<double>>& X, const std::vector<double>& y) {
+  const size_t n = X.size(), k = X.empty() ? 0 : X[0].size();
+  std::vector<double> x(k, 0.0);
+  std::vector<bool> passive(k, false);
+  auto solve_passive = [&](std::vector<double>& z) {
+    // Normal equations on the passive set, Gaussian elimination with partial pivoting.
+    std::vector<size_t> idx;
+    for (size_t j = 0; j < k; ++j)
+      if (passive[j]) idx.push_back(j);
+    const size_t m = idx.size();
+    std::vector<std::vector<double>> A(m, std::vector<double>(m + 1, 0.0));
+    for (size_t r = 0; r < n; ++r)
+      for (size_t i = 0; i < m; ++i) {
+        for (size_t j = 0; j < m; ++j) A[i][j] += X[r][idx[i]] * X[r][idx[j]];
+        A[i][m] += X[r][idx[i]] * y[r];
+      }
+    for (size_t i = 0; i < m; ++i) A[i][i] += 1e-12 * (A[i][i] + 1e-30);  // ridge for conditioning
+    for (size_t c = 0; c < m; ++c) {
+      size_t piv = c;
+      for (size_t r = c + 1; r < m; ++r)
+        if (std::fabs(A[r][c]) > std::fabs(A[piv][c])) piv = r;
+      std::swap(A[c], A[piv]);
+      if (std::fabs(A[c][c]) < 1e-300) continue;
+      for (size_t r = 0; r < m; ++r) {
+        if (r == c) continue;
+        double f = A[r][c] / A[c][c];
+        for (size_t j = c; j <= m; ++j) A[r][j] -= f * A[c][j];
+      }
+    }
+    z.assign(k, 0.0);
+    for (size_t i = 0; i < m; ++i) z[idx[i]] = std::fabs(A[i][i]) < 1e-300 ? 0.0 : A[i][m] / A[i][i];
+  };
+  for (int iter = 0; iter < 100; ++iter) {
+    std::vector<double> w(k, 0.0);  // gradient -X^T (X x - y)
+    for (size_t r = 0; r < n; ++r) {
+      double res = y[r];
+      for (size_t j = 0; j < k; ++j) res -= X[r][j] * x[j];
+      for (size_t j = 0; j < k; ++j) w[j] += X[r][j] * res;
+    }
+    size_t best = k;
+    double wmax = 1e-15;
+    for (size_t j = 0; j < k; ++j)
+      if (!passive[j] && w[j] > wmax) wmax = w[j], best = j;
+    if (best == k) break;
+    passive[best] = true;
+    for (int inner = 0; inner < 100; ++inner) {
+      std::vector<double> z;
+      solve_passive(z);
+      bool feasible = true;
+      for (size_t j = 0; j < k; ++j)
+        if (passive[j] && z[j] <= 0) feasible = false;
+      if (feasible) {
+        x = z;
+        break;
+      }
+      double alpha = 1.0;
+      for (size_t j = 0; j < k; ++j)
+        if (passive[j] && z[j] <= 0) alpha = std::min(alpha, x[j] / (x[j] - z[j]));
+      for (size_t j = 0; j < k; ++j) {
+        x[j] += alpha * (z[j] - x[j]);
+        if (passive[j] && x[j] <= 1e-300) passive[j] = false, x[j] = 0;
+      }
+    }
+  }
+  return x;
+}
+
+double model_time(const CalibrationFit& f, double S, double B) {
+  const double t = f.a * S + f.b * S * S + f.c0;
+  return f.overhead_s + t * (B + f.half_efficiency_tokens / S);
+}
+
+void errors(const std::vector<Measurement>& pts, const std::vector<double>& pred, double& median, double& max) {
+  std::vector<double> e;
+  for (size_t i = 0; i < pts.size(); ++i) e.push_back(std::fabs(pred[i] - pts[i].time_s) / pts[i].time_s);
+  std::sort(e.begin(), e.end());
+  median = e.empty() ? 0 : e.size() % 2 ? e[e.size() / 2] : 0.5 * (e[e.size() / 2 - 1] + e[e.size() / 2]);
+  max = e.empty() ? 0 : e.back();
+}
+
+}  // namespace
+
+CalibrationFit fit_calibration(const std::vector<Measurement>& pts) {
+  std::set<int64_t> distinct;
+  for (const auto& p : pts) {
+    if (p.tokens <= 0 || p.batch <= 0 || !(p.time_s > 0) || !std::isfinite(p.time_s))
+      throw ConfigError("calibration: a measurement needs tokens > 0, batch > 0 and time_s > 0");
+    distinct.insert(p.tokens);
+  }
+  if (distinct.size() < 3)
+    throw ConfigError("calibration needs measurements at 3 or more token counts (got " +
+                      std::to_string(distinct.size()) + "); sweep more buckets");
+  CalibrationFit best;
+  double best_err = 1e300;
+  // N_half from 0 and a geometric grid; for each, a linear NNLS fit of (a, b, c0, overhead)
+  // on relative error (rows scaled by 1 / T).
+  std::vector<double> grid = {0};
+  for (double h = 16; h <= 262144; h *= 1.4142135623730951) grid.push_back(h);
+  for (double nh : grid) {
+    std::vector<std::vector<double>> X;
+    std::vector<double> y;
+    for (const auto& p : pts) {
+      const double S = double(p.tokens), B = double(p.batch), u = B + nh / S, w = 1.0 / p.time_s;
+      X.push_back({u * S * w, u * S * S * w, u * w, w});
+      y.push_back(1.0);
+    }
+    std::vector<double> c = nnls(X, y);
+    CalibrationFit f;
+    f.a = c[0], f.b = c[1], f.c0 = c[2], f.overhead_s = c[3], f.half_efficiency_tokens = nh;
+    double sq = 0;
+    for (const auto& p : pts) {
+      double r = (model_time(f, double(p.tokens), double(p.batch)) - p.time_s) / p.time_s;
+      sq += r * r;
+    }
+    if (sq < best_err - 1e-15) best_err = sq, best = f;
+  }
+  best.points = pts.size();
+  std::vector<double> pred;
+  for (const auto& p : pts) pred.push_back(model_time(best, double(p.tokens), double(p.batch)));
+  errors(pts, pred, best.median_rel_error, best.max_rel_error);
+
+  // The paper's single exponent for comparison: per-sample time k * S^p, same overhead model.
+  {
+    double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (const auto& p : pts) {
+      const double S = double(p.tokens), B = double(p.batch);
+      const double per = (p.time_s - best.overhead_s) / (B + best.half_efficiency_tokens / S);
+      if (per <= 0) continue;
+      const double x = std::log(S), yv = std::log(per);
+      sw += 1, sx += x, sy += yv, sxx += x * x, sxy += x * yv;
+    }
+    const double var = sxx / sw - (sx / sw) * (sx / sw);
+    best.power_p = sw > 1 && var > 1e-12 ? (sxy / sw - (sx / sw) * (sy / sw)) / var : 1.0;
+    best.power_k = sw > 0 ? std::exp((sy - best.power_p * sx) / sw) : 0.0;
+    std::vector<double> pp;
+    for (const auto& p : pts) {
+      const double S = double(p.tokens), B = double(p.batch);
+      pp.push_back(best.overhead_s + best.power_k * std::pow(S, best.power_p) * (B + best.half_efficiency_tokens / S));
+    }
+    errors(pts, pp, best.power_median_rel_error, best.power_max_rel_error);
+  }
+
+  // Memory: M = static + m0 * B + m1 * B * S, least squares (absolute bytes), when measured.
+  std::vector<std::vector<double>> X;
+  std::vector<double> y;
+  for (const auto& p : pts)
+    if (p.peak_bytes >= 0) {
+      X.push_back({1.0, double(p.batch), double(p.batch) * double(p.tokens)});
+      y.push_back(p.peak_bytes);
+    }
+  if (X.size() >= 3) {
+    // Scale columns to unit size for conditioning.
+    double s[3] = {0, 0, 0};
+    for (auto& r : X)
+      for (int j = 0; j < 3; ++j) s[j] = std::max(s[j], std::fabs(r[j]));
+    for (auto& r : X)
+      for (int j = 0; j < 3; ++j) r[j] /= s[j];
+    double ys = 0;
+    for (double v : y) ys = std::max(ys, v);
+    for (double& v : y) v /= ys;
+    std::vector<double> c = nnls(X, y);
+    best.has_memory = true;
+    best.static_bytes = c[0] / s[0] * ys;
+    best.m0 = c[1] / s[1] * ys;
+    best.m1 = c[2] / s[2] * ys;
+  }
+  return best;
+}
+
+std::vector<Measurement> read_measurements(const std::string& path) {
+  std::vector<Measurement> out;
+  const std::string text = read_file(path);
+  size_t pos = 0;
+  int64_t line = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    std::string s = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++line;
+    if (s.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(line);
+    try {
+      auto j = nlohmann::json::parse(s);
+      Measurement m;
+      m.tokens = j.at("tokens").get<int64_t>();
+      m.batch = j.at("batch").get<int64_t>();
+      m.time_s = j.at("time_s").get<double>();
+      m.peak_bytes = j.contains("peak_bytes") && !j["peak_bytes"].is_null() ? j["peak_bytes"].get<double>() : -1;
+      if (m.tokens <= 0 || m.batch <= 0 || !(m.time_s > 0))
+        throw InputError(where, "tokens and batch must be positive and time_s > 0");
+      out.push_back(m);
+    } catch (const nlohmann::json::exception& e) {
+      throw InputError(where, std::string("expected {\"tokens\":S,\"batch\":B,\"time_s\":T,\"peak_bytes\":M}: ") + e.what());
+    }
+  }
+  return out;
+}
+
+std::string profile_json(const CalibrationFit& f, const std::vector<Measurement>& points, const std::string& model,
+                         const std::string& device) {
+  using json = nlohmann::json;
+  json j;
+  j["format"] = "adaptiveload-profile";
+  j["version"] = 1;
+  j["model"] = model;
+  j["device"] = device;
+  j["cost"] = {{"a", f.a}, {"b", f.b}, {"c0", f.c0}, {"overhead_s", f.overhead_s},
+               {"half_efficiency_tokens", f.half_efficiency_tokens}};
+  if (f.has_memory) j["memory"] = {{"static_bytes", f.static_bytes}, {"m0", f.m0}, {"m1", f.m1}};
+  j["fit"] = {{"points", f.points},
+              {"median_rel_error", f.median_rel_error},
+              {"max_rel_error", f.max_rel_error},
+              {"power_p", f.power_p},
+              {"power_k", f.power_k},
+              {"power_median_rel_error", f.power_median_rel_error},
+              {"power_max_rel_error", f.power_max_rel_error}};
+  j["points"] = json::array();
+  for (const auto& p : points) {
+    json q = {{"tokens", p.tokens}, {"batch", p.batch}, {"time_s", p.time_s}};
+    if (p.peak_bytes >= 0) q["peak_bytes"] = p.peak_bytes;
+    j["points"].push_back(q);
+  }
+  return j.dump(2);
+}
+
+}  // namespace adaptiveload

@@ -1,0 +1,40 @@
+#pragma once
+// Calibration: fit the cost and memory models to measured micro-batches, and write the
+// profile file that `plan --profile` and the sampler read (format in cost_variants.h).
+//   time:   T(B, S) = overhead + t(S) * (B + N_half / S),  t(S) = a*S + b*S^2 + c0
+//   memory: M(B, S) = M_static + B * (m0 + m1 * S)
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace adaptiveload {
+
+struct Measurement {
+  int64_t tokens = 0;       // S
+  int64_t batch = 0;        // B
+  double time_s = 0;        // forward + backward of the micro-batch
+  double peak_bytes = -1;   // peak memory of the step; < 0 when not measured (CPU)
+};
+
+struct CalibrationFit {
+  double a = 0, b = 0, c0 = 0, overhead_s = 0, half_efficiency_tokens = 0;
+  bool has_memory = false;
+  double static_bytes = 0, m0 = 0, m1 = 0;
+  double power_k = 0, power_p = 0;  // best single exponent: seconds per sample = k * S^p
+  double median_rel_error = 0, max_rel_error = 0;              // of T, this model
+  double power_median_rel_error = 0, power_max_rel_error = 0;  // of T, k * S^p instead of t(S)
+  size_t points = 0;
+};
+
+// Least squares on relative error with non-negative coefficients; N_half by a 1-D search.
+// Throws ConfigError when the points cannot determine the model (fewer than 3 distinct S).
+CalibrationFit fit_calibration(const std::vector<Measurement>& points);
+
+// Reads measurements as JSONL lines {"tokens":S,"batch":B,"time_s":T,"peak_bytes":M}.
+std::vector<Measurement> read_measurements(const std::string& path);
+
+// The profile JSON (with the points, the fit errors and `meta` fields such as model/device).
+std::string profile_json(const CalibrationFit& fit, const std::vector<Measurement>& points,
+                         const std::string& model, const std::string& device);
+
+}  // namespace adaptiveload

@@ -1,0 +1,81 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "adaptiveload/cost/calibration.h"
+#include "adaptiveload/cost/cost_variants.h"
+#include "adaptiveload/util/error.h"
+#include "adaptiveload/util/rng.h"
+
+using namespace adaptiveload;
+
+namespace {
+// Measurements from a known model with +-2% multiplicative noise.
+std::vector<Measurement> synthetic(double a, double b, double c0, double ov, double nh, double noise) {
+  Rng rng(5, 5);
+  std::vector<Measurement> pts;
+  for (int64_t S : {1560, 4680, 9360, 18564, 32760, 48000, 75600})
+    for (int64_t B : {1, 2, 4}) {
+      double t = a * S + b * double(S) * S + c0;
+      double T = ov + t * (double(B) + nh / double(S));
+      double u = (double(rng.below(2001)) / 1000.0 - 1.0) * noise;
+      double mem = 30e9 + B * (1e8 + 170e3 * double(S));
+      pts.push_back({S, B, T * (1 + u), mem});
+    }
+  return pts;
+}
+}  // namespace
+
+TEST(Calibration, RecoversAKnownModel) {
+  // Wan-1.3B-on-H200-like: 17.5 us per token linear, 1.94e-9 s per token^2 of attention.
+  auto pts = synthetic(1.75e-5, 1.94e-9, 1.3e-3, 3e-3, 2048, 0.0);
+  CalibrationFit f = fit_calibration(pts);
+  EXPECT_LT(f.max_rel_error, 0.02);
+  EXPECT_NEAR(f.a, 1.75e-5, 0.2e-5);
+  EXPECT_NEAR(f.b, 1.94e-9, 0.1e-9);
+  ASSERT_TRUE(f.has_memory);
+  EXPECT_NEAR(f.static_bytes / 1e9, 30, 0.5);
+  EXPECT_NEAR(f.m1, 170e3, 5e3);
+  // The single exponent fits worse than a*S + b*S^2 + c0 on a curve with both terms.
+  EXPECT_GT(f.power_max_rel_error, f.max_rel_error);
+  EXPECT_GT(f.power_p, 1.0);
+  EXPECT_LT(f.power_p, 2.0);
+}
+
+TEST(Calibration, NoisyMeasurementsReportTheirError) {
+  auto pts = synthetic(1.75e-5, 1.94e-9, 1.3e-3, 3e-3, 2048, 0.05);
+  CalibrationFit f = fit_calibration(pts);
+  EXPECT_GT(f.max_rel_error, 0.0);
+  EXPECT_LT(f.median_rel_error, 0.05);
+  EXPECT_LT(f.max_rel_error, 0.12);
+}
+
+TEST(Calibration, ProfileRoundTripsIntoTheProfileCostModel) {
+  auto pts = synthetic(1.75e-5, 1.94e-9, 1.3e-3, 3e-3, 2048, 0.0);
+  CalibrationFit f = fit_calibration(pts);
+  const std::string path = ::testing::TempDir() + "profile.json";
+  std::ofstream(path) << profile_json(f, pts, "wan2.1-1.3b", "h200");
+  ProfileCost cost(path);
+  ASSERT_TRUE(cost.has_memory());
+  Bucket b;
+  b.tokens = 32760;
+  EXPECT_NEAR(cost.sample_time(b), f.a * 32760 + f.b * 32760.0 * 32760 + f.c0, 1e-12);
+  EXPECT_NEAR(cost.microbatch_time(2, b), pts[13].time_s, 0.02 * pts[13].time_s);  // S=32760, B=2
+}
+
+TEST(Calibration, TooFewPointsOrBadFilesAreClearErrors) {
+  std::vector<Measurement> two = {{1000, 1, 0.1, -1}, {2000, 1, 0.2, -1}, {2000, 2, 0.4, -1}};
+  EXPECT_THROW(fit_calibration(two), ConfigError);
+  const std::string path = ::testing::TempDir() + "bad_points.jsonl";
+  std::ofstream(path) << "{\"tokens\":100,\"batch\":1,\"time_s\":0.1}\n{\"tokens\":\"x\"}\n";
+  try {
+    read_measurements(path);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("bad_points.jsonl:2"), std::string::npos) << e.what();
+  }
+  const std::string prof = ::testing::TempDir() + "not_profile.json";
+  std::ofstream(prof) << "{\"format\":\"something-else\"}";
+  EXPECT_THROW(ProfileCost{prof}, InputError);
+}
