@@ -94,7 +94,15 @@ def extensions():
         )
         include_dirs.append(os.path.join(ROOT, "cuda"))
         kwargs["define_macros"] = [("AL_WITH_CUDA", "1")]
-        kwargs["extra_compile_args"] = {"cxx": cxx, "nvcc": ["-O3", "-std=c++17", "--expt-relaxed-constexpr"]}
+        # Same architectures as cuda/CMakeLists.txt (sm_80, sm_90 + compute_90 PTX) unless the
+        # caller chose; torch 1.x's default list includes ones CUDA 12+ no longer compiles.
+        os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0+PTX")
+        # torch adds -D__CUDA_NO_HALF_OPERATORS__ and friends; the kernels are written (and
+        # tested under CMake) with the CUDA headers' defaults, so undo them.
+        nvcc = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-Xcompiler=-Wall,-Wextra"]
+        nvcc += [f"-U__CUDA_NO_{m}__" for m in ("HALF_OPERATORS", "HALF_CONVERSIONS", "BFLOAT16_CONVERSIONS",
+                                                 "HALF2_OPERATORS")]
+        kwargs["extra_compile_args"] = {"cxx": cxx, "nvcc": nvcc}
         return [cpp_extension.CUDAExtension(sources=core + [resources] + binding + cuda, **kwargs)]
     kwargs["extra_compile_args"] = {"cxx": cxx}
     return [cpp_extension.CppExtension(sources=core + [resources] + binding, **kwargs)]
