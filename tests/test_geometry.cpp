@@ -36,7 +36,7 @@ TEST(Geometry, PresetsMatchDesign) {
   for (const auto& name : preset_names("models")) EXPECT_NO_THROW(load_model(name)) << name;
   for (const auto& name : preset_names("devices")) EXPECT_NO_THROW(load_device(name)) << name;
   for (const auto& name : preset_names("grids")) EXPECT_NO_THROW(load_grid(name)) << name;
-  EXPECT_EQ(preset_names("devices"), (std::vector<std::string>{"a100", "h100", "h200"}));
+  EXPECT_EQ(preset_names("devices"), (std::vector<std::string>{"a100", "cpu", "h100", "h200"}));
   try {
     load_model("wan3");
     FAIL();
