@@ -10,8 +10,9 @@ import sys
 import torch
 
 import adaptiveload
-from conftest import DATASETS, HERE
+from conftest import DATASETS, HERE, require_datasets
 
+require_datasets("taichi_hd.csv", "coco2017_val_images.csv")
 MANIFESTS = [os.path.join(DATASETS, "taichi_hd.csv"), os.path.join(DATASETS, "coco2017_val_images.csv")]
 
 

@@ -11,10 +11,11 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from adaptiveload import AdaptiveBatchSampler
-from conftest import DATASETS
+from conftest import DATASETS, require_datasets
 
 TAICHI = os.path.join(DATASETS, "taichi_hd.csv")
 COCO = os.path.join(DATASETS, "coco2017_val_images.csv")
+require_datasets("taichi_hd.csv", "coco2017_val_images.csv")
 MANIFEST = [TAICHI, COCO]
 STRATEGIES = ["balanced", "dual", "equal_tokens", "fixed"]
 
