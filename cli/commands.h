@@ -18,6 +18,7 @@ struct Command {
 // Each adds its subcommand to `app`; the returned state lives as long as the program.
 std::shared_ptr<Command> add_plan_command(CLI::App& app);
 std::shared_ptr<Command> add_demo_command(CLI::App& app);
+std::shared_ptr<Command> add_scan_command(CLI::App& app);
 std::shared_ptr<Command> add_calibrate_command(CLI::App& app);
 
 }  // namespace adaptiveload::cli

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   std::vector<std::shared_ptr<Command>> commands = {
       add_demo_command(app),
       add_plan_command(app),
+      add_scan_command(app),
       add_calibrate_command(app),
   };
 
