@@ -198,8 +198,13 @@ class AdaptiveBatchSampler(Sampler):
         samples, tokens, padded = self._plan.step_info(t)
         return PlannedStep(self.epoch, self._steps_before + t, micro_batches, samples, tokens, padded)
 
+    # iter(sampler) and steps() start (or restart) the iteration when called, not at the
+    # first next(), so state_dict() right after them is exact.
+
     def __iter__(self) -> Iterator[List[int]]:
-        gen = self._begin_iteration()
+        return self._micro_batches(self._begin_iteration())
+
+    def _micro_batches(self, gen: int) -> Iterator[List[int]]:
         plan = self._plan
         while self._generation == gen and self._step < plan.num_steps:
             t = self._step
@@ -220,9 +225,12 @@ class AdaptiveBatchSampler(Sampler):
 
     def steps(self) -> Iterator[PlannedStep]:
         """Per global step: this rank's micro-batches plus the step's global sample and token
-        counts. A step counts as done once it is handed out (checkpoint inside the loop body,
-        after the optimizer step). Shares the position with iter(sampler)."""
-        gen = self._begin_iteration()
+        counts, for a loop that loads its own data. A step counts as done once it is handed
+        out (checkpoint inside the loop body, after the optimizer step). Shares the position
+        with iter(sampler): use one or the other."""
+        return self._steps(self._begin_iteration())
+
+    def _steps(self, gen: int) -> Iterator[PlannedStep]:
         plan = self._plan
         while self._generation == gen and self._step < plan.num_steps:
             t = self._step
@@ -233,6 +241,25 @@ class AdaptiveBatchSampler(Sampler):
             yield self._step_info(t, mbs)
         if self._generation == gen:
             self._restart = True
+
+    def schedule(self) -> Iterator[PlannedStep]:
+        """The steps the next iteration will yield, as steps() would give them, without moving
+        the position: for a DataLoader(batch_sampler=sampler) loop, which pulls micro-batches
+        through iter(sampler) (and, with workers, ahead of training). Call it before
+        iter(loader); take len(step.micro_batches) batches from the loader per step, and
+        checkpoint with state_dict(step=step.step + 1)."""
+        if self._restart:
+            self._begin_iteration()
+        plan, rank, first, offset = self._plan, self.rank, self._step, self._offset
+        epoch, before = self.epoch, self._steps_before
+
+        def gen():
+            for t in range(first, plan.num_steps):
+                mbs = plan.rank_step(t, rank)
+                samples, tokens, padded = plan.step_info(t)
+                yield PlannedStep(epoch, before + t, mbs[offset:] if t == first else mbs, samples, tokens, padded)
+
+        return gen()
 
     # --- state --------------------------------------------------------------------------
 
