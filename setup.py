@@ -59,11 +59,13 @@ def embed_resources(out):
 
 
 def want_cuda():
+    """A CUDA build when torch has CUDA and nvcc exists (a GPU need not be visible)."""
     import torch
+    from torch.utils.cpp_extension import CUDA_HOME
 
     if os.environ.get("AL_CUDA", "1") == "0":
         return False
-    nvcc = shutil.which("nvcc") or os.path.exists(os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc"))
+    nvcc = shutil.which("nvcc") or (CUDA_HOME and os.path.exists(os.path.join(CUDA_HOME, "bin", "nvcc")))
     return bool(torch.version.cuda) and bool(nvcc)
 
 

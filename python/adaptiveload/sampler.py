@@ -321,7 +321,9 @@ class AdaptiveBatchSampler(Sampler):
             )
         last_world = st["segments"][-1][0]
         if last_world != saved_world:
-            raise ValueError(f"sampler state is inconsistent: world_size {saved_world} but the core state says {last_world}")
+            raise ValueError(
+                f"sampler state is inconsistent: world_size {saved_world} but the core state says {last_world}"
+            )
         if last_world != self.world_size:
             offset = 0  # elastic: the partly handed-out step is planned again
         elif offset and saved_rank != self.rank:

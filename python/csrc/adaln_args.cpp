@@ -49,31 +49,33 @@ DType to_dtype(const at::Tensor& t, const char* arg) {
     case at::kHalf:
       return DType::F16;
     default:
-      TORCH_CHECK_VALUE(false, kOp, ": ", arg, " has dtype ", dtype_str(t.scalar_type()),
-                        "; supported are float32, bfloat16 and float16 (the kernels compute in fp32 "
-                        "but do not store fp64; cast with .float())");
+      TORCH_CHECK_VALUE(
+          false, kOp, ": ", arg, " has dtype ", dtype_str(t.scalar_type()),
+          "; supported are float32, bfloat16 and float16 (the kernels compute in fp32 "
+          "but do not store fp64; cast with .float())");
   }
   return DType::F32;  // not reached
 }
 
 void check_device(const at::Tensor& x, const at::Tensor& t, const char* arg) {
-  TORCH_CHECK(t.device() == x.device(), kOp, ": ", arg, " is on ", t.device(), " but x is on ", x.device(),
-              "; move all inputs to one device");
+  TORCH_CHECK(t.device() == x.device(), kOp, ": ", arg, " is on ", t.device(), " but x is on ",
+              x.device(), "; move all inputs to one device");
 }
 
-void check_vector(const at::Tensor& x, const c10::optional<at::Tensor>& t, const char* arg, int64_t D) {
+void check_vector(const at::Tensor& x, const c10::optional<at::Tensor>& t, const char* arg,
+                  int64_t D) {
   if (!t.has_value() || !t->defined()) return;
   check_device(x, *t, arg);
-  TORCH_CHECK_VALUE(t->dim() == 1 && t->size(0) == D, kOp, ": ", arg, " has shape ", shape(t->sizes()),
-                    "; it must be [D] = [", D, "] (D = x.shape[-1])");
+  TORCH_CHECK_VALUE(t->dim() == 1 && t->size(0) == D, kOp, ": ", arg, " has shape ",
+                    shape(t->sizes()), "; it must be [D] = [", D, "] (D = x.shape[-1])");
   to_dtype(*t, arg);
 }
 
 }  // namespace
 
-AdalnLayout adaln_check_inputs(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale,
-                               const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias,
-                               double eps) {
+AdalnLayout adaln_check_inputs(const at::Tensor& x, const at::Tensor& shift,
+                               const at::Tensor& scale, const c10::optional<at::Tensor>& weight,
+                               const c10::optional<at::Tensor>& bias, double eps) {
   TORCH_CHECK_VALUE(x.dim() == 2 || x.dim() == 3, kOp, ": x has shape ", shape(x.sizes()),
                     "; it must be [B, L, D] or [N, D]");
   AdalnLayout lay;
@@ -84,7 +86,8 @@ AdalnLayout adaln_check_inputs(const at::Tensor& x, const at::Tensor& shift, con
   TORCH_CHECK_VALUE(D >= 1 || x.numel() == 0, kOp, ": x has shape ", shape(x.sizes()),
                     "; the normalised dimension D must be >= 1");
   TORCH_CHECK_VALUE(shift.sizes() == scale.sizes(), kOp, ": shift has shape ", shape(shift.sizes()),
-                    " but scale has shape ", shape(scale.sizes()), "; they must have the same shape");
+                    " but scale has shape ", shape(scale.sizes()),
+                    "; they must have the same shape");
   lay.dim = D;
   lay.rows = D > 0 ? x.numel() / D : (x.dim() == 3 ? x.size(0) * x.size(1) : x.size(0));
   const auto s = scale.sizes();
@@ -92,14 +95,16 @@ AdalnLayout adaln_check_inputs(const at::Tensor& x, const at::Tensor& shift, con
     const int64_t B = x.size(0), L = x.size(1);
     lay.batch = B;
     lay.rows_per_sample = L;
-    if ((s.size() == 2 && s[0] == B && s[1] == D) || (s.size() == 3 && s[0] == B && s[1] == 1 && s[2] == D)) {
+    if ((s.size() == 2 && s[0] == B && s[1] == D) ||
+        (s.size() == 3 && s[0] == B && s[1] == 1 && s[2] == D)) {
       lay.per_token = false;
     } else if (s.size() == 3 && s[0] == B && s[1] == L && s[2] == D) {
       lay.per_token = true;
     } else {
-      TORCH_CHECK_VALUE(false, kOp, ": scale and shift have shape ", shape(s), " but x is ", shape(x.sizes()),
-                        "; they must be [B, D] = [", B, ", ", D, "] or [B, 1, D] (per sample) or [B, L, D] = ", "[",
-                        B, ", ", L, ", ", D, "] (per token)");
+      TORCH_CHECK_VALUE(false, kOp, ": scale and shift have shape ", shape(s), " but x is ",
+                        shape(x.sizes()), "; they must be [B, D] = [", B, ", ", D,
+                        "] or [B, 1, D] (per sample) or [B, L, D] = ", "[", B, ", ", L, ", ", D,
+                        "] (per token)");
     }
   } else {
     const int64_t N = x.size(0);
@@ -108,43 +113,47 @@ AdalnLayout adaln_check_inputs(const at::Tensor& x, const at::Tensor& shift, con
     } else if (s.size() == 2 && s[0] == N && s[1] == D) {  // one modulation row per row
       lay.batch = N, lay.rows_per_sample = 1, lay.per_token = true;
     } else {
-      TORCH_CHECK_VALUE(false, kOp, ": scale and shift have shape ", shape(s), " but x is ", shape(x.sizes()),
-                        "; for x of shape [N, D] they must be [1, D] = [1, ", D, "] or [N, D] = [", N, ", ", D, "]");
+      TORCH_CHECK_VALUE(false, kOp, ": scale and shift have shape ", shape(s), " but x is ",
+                        shape(x.sizes()), "; for x of shape [N, D] they must be [1, D] = [1, ", D,
+                        "] or [N, D] = [", N, ", ", D, "]");
     }
   }
   lay.mod_dtype = to_dtype(scale, "scale");
   TORCH_CHECK_VALUE(shift.scalar_type() == scale.scalar_type(), kOp, ": shift has dtype ",
-                    dtype_str(shift.scalar_type()), " but scale has dtype ", dtype_str(scale.scalar_type()),
-                    "; give both in float32 or both in x's dtype");
-  TORCH_CHECK_VALUE(lay.mod_dtype == DType::F32 || lay.mod_dtype == lay.x_dtype, kOp, ": scale and shift have dtype ",
-                    dtype_str(scale.scalar_type()), " but x has dtype ", dtype_str(x.scalar_type()),
+                    dtype_str(shift.scalar_type()), " but scale has dtype ",
+                    dtype_str(scale.scalar_type()), "; give both in float32 or both in x's dtype");
+  TORCH_CHECK_VALUE(lay.mod_dtype == DType::F32 || lay.mod_dtype == lay.x_dtype, kOp,
+                    ": scale and shift have dtype ", dtype_str(scale.scalar_type()),
+                    " but x has dtype ", dtype_str(x.scalar_type()),
                     "; the modulation must be float32 or x's dtype");
   check_vector(x, weight, "weight", D);
   check_vector(x, bias, "bias", D);
-  const bool has_w = weight.has_value() && weight->defined(), has_b = bias.has_value() && bias->defined();
+  const bool has_w = weight.has_value() && weight->defined(),
+             has_b = bias.has_value() && bias->defined();
   if (has_w) lay.weight_dtype = to_dtype(*weight, "weight");
   if (has_b) lay.weight_dtype = to_dtype(*bias, "bias");
   if (has_w && has_b)
     TORCH_CHECK_VALUE(weight->scalar_type() == bias->scalar_type(), kOp, ": weight has dtype ",
-                      dtype_str(weight->scalar_type()), " but bias has dtype ", dtype_str(bias->scalar_type()),
-                      "; give both in one dtype");
+                      dtype_str(weight->scalar_type()), " but bias has dtype ",
+                      dtype_str(bias->scalar_type()), "; give both in one dtype");
   TORCH_CHECK_VALUE(eps >= 0 && eps < 1e30, kOp, ": eps (", eps, ") must be finite and >= 0");
   return lay;
 }
 
-void adaln_check_bwd_inputs(const AdalnLayout& lay, const at::Tensor& dy, const at::Tensor& x, const at::Tensor& mean,
-                            const at::Tensor& rstd) {
-  TORCH_CHECK_VALUE(dy.sizes() == x.sizes(), kOp, " backward: grad_output has shape ", shape(dy.sizes()),
-                    " but x is ", shape(x.sizes()));
+void adaln_check_bwd_inputs(const AdalnLayout& lay, const at::Tensor& dy, const at::Tensor& x,
+                            const at::Tensor& mean, const at::Tensor& rstd) {
+  TORCH_CHECK_VALUE(dy.sizes() == x.sizes(), kOp, " backward: grad_output has shape ",
+                    shape(dy.sizes()), " but x is ", shape(x.sizes()));
   TORCH_CHECK_VALUE(dy.scalar_type() == x.scalar_type(), kOp, " backward: grad_output has dtype ",
                     dtype_str(dy.scalar_type()), " but x has dtype ", dtype_str(x.scalar_type()));
   check_device(x, dy, "grad_output");
   for (const at::Tensor* t : {&mean, &rstd}) {
     const char* name = t == &mean ? "mean" : "rstd";
     check_device(x, *t, name);
-    TORCH_CHECK_VALUE(t->scalar_type() == at::kFloat && t->numel() == lay.rows, kOp, " backward: ", name,
-                      " must be float32 with one value per row of x (", lay.rows, "), got ",
-                      dtype_str(t->scalar_type()), " ", shape(t->sizes()), "; pass the forward's outputs");
+    TORCH_CHECK_VALUE(t->scalar_type() == at::kFloat && t->numel() == lay.rows, kOp,
+                      " backward: ", name, " must be float32 with one value per row of x (",
+                      lay.rows, "), got ", dtype_str(t->scalar_type()), " ", shape(t->sizes()),
+                      "; pass the forward's outputs");
   }
 }
 

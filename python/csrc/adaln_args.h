@@ -25,13 +25,13 @@ struct AdalnLayout {
 
 // Checks the forward's inputs; throws c10::ValueError (Python ValueError) for shapes and
 // dtypes, c10::Error (RuntimeError) for devices. Works on meta tensors.
-AdalnLayout adaln_check_inputs(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale,
-                               const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias,
-                               double eps);
+AdalnLayout adaln_check_inputs(const at::Tensor& x, const at::Tensor& shift,
+                               const at::Tensor& scale, const c10::optional<at::Tensor>& weight,
+                               const c10::optional<at::Tensor>& bias, double eps);
 
 // Checks the backward's extra inputs (dy like x; mean, rstd fp32 of x.shape[:-1]).
-void adaln_check_bwd_inputs(const AdalnLayout& lay, const at::Tensor& dy, const at::Tensor& x, const at::Tensor& mean,
-                            const at::Tensor& rstd);
+void adaln_check_bwd_inputs(const AdalnLayout& lay, const at::Tensor& dy, const at::Tensor& x,
+                            const at::Tensor& mean, const at::Tensor& rstd);
 
 // Sizes, dtypes and eps of `lay` in a params struct with contiguous strides; pointers null.
 AdalnParams adaln_params(const AdalnLayout& lay, double eps);

@@ -46,16 +46,15 @@ class AdalnFunction : public torch::autograd::Function<AdalnFunction> {
                                 b.defined() && ctx->needs_input_grad(b_edge)};
     at::Tensor dy = grads[0];
     if (!dy.defined()) dy = at::zeros_like(x);  // y unused: only mean / rstd were
-    auto [dx, dshift, dscale, dweight, dbias] = call_adaln_bwd(dy, x, scale, opt(w), opt(b), mean, rstd, mask);
+    auto [dx, dshift, dscale, dweight, dbias] =
+        call_adaln_bwd(dy, x, scale, opt(w), opt(b), mean, rstd, mask);
     return {dx, dshift, dscale, dweight, dbias, at::Tensor()};
   }
 };
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_fwd_autograd(const at::Tensor& x, const at::Tensor& shift,
-                                                                  const at::Tensor& scale,
-                                                                  const c10::optional<at::Tensor>& weight,
-                                                                  const c10::optional<at::Tensor>& bias,
-                                                                  double eps) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_fwd_autograd(
+    const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale,
+    const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias, double eps) {
   variable_list out = AdalnFunction::apply(x, shift, scale, weight, bias, eps);
   return {out[0], out[1], out[2]};
 }

@@ -13,21 +13,22 @@
 namespace adaptiveload {
 namespace py {
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> call_adaln_fwd(const at::Tensor& x, const at::Tensor& shift,
-                                                              const at::Tensor& scale,
-                                                              const c10::optional<at::Tensor>& weight,
-                                                              const c10::optional<at::Tensor>& bias, double eps) {
-  static auto op =
-      c10::Dispatcher::singleton().findSchemaOrThrow("adaptiveload::adaln_fwd", "").typed<AdalnFwdSig>();
+std::tuple<at::Tensor, at::Tensor, at::Tensor> call_adaln_fwd(
+    const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale,
+    const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias, double eps) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("adaptiveload::adaln_fwd", "")
+                       .typed<AdalnFwdSig>();
   return op.call(x, shift, scale, weight, bias, eps);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> call_adaln_bwd(
-    const at::Tensor& dy, const at::Tensor& x, const at::Tensor& scale, const c10::optional<at::Tensor>& weight,
-    const c10::optional<at::Tensor>& bias, const at::Tensor& mean, const at::Tensor& rstd,
-    std::array<bool, 4> mask) {
-  static auto op =
-      c10::Dispatcher::singleton().findSchemaOrThrow("adaptiveload::adaln_bwd", "").typed<AdalnBwdSig>();
+    const at::Tensor& dy, const at::Tensor& x, const at::Tensor& scale,
+    const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias,
+    const at::Tensor& mean, const at::Tensor& rstd, std::array<bool, 4> mask) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("adaptiveload::adaln_bwd", "")
+                       .typed<AdalnBwdSig>();
   return op.call(dy, x, scale, weight, bias, mean, rstd, mask);
 }
 
@@ -38,14 +39,17 @@ AdalnFwdOut adaln_fwd_outputs(const at::Tensor& x) {
   return {at::empty(x.sizes(), x.options()), at::empty(stats, f32), at::empty(stats, f32)};
 }
 
-AdalnBwdOut adaln_bwd_outputs(const at::Tensor& x, const at::Tensor& scale, const c10::optional<at::Tensor>& weight,
+AdalnBwdOut adaln_bwd_outputs(const at::Tensor& x, const at::Tensor& scale,
+                              const c10::optional<at::Tensor>& weight,
                               const c10::optional<at::Tensor>& bias, std::array<bool, 4> mask) {
   AdalnBwdOut o;
   o.dx = at::empty(x.sizes(), x.options());
   if (mask[0]) o.dshift = at::empty(scale.sizes(), scale.options());
   if (mask[1]) o.dscale = at::empty(scale.sizes(), scale.options());
-  if (mask[2] && weight.has_value() && weight->defined()) o.dweight = at::empty(weight->sizes(), weight->options());
-  if (mask[3] && bias.has_value() && bias->defined()) o.dbias = at::empty(bias->sizes(), bias->options());
+  if (mask[2] && weight.has_value() && weight->defined())
+    o.dweight = at::empty(weight->sizes(), weight->options());
+  if (mask[3] && bias.has_value() && bias->defined())
+    o.dbias = at::empty(bias->sizes(), bias->options());
   return o;
 }
 
@@ -53,14 +57,14 @@ namespace {
 
 void* ptr_of(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_fwd_cpu_kernel(const at::Tensor& x_in, const at::Tensor& shift_in,
-                                                                    const at::Tensor& scale_in,
-                                                                    const c10::optional<at::Tensor>& weight_in,
-                                                                    const c10::optional<at::Tensor>& bias_in,
-                                                                    double eps) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_fwd_cpu_kernel(
+    const at::Tensor& x_in, const at::Tensor& shift_in, const at::Tensor& scale_in,
+    const c10::optional<at::Tensor>& weight_in, const c10::optional<at::Tensor>& bias_in,
+    double eps) {
   const AdalnLayout lay = adaln_check_inputs(x_in, shift_in, scale_in, weight_in, bias_in, eps);
   // Non-contiguous inputs are copied, not rejected (no copy when already contiguous).
-  const at::Tensor x = x_in.contiguous(), shift = shift_in.contiguous(), scale = scale_in.contiguous();
+  const at::Tensor x = x_in.contiguous(), shift = shift_in.contiguous(),
+                   scale = scale_in.contiguous();
   const auto weight = contiguous_or_none(weight_in), bias = contiguous_or_none(bias_in);
   AdalnFwdOut o = adaln_fwd_outputs(x);
   AdalnParams p = adaln_params(lay, eps);
@@ -73,8 +77,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_fwd_cpu_kernel(const at::Te
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> adaln_bwd_cpu_kernel(
     const at::Tensor& dy_in, const at::Tensor& x_in, const at::Tensor& scale_in,
-    const c10::optional<at::Tensor>& weight_in, const c10::optional<at::Tensor>& bias_in, const at::Tensor& mean_in,
-    const at::Tensor& rstd_in, std::array<bool, 4> mask) {
+    const c10::optional<at::Tensor>& weight_in, const c10::optional<at::Tensor>& bias_in,
+    const at::Tensor& mean_in, const at::Tensor& rstd_in, std::array<bool, 4> mask) {
   // The layout check takes scale as both modulation tensors: shift is not needed backward.
   const AdalnLayout lay = adaln_check_inputs(x_in, scale_in, scale_in, weight_in, bias_in, 0.0);
   adaln_check_bwd_inputs(lay, dy_in, x_in, mean_in, rstd_in);
@@ -88,7 +92,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> adaln_bwd
   // scale (same shape, dtype and stride) rather than keep shift alive for autograd.
   p.shift = p.scale;
   p.weight = ptr_or_null(weight), p.bias = ptr_or_null(bias);
-  p.mean = const_cast<float*>(mean.data_ptr<float>()), p.rstd = const_cast<float*>(rstd.data_ptr<float>());
+  p.mean = const_cast<float*>(mean.data_ptr<float>()),
+  p.rstd = const_cast<float*>(rstd.data_ptr<float>());
   p.dy = dy.data_ptr(), p.dx = o.dx.data_ptr();
   p.dshift = ptr_of(o.dshift), p.dscale = ptr_of(o.dscale);
   p.dweight = ptr_of(o.dweight), p.dbias = ptr_of(o.dbias);
@@ -97,20 +102,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> adaln_bwd
 }
 
 // Meta: same checks, outputs with the right shapes and dtypes, no data.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_fwd_meta_kernel(const at::Tensor& x, const at::Tensor& shift,
-                                                                     const at::Tensor& scale,
-                                                                     const c10::optional<at::Tensor>& weight,
-                                                                     const c10::optional<at::Tensor>& bias,
-                                                                     double eps) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_fwd_meta_kernel(
+    const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale,
+    const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias, double eps) {
   adaln_check_inputs(x, shift, scale, weight, bias, eps);
   AdalnFwdOut o = adaln_fwd_outputs(x);
   return {o.y, o.mean, o.rstd};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> adaln_bwd_meta_kernel(
-    const at::Tensor& dy, const at::Tensor& x, const at::Tensor& scale, const c10::optional<at::Tensor>& weight,
-    const c10::optional<at::Tensor>& bias, const at::Tensor& mean, const at::Tensor& rstd,
-    std::array<bool, 4> mask) {
+    const at::Tensor& dy, const at::Tensor& x, const at::Tensor& scale,
+    const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias,
+    const at::Tensor& mean, const at::Tensor& rstd, std::array<bool, 4> mask) {
   const AdalnLayout lay = adaln_check_inputs(x, scale, scale, weight, bias, 0.0);
   adaln_check_bwd_inputs(lay, dy, x, mean, rstd);
   AdalnBwdOut o = adaln_bwd_outputs(x, scale, weight, bias, mask);
@@ -122,11 +125,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> adaln_bwd
 }  // namespace adaptiveload
 
 TORCH_LIBRARY(adaptiveload, m) {
-  m.def("adaln_fwd(Tensor x, Tensor shift, Tensor scale, Tensor? weight, Tensor? bias, float eps) "
-        "-> (Tensor y, Tensor mean, Tensor rstd)");
-  m.def("adaln_bwd(Tensor dy, Tensor x, Tensor scale, Tensor? weight, Tensor? bias, Tensor mean, "
-        "Tensor rstd, bool[4] output_mask) -> (Tensor dx, Tensor dshift, Tensor dscale, Tensor dweight, "
-        "Tensor dbias)");
+  m.def(
+      "adaln_fwd(Tensor x, Tensor shift, Tensor scale, Tensor? weight, Tensor? bias, float eps) "
+      "-> (Tensor y, Tensor mean, Tensor rstd)");
+  m.def(
+      "adaln_bwd(Tensor dy, Tensor x, Tensor scale, Tensor? weight, Tensor? bias, Tensor mean, "
+      "Tensor rstd, bool[4] output_mask) -> (Tensor dx, Tensor dshift, Tensor dscale, Tensor "
+      "dweight, "
+      "Tensor dbias)");
 }
 
 TORCH_LIBRARY_IMPL(adaptiveload, CPU, m) {

@@ -14,23 +14,22 @@ namespace py {
 
 // adaln_fwd(x, shift, scale, weight?, bias?, eps) -> (y, mean, rstd)
 //   y like x; mean and rstd fp32 of shape x.shape[:-1] (saved for the backward).
-using AdalnFwdSig = std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
-                                                                   const at::Tensor&, const c10::optional<at::Tensor>&,
-                                                                   const c10::optional<at::Tensor>&, double);
+using AdalnFwdSig = std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+    const at::Tensor&, const at::Tensor&, const at::Tensor&, const c10::optional<at::Tensor>&,
+    const c10::optional<at::Tensor>&, double);
 // adaln_bwd(dy, x, scale, weight?, bias?, mean, rstd, output_mask[shift, scale, weight, bias])
 //   -> (dx, dshift, dscale, dweight, dbias); a gradient not asked for is undefined (None).
 using AdalnBwdSig = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
     const at::Tensor&, const at::Tensor&, const at::Tensor&, const c10::optional<at::Tensor>&,
     const c10::optional<at::Tensor>&, const at::Tensor&, const at::Tensor&, std::array<bool, 4>);
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> call_adaln_fwd(const at::Tensor& x, const at::Tensor& shift,
-                                                              const at::Tensor& scale,
-                                                              const c10::optional<at::Tensor>& weight,
-                                                              const c10::optional<at::Tensor>& bias, double eps);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> call_adaln_fwd(
+    const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale,
+    const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias, double eps);
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> call_adaln_bwd(
-    const at::Tensor& dy, const at::Tensor& x, const at::Tensor& scale, const c10::optional<at::Tensor>& weight,
-    const c10::optional<at::Tensor>& bias, const at::Tensor& mean, const at::Tensor& rstd,
-    std::array<bool, 4> mask);
+    const at::Tensor& dy, const at::Tensor& x, const at::Tensor& scale,
+    const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias,
+    const at::Tensor& mean, const at::Tensor& rstd, std::array<bool, 4> mask);
 
 // Output tensors of the op for these inputs (shared by the CPU, CUDA and Meta kernels).
 struct AdalnFwdOut {
@@ -40,7 +39,8 @@ AdalnFwdOut adaln_fwd_outputs(const at::Tensor& x);
 struct AdalnBwdOut {
   at::Tensor dx, dshift, dscale, dweight, dbias;
 };
-AdalnBwdOut adaln_bwd_outputs(const at::Tensor& x, const at::Tensor& scale, const c10::optional<at::Tensor>& weight,
+AdalnBwdOut adaln_bwd_outputs(const at::Tensor& x, const at::Tensor& scale,
+                              const c10::optional<at::Tensor>& weight,
                               const c10::optional<at::Tensor>& bias, std::array<bool, 4> mask);
 
 }  // namespace py

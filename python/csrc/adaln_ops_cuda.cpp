@@ -22,15 +22,15 @@ void check_cuda_limits(const AdalnLayout& lay) {
                     " exceeds the CUDA kernels' limit of ", adaln_cuda_max_dim());
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_fwd_cuda_kernel(const at::Tensor& x_in, const at::Tensor& shift_in,
-                                                                     const at::Tensor& scale_in,
-                                                                     const c10::optional<at::Tensor>& weight_in,
-                                                                     const c10::optional<at::Tensor>& bias_in,
-                                                                     double eps) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_fwd_cuda_kernel(
+    const at::Tensor& x_in, const at::Tensor& shift_in, const at::Tensor& scale_in,
+    const c10::optional<at::Tensor>& weight_in, const c10::optional<at::Tensor>& bias_in,
+    double eps) {
   const AdalnLayout lay = adaln_check_inputs(x_in, shift_in, scale_in, weight_in, bias_in, eps);
   check_cuda_limits(lay);
   const c10::cuda::CUDAGuard device_guard(x_in.device());
-  const at::Tensor x = x_in.contiguous(), shift = shift_in.contiguous(), scale = scale_in.contiguous();
+  const at::Tensor x = x_in.contiguous(), shift = shift_in.contiguous(),
+                   scale = scale_in.contiguous();
   const auto weight = contiguous_or_none(weight_in), bias = contiguous_or_none(bias_in);
   AdalnFwdOut o = adaln_fwd_outputs(x);
   AdalnParams p = adaln_params(lay, eps);
@@ -44,8 +44,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_fwd_cuda_kernel(const at::T
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> adaln_bwd_cuda_kernel(
     const at::Tensor& dy_in, const at::Tensor& x_in, const at::Tensor& scale_in,
-    const c10::optional<at::Tensor>& weight_in, const c10::optional<at::Tensor>& bias_in, const at::Tensor& mean_in,
-    const at::Tensor& rstd_in, std::array<bool, 4> mask) {
+    const c10::optional<at::Tensor>& weight_in, const c10::optional<at::Tensor>& bias_in,
+    const at::Tensor& mean_in, const at::Tensor& rstd_in, std::array<bool, 4> mask) {
   const AdalnLayout lay = adaln_check_inputs(x_in, scale_in, scale_in, weight_in, bias_in, 0.0);
   adaln_check_bwd_inputs(lay, dy_in, x_in, mean_in, rstd_in);
   check_cuda_limits(lay);
@@ -60,7 +60,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> adaln_bwd
   // scale (same shape, dtype and stride) rather than keep shift alive for autograd.
   p.shift = p.scale;
   p.weight = ptr_or_null(weight), p.bias = ptr_or_null(bias);
-  p.mean = const_cast<float*>(mean.data_ptr<float>()), p.rstd = const_cast<float*>(rstd.data_ptr<float>());
+  p.mean = const_cast<float*>(mean.data_ptr<float>()),
+  p.rstd = const_cast<float*>(rstd.data_ptr<float>());
   p.dy = dy.data_ptr(), p.dx = o.dx.data_ptr();
   p.dshift = ptr_of(o.dshift), p.dscale = ptr_of(o.dscale);
   p.dweight = ptr_of(o.dweight), p.dbias = ptr_of(o.dbias);

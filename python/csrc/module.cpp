@@ -16,9 +16,10 @@ namespace {
 
 // The core's messages name the CLI's flags; say the Python keyword instead.
 std::string pythonize(std::string msg) {
-  const std::pair<const char*, const char*> flags[] = {{"--on-bad-row=skip", "on_bad_row='skip'"},
-                                                       {"--on-oversize=skip", "on_oversize='skip'"},
-                                                       {"--fixed-config FILE", "the fixed_config option"}};
+  const std::pair<const char*, const char*> flags[] = {
+      {"--on-bad-row=skip", "on_bad_row='skip'"},
+      {"--on-oversize=skip", "on_oversize='skip'"},
+      {"--fixed-config FILE", "the fixed_config option"}};
   for (auto [from, to] : flags)
     for (size_t at = msg.find(from); at != std::string::npos; at = msg.find(from, at + 1))
       msg.replace(at, std::string(from).size(), to);
@@ -31,7 +32,8 @@ std::string pythonize(std::string msg) {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   namespace al = adaptiveload;
-  m.doc() = "adaptiveload C++ core: planner bindings and the fused adaLN ops (torch.ops.adaptiveload)";
+  m.doc() =
+      "adaptiveload C++ core: planner bindings and the fused adaLN ops (torch.ops.adaptiveload)";
   // InputError / ConfigError -> ValueError with the core's message.
   pybind11::register_exception_translator([](std::exception_ptr p) {
     try {

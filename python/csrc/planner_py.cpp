@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "adaptiveload/manifest/manifest.h"
-#include "adaptiveload/planner/planner.h"
 #include "adaptiveload/plan/state.h"
+#include "adaptiveload/planner/planner.h"
 
 namespace adaptiveload {
 namespace py {
@@ -20,8 +20,10 @@ BadRowPolicy bad_row_policy(bool skip) { return skip ? BadRowPolicy::kSkip : Bad
 
 // One rank's micro-batches of one step as lists of row ids.
 pb::list rank_step(const Plan& p, size_t step, int rank) {
-  if (step >= p.num_steps()) throw pb::index_error("step " + std::to_string(step) + " out of range");
-  if (rank < 0 || rank >= p.world_size) throw pb::index_error("rank " + std::to_string(rank) + " out of range");
+  if (step >= p.num_steps())
+    throw pb::index_error("step " + std::to_string(step) + " out of range");
+  if (rank < 0 || rank >= p.world_size)
+    throw pb::index_error("rank " + std::to_string(rank) + " out of range");
   auto [first, last] = p.rank_range(step, rank);
   pb::list out;
   for (uint64_t m = first; m < last; ++m) {
@@ -52,29 +54,37 @@ void bind_planner(pb::module_& m) {
   pb::class_<Manifest>(m, "Manifest")
       .def(pb::init<>())
       .def(
-          "load", [](Manifest& self, const std::string& path, bool skip) { self.load(path, bad_row_policy(skip)); },
-          pb::arg("path"), pb::arg("skip_bad_rows") = false, "Appends the rows of a CSV or JSONL file.")
+          "load",
+          [](Manifest& self, const std::string& path, bool skip) {
+            self.load(path, bad_row_policy(skip));
+          },
+          pb::arg("path"), pb::arg("skip_bad_rows") = false,
+          "Appends the rows of a CSV or JSONL file.")
       .def(
           "add_rows",
-          [](Manifest& self, const std::vector<std::string>& path, const std::vector<std::string>& num_frames,
-             const std::vector<std::string>& height, const std::vector<std::string>& width,
-             const std::vector<std::string>& fps, const std::string& source, bool skip) {
+          [](Manifest& self, const std::vector<std::string>& path,
+             const std::vector<std::string>& num_frames, const std::vector<std::string>& height,
+             const std::vector<std::string>& width, const std::vector<std::string>& fps,
+             const std::string& source, bool skip) {
             const size_t n = path.size();
-            if (num_frames.size() != n || height.size() != n || width.size() != n || fps.size() != n)
+            if (num_frames.size() != n || height.size() != n || width.size() != n ||
+                fps.size() != n)
               throw std::invalid_argument("add_rows: columns have different lengths");
             for (size_t i = 0; i < n; ++i)
               self.add_row(path[i], num_frames[i], height[i], width[i], fps[i], source, int64_t(i),
                            bad_row_policy(skip));
           },
-          pb::arg("path"), pb::arg("num_frames"), pb::arg("height"), pb::arg("width"), pb::arg("fps"),
-          pb::arg("source"), pb::arg("skip_bad_rows") = false,
-          "Appends rows given as string columns (empty fps = image); `source` names them in errors, "
+          pb::arg("path"), pb::arg("num_frames"), pb::arg("height"), pb::arg("width"),
+          pb::arg("fps"), pb::arg("source"), pb::arg("skip_bad_rows") = false,
+          "Appends rows given as string columns (empty fps = image); `source` names them in "
+          "errors, "
           "the 'line' of a row is its 0-based index.")
       .def_property_readonly("total_rows", &Manifest::total_rows)
-      .def("usable", [](const Manifest& self, int64_t row) {
-        if (row < 0 || row >= self.total_rows()) throw pb::index_error("row out of range");
-        return self.usable(row);
-      })
+      .def("usable",
+           [](const Manifest& self, int64_t row) {
+             if (row < 0 || row >= self.total_rows()) throw pb::index_error("row out of range");
+             return self.usable(row);
+           })
       .def_property_readonly("bad_rows", [](const Manifest& self) {
         std::vector<std::string> out;
         for (const BadRow& b : self.bad_rows()) out.push_back(b.message());
@@ -98,15 +108,21 @@ void bind_planner(pb::module_& m) {
       .def_readwrite("step_budget_s", &PlannerConfig::step_budget_s)
       .def_readwrite("fixed_config", &PlannerConfig::fixed_config)
       .def_property(
-          "end_policy", [](const PlannerConfig& c) { return c.end_policy == EndPolicy::kDrop ? "drop" : "pad"; },
+          "end_policy",
+          [](const PlannerConfig& c) { return c.end_policy == EndPolicy::kDrop ? "drop" : "pad"; },
           [](PlannerConfig& c, const std::string& v) {
-            if (v != "pad" && v != "drop") throw std::invalid_argument("end_policy must be 'pad' or 'drop', got '" + v + "'");
+            if (v != "pad" && v != "drop")
+              throw std::invalid_argument("end_policy must be 'pad' or 'drop', got '" + v + "'");
             c.end_policy = v == "drop" ? EndPolicy::kDrop : EndPolicy::kPad;
           })
       .def_property(
-          "oversize", [](const PlannerConfig& c) { return c.oversize == OversizePolicy::kSkip ? "skip" : "error"; },
+          "oversize",
+          [](const PlannerConfig& c) {
+            return c.oversize == OversizePolicy::kSkip ? "skip" : "error";
+          },
           [](PlannerConfig& c, const std::string& v) {
-            if (v != "error" && v != "skip") throw std::invalid_argument("on_oversize must be 'error' or 'skip', got '" + v + "'");
+            if (v != "error" && v != "skip")
+              throw std::invalid_argument("on_oversize must be 'error' or 'skip', got '" + v + "'");
             c.oversize = v == "skip" ? OversizePolicy::kSkip : OversizePolicy::kError;
           });
 
@@ -115,7 +131,8 @@ void bind_planner(pb::module_& m) {
       .def_readonly("world_size", &Plan::world_size)
       .def_readonly("strategy", &Plan::strategy)
       .def_readonly("padded_samples", &Plan::padded_samples)
-      .def_property_readonly("dropped", [](const Plan& p) { return std::vector<uint32_t>(p.dropped); })
+      .def_property_readonly("dropped",
+                             [](const Plan& p) { return std::vector<uint32_t>(p.dropped); })
       .def("rank_step", &rank_step, pb::arg("step"), pb::arg("rank"),
            "Micro-batches (lists of row ids) of `rank` in global step `step`.")
       .def(
@@ -140,14 +157,15 @@ void bind_planner(pb::module_& m) {
           pb::arg("step"), "(samples, tokens, padded) of a global step over all ranks.");
 
   pb::class_<Planner>(m, "Planner")
-      .def(pb::init<const Manifest&, const PlannerConfig&>(), pb::arg("manifest"), pb::arg("config"),
-           pb::keep_alive<1, 2>(), pb::call_guard<pb::gil_scoped_release>())
+      .def(pb::init<const Manifest&, const PlannerConfig&>(), pb::arg("manifest"),
+           pb::arg("config"), pb::keep_alive<1, 2>(), pb::call_guard<pb::gil_scoped_release>())
       .def_property_readonly("fingerprint", &Planner::fingerprint)
       .def_property_readonly("mem_budget_tokens", &Planner::mem_budget_tokens)
       .def_property_readonly("comp_budget", &Planner::comp_budget)
       .def_property_readonly("p", &Planner::p)
       .def_property_readonly("step_budget_s", &Planner::step_budget_s)
-      .def_property_readonly("num_oversize", [](const Planner& self) { return self.oversize().size(); })
+      .def_property_readonly("num_oversize",
+                             [](const Planner& self) { return self.oversize().size(); })
       .def(
           "planned_rows",
           [](const Planner& self) {
@@ -163,14 +181,17 @@ void bind_planner(pb::module_& m) {
           "Manifest rows the planner schedules each epoch (usable, fit a bucket, not oversize).")
       .def_property_readonly("left_out",
                              [](const Planner& self) {
-                               // Rows that fit no bucket or are oversize (skipped), with the reason.
+                               // Rows that fit no bucket or are oversize (skipped), with the
+                               // reason.
                                std::vector<std::pair<int64_t, std::string>> out;
-                               for (const UnfitRow& u : self.bucketing().unfit) out.emplace_back(u.row, u.reason);
-                               for (const OversizeSample& o : self.oversize()) out.emplace_back(o.row, o.message);
+                               for (const UnfitRow& u : self.bucketing().unfit)
+                                 out.emplace_back(u.row, u.reason);
+                               for (const OversizeSample& o : self.oversize())
+                                 out.emplace_back(o.row, o.message);
                                return out;
                              })
-      .def("plan", &Planner::plan, pb::arg("strategy"), pb::arg("world_size") = 0, pb::arg("epoch") = -1,
-           pb::call_guard<pb::gil_scoped_release>())
+      .def("plan", &Planner::plan, pb::arg("strategy"), pb::arg("world_size") = 0,
+           pb::arg("epoch") = -1, pb::call_guard<pb::gil_scoped_release>())
       .def(
           "initial_state",
           [](const Planner& self, const std::string& strategy, int world_size, int64_t epoch) {
@@ -194,17 +215,19 @@ void bind_planner(pb::module_& m) {
 
   m.def(
       "parse_state", [](const std::string& text) { return state_to_dict(state_from_json(text)); },
-      pb::arg("state_json"), "Validates a state JSON and returns it as a dict (ValueError if corrupt).");
+      pb::arg("state_json"),
+      "Validates a state JSON and returns it as a dict (ValueError if corrupt).");
   m.def(
       "dump_state",
       [](const std::string& strategy, uint64_t fingerprint, uint64_t seed, int64_t epoch,
          const std::vector<std::pair<int, int64_t>>& segments) {
         PlanState s;
-        s.strategy = strategy, s.fingerprint = fingerprint, s.seed = seed, s.epoch = epoch, s.segments = segments;
+        s.strategy = strategy, s.fingerprint = fingerprint, s.seed = seed, s.epoch = epoch,
+        s.segments = segments;
         return state_to_json(s);
       },
-      pb::arg("strategy"), pb::arg("fingerprint"), pb::arg("seed"), pb::arg("epoch"), pb::arg("segments"),
-      "The core's state JSON for these fields.");
+      pb::arg("strategy"), pb::arg("fingerprint"), pb::arg("seed"), pb::arg("epoch"),
+      pb::arg("segments"), "The core's state JSON for these fields.");
 }
 
 }  // namespace py

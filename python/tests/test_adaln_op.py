@@ -198,24 +198,36 @@ def test_empty_rows():
     assert x.grad.shape == x.shape and shift.grad.shape == shift.shape
 
 
-@pytest.mark.parametrize(
-    "make_args,exc,pattern",
-    [
-        (lambda: (torch.randn(2, 3, 4, 8), torch.randn(2, 8), torch.randn(2, 8)), ValueError, r"x has shape \[2, 3, 4, 8\]"),
-        (lambda: (torch.randn(2, 3, 8), torch.randn(3, 8), torch.randn(3, 8)), ValueError, r"scale and shift have shape \[3, 8\]"),
-        (lambda: (torch.randn(2, 3, 8), torch.randn(2, 8), torch.randn(2, 1, 8)), ValueError, r"shift has shape \[2, 8\] but scale"),
-        (lambda: (torch.randn(2, 3, 8).double(), torch.randn(2, 8), torch.randn(2, 8)), ValueError, "x has dtype float64"),
-        (lambda: (torch.randn(2, 3, 8), torch.randn(2, 8).half(), torch.randn(2, 8).half()), ValueError, "must be float32 or x's dtype"),
-        (lambda: (torch.randn(2, 3, 8), torch.randn(2, 8), torch.randn(2, 8).bfloat16()), ValueError, "shift has dtype float32 but scale"),
-        (lambda: (torch.randn(2, 3, 8), torch.randn(2, 8), torch.randn(2, 8), torch.ones(7)), ValueError, r"weight has shape \[7\]"),
-        (lambda: (torch.randn(5, 8), torch.randn(2, 8), torch.randn(2, 8)), ValueError, r"\[1, D\] = \[1, 8\]"),
-        (lambda: (torch.randn(2, 3, 8), torch.randn(2, 8, device="meta"), torch.randn(2, 8)), RuntimeError, "shift is on meta"),
-    ],
-    ids=["x4d", "mod_batch", "mod_mismatch", "fp64", "mod_f16_x_f32", "mixed_mod", "weight", "2d_mod", "device"],
-)
-def test_bad_inputs_give_clear_errors(make_args, exc, pattern):
+def r(*shape, dtype=torch.float32, device="cpu"):
+    return torch.randn(*shape).to(dtype=dtype, device=device)
+
+
+BAD_INPUTS = {  # name: (args, exception, message pattern)
+    "x4d": ((r(2, 3, 4, 8), r(2, 8), r(2, 8)), ValueError, r"x has shape \[2, 3, 4, 8\]"),
+    "mod_batch": ((r(2, 3, 8), r(3, 8), r(3, 8)), ValueError, r"scale and shift have shape \[3, 8\]"),
+    "mod_mismatch": ((r(2, 3, 8), r(2, 8), r(2, 1, 8)), ValueError, r"shift has shape \[2, 8\] but scale"),
+    "fp64": ((r(2, 3, 8, dtype=torch.float64), r(2, 8), r(2, 8)), ValueError, "x has dtype float64"),
+    "mod_f16_x_f32": (
+        (r(2, 3, 8), r(2, 8, dtype=torch.half), r(2, 8, dtype=torch.half)),
+        ValueError,
+        "must be float32 or x's dtype",
+    ),
+    "mixed_mod": (
+        (r(2, 3, 8), r(2, 8), r(2, 8, dtype=torch.bfloat16)),
+        ValueError,
+        "shift has dtype float32 but scale",
+    ),
+    "weight": ((r(2, 3, 8), r(2, 8), r(2, 8), torch.ones(7)), ValueError, r"weight has shape \[7\]"),
+    "2d_mod": ((r(5, 8), r(2, 8), r(2, 8)), ValueError, r"\[1, D\] = \[1, 8\]"),
+    "device": ((r(2, 3, 8), r(2, 8, device="meta"), r(2, 8)), RuntimeError, "shift is on meta"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_INPUTS))
+def test_bad_inputs_give_clear_errors(name):
+    args, exc, pattern = BAD_INPUTS[name]
     with pytest.raises(exc, match=pattern):
-        adaptiveload.fused_adaln(*make_args())
+        adaptiveload.fused_adaln(*args)
 
 
 def test_module():
