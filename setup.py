@@ -14,7 +14,7 @@ import glob
 import os
 import shutil
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 CHUNK = 16000  # characters per raw-string literal, as in cmake/embed_resources.cmake
@@ -121,7 +121,7 @@ setup(
     version="0.1.0",
     description="Cost-balanced batch planning and a fused adaLN op for video DiT training",
     package_dir={"": "python"},
-    packages=["adaptiveload"],
+    packages=find_packages(where="python", include=["adaptiveload", "adaptiveload.*"]),
     ext_modules=extensions(),
     cmdclass={"build_ext": build_ext_cls()},
     python_requires=">=3.8",
