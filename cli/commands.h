@@ -19,6 +19,7 @@ struct Command {
 std::shared_ptr<Command> add_plan_command(CLI::App& app);
 std::shared_ptr<Command> add_demo_command(CLI::App& app);
 std::shared_ptr<Command> add_scan_command(CLI::App& app);
+std::shared_ptr<Command> add_report_command(CLI::App& app);
 std::shared_ptr<Command> add_calibrate_command(CLI::App& app);
 
 }  // namespace adaptiveload::cli

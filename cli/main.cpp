@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
       add_demo_command(app),
       add_plan_command(app),
       add_scan_command(app),
+      add_report_command(app),
       add_calibrate_command(app),
   };
 

@@ -1,0 +1,53 @@
+#pragma once
+// The `adaptiveload report` page: one self-contained HTML file (inline SVG and CSS, no
+// scripts, no network) built from a Planner, its plans and their simulated metrics:
+//   - inputs and budgets (as in `plan`'s table header);
+//   - the summary table of DESIGN.md's metrics, one row per strategy;
+//   - the bucket histogram: samples and tokens per bucket;
+//   - the cost model c(S): seconds per sample vs tokens, over the buckets in use and a smooth
+//     range, with a profile's calibrated points when it has "points";
+//   - per strategy, a window of steps: each rank's busy time (micro-batches in alternating
+//     shades) and its idle time up to the step's slowest rank.
+// Pure C++ string building; the CLI (cli/cmd_report.cpp) only wires options and files.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "adaptiveload/manifest/manifest.h"
+#include "adaptiveload/planner/planner.h"
+
+namespace adaptiveload {
+
+struct ReportOptions {
+  std::string title = "AdaptiveLoad report";
+  int64_t first_step = 0;    // first global step of the per-rank windows
+  int64_t steps = 24;        // steps per window
+  std::string profile_path;  // plot its "points" (time_s / batch vs tokens) when present
+  // Machine-readable copy of the comparison (e.g. the CLI's comparison_json), embedded as
+  // <script type="application/json" id="al-data">; data only, nothing runs. "" = none.
+  std::string data_json;
+};
+
+struct ReportChart {
+  std::string id;     // "buckets-samples", "buckets-tokens", "cost", "steps-<strategy>"
+  std::string title;
+  std::string svg;    // standalone <svg> document text
+};
+
+struct Report {
+  std::string html;
+  std::vector<ReportChart> charts;  // in page order
+};
+
+// `plans[i]` and `metrics[i]` belong to the same strategy; `manifest` (may be null) names
+// the input files. Throws InputError when the profile's "points" are malformed.
+Report build_report(const Planner& planner, const Manifest* manifest, const std::vector<Plan>& plans,
+                    const std::vector<Metrics>& metrics, const ReportOptions& options);
+
+// A profile's calibrated points as (tokens, seconds per sample = time_s / batch), in file
+// order; empty when the file has no "points". Throws InputError naming the entry when one
+// is malformed.
+std::vector<std::pair<double, double>> profile_points(const std::string& path);
+
+}  // namespace adaptiveload
