@@ -389,7 +389,18 @@ class AdaptiveBatchSampler(Sampler):
             "comp_budget": p.comp_budget,
             "p": p.p,
             "step_budget_s": p.step_budget_s,
+            "allreduce_s": p.allreduce_s(self.world_size),
         }
+
+    def sample_geometry(self, row: int) -> tuple:
+        """(frames, height, width) of the bucket a manifest row trains at (latents are
+        [16, 1 + (frames - 1) / 4, height / 8, width / 8] for Wan's VAE)."""
+        return tuple(self._planner(self.world_size).row_geometry(int(row))[:3])
+
+    def predicted_rank_times(self) -> List[List[float]]:
+        """The planner's predicted compute seconds of every rank in every step of the current
+        plan, [steps][world_size] (for comparing the cost model with measurements)."""
+        return self._planner(self.world_size).rank_times(self._plan)
 
     def __repr__(self) -> str:
         if not hasattr(self, "_plan"):

@@ -8,6 +8,7 @@
 
 #include "adaptiveload/manifest/manifest.h"
 #include "adaptiveload/plan/state.h"
+#include "adaptiveload/cost/calibration.h"
 #include "adaptiveload/planner/planner.h"
 
 namespace adaptiveload {
@@ -190,6 +191,32 @@ void bind_planner(pb::module_& m) {
                                  out.emplace_back(o.row, o.message);
                                return out;
                              })
+      .def(
+          "row_geometry",
+          [](const Planner& self, int64_t row) {
+            const auto& sb = self.bucketing().sample_bucket;
+            if (row < 0 || size_t(row) >= sb.size()) throw pb::index_error("row out of range");
+            if (sb[size_t(row)] == kNoBucket)
+              throw std::invalid_argument("manifest row " + std::to_string(row) + " fits no bucket");
+            const Bucket& b = self.bucketing().buckets[sb[size_t(row)]];
+            return pb::make_tuple(b.frames, b.height, b.width, b.tokens);
+          },
+          pb::arg("row"), "(frames, height, width, tokens) of the bucket a manifest row trains at.")
+      .def(
+          "rank_times",
+          [](const Planner& self, const Plan& plan) {
+            // The simulator's per-(step, rank) compute seconds, [steps][W].
+            std::vector<double> flat = rank_times(plan, self.sim_env(plan.world_size));
+            std::vector<std::vector<double>> out(plan.num_steps());
+            for (size_t t = 0; t < out.size(); ++t)
+              out[t].assign(flat.begin() + int64_t(t) * plan.world_size,
+                            flat.begin() + int64_t(t + 1) * plan.world_size);
+            return out;
+          },
+          pb::arg("plan"), "Predicted compute seconds of every rank in every step, [steps][world_size].")
+      .def(
+          "allreduce_s", [](const Planner& self, int world_size) { return self.sim_env(world_size).allreduce_s; },
+          pb::arg("world_size"), "Modelled gradient all-reduce seconds per step.")
       .def("plan", &Planner::plan, pb::arg("strategy"), pb::arg("world_size") = 0,
            pb::arg("epoch") = -1, pb::call_guard<pb::gil_scoped_release>())
       .def(
@@ -213,6 +240,31 @@ void bind_planner(pb::module_& m) {
           pb::arg("state_json"), pb::arg("world_size"),
           "(plan, first_step, state_json): the plan that continues `state` on `world_size` ranks.");
 
+  m.def(
+      "fit_profile",
+      [](const std::vector<pb::dict>& points, const std::string& model, const std::string& device) {
+        std::vector<Measurement> pts;
+        for (const pb::dict& d : points) {
+          Measurement x;
+          x.tokens = d["tokens"].cast<int64_t>();
+          x.batch = d["batch"].cast<int64_t>();
+          x.time_s = d["time_s"].cast<double>();
+          x.peak_bytes = d.contains("peak_bytes") && !d["peak_bytes"].is_none() ? d["peak_bytes"].cast<double>() : -1;
+          pts.push_back(x);
+        }
+        CalibrationFit f = fit_calibration(pts);
+        pb::dict s;
+        s["points"] = f.points, s["a"] = f.a, s["b"] = f.b, s["c0"] = f.c0, s["overhead_s"] = f.overhead_s;
+        s["half_efficiency_tokens"] = f.half_efficiency_tokens;
+        s["median_rel_error"] = f.median_rel_error, s["max_rel_error"] = f.max_rel_error;
+        s["power_p"] = f.power_p, s["power_k"] = f.power_k;
+        s["power_median_rel_error"] = f.power_median_rel_error, s["power_max_rel_error"] = f.power_max_rel_error;
+        s["has_memory"] = f.has_memory, s["static_bytes"] = f.static_bytes, s["m0"] = f.m0, s["m1"] = f.m1;
+        return pb::make_tuple(profile_json(f, pts, model, device), s);
+      },
+      pb::arg("points"), pb::arg("model"), pb::arg("device"),
+      "Fits the cost and memory models to measurements [{tokens, batch, time_s, peak_bytes}] and returns "
+      "(profile_json, summary).");
   m.def(
       "parse_state", [](const std::string& text) { return state_to_dict(state_from_json(text)); },
       pb::arg("state_json"),

@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""Train a Wan-2.1-style DiT on random latents shaped by a real manifest, with batches from
+AdaptiveBatchSampler, and measure what DESIGN.md's metrics say: imbalance, throughput, peak
+memory — beside the planner's prediction for the same steps.
+
+Two modes:
+  emulated ranks (default): one process, one device; each global step runs every emulated
+      rank's micro-batches in turn, timing each rank (CUDA events on GPU, wall clock on CPU);
+      the step time is the slowest rank's, as in synchronous data parallelism.
+  real data parallel: under torchrun (WORLD_SIZE set); NCCL on GPU, gloo on CPU. Each rank
+      runs its micro-batches without synchronising gradients, then one explicit all-reduce
+      per step; per-rank compute times are all-gathered.
+
+Examples:
+  python examples/train_dit.py --config tiny --strategy balanced --world-size 4 --steps 6
+  torchrun --nproc_per_node 8 examples/train_dit.py --config wan2.1-1.3b --layers 4 --device cuda
+The summary (one JSON object per strategy x kernel setting) goes to --out and stdout.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Dict, List, Optional
+
+import torch
+
+try:
+    import adaptiveload
+except ImportError:  # running from a source checkout with the extension built in place
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+    import adaptiveload
+
+from adaptiveload.models import wan_dit
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_MANIFESTS = [os.path.join(HERE, "..", "data", "demo_manifest.csv")]
+PAPER = {"imbalance_equal_tokens": 0.39, "imbalance_dual": 0.189, "throughput_gain": 0.272, "vram_efficiency_gain": 0.227}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--manifest", "-m", action="append", help="manifest file(s); default: the built-in demo set")
+    p.add_argument("--config", default="tiny", choices=sorted(wan_dit.CONFIGS), help="model dimensions")
+    p.add_argument("--layers", type=int, help="override the number of blocks")
+    p.add_argument("--strategy", default="balanced", help="equal_tokens, fixed, dual, balanced, or a comma list")
+    p.add_argument("--fused", default="off", choices=["off", "on", "both"], help="fused adaLN kernel")
+    p.add_argument("--world-size", "-w", type=int, default=4, help="emulated ranks (ignored under torchrun)")
+    p.add_argument("--steps", type=int, default=8, help="global steps to run per strategy (after warm-up)")
+    p.add_argument("--warmup", type=int, default=1, help="global steps run first and not measured")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--planner-device", help="device preset for the planner (default: h200 on CUDA, cpu on CPU)")
+    p.add_argument("--grid", help="bucket grid preset (default: wan, or tiny for --config tiny)")
+    p.add_argument("--mem-budget", type=int, help="tokens per micro-batch (M_mem); default: auto (tiny: 4096)")
+    p.add_argument("--profile", help="calibrated cost profile for the planner")
+    p.add_argument("--checkpointing", action="store_true", help="activation checkpointing in every block")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--out", help="write the summaries (JSON list) here")
+    p.add_argument("--log-samples", help="append the sample ids each rank trained, one JSON line per micro-batch")
+    return p.parse_args(argv)
+
+
+class Timer:
+    """Times a region on the device: CUDA events on GPU, perf_counter on CPU."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+
+    def __enter__(self):
+        if self.cuda:
+            self.a, self.b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            self.a.record()
+        else:
+            self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        if self.cuda:
+            self.b.record()
+        else:
+            self.seconds = time.perf_counter() - self.t0
+
+    def elapsed(self) -> float:
+        if self.cuda:
+            self.b.synchronize()
+            return self.a.elapsed_time(self.b) / 1000.0
+        return self.seconds
+
+
+def metrics(times: List[List[float]], samples: int, tokens: int, extra_s: List[float]) -> Dict[str, float]:
+    """DESIGN.md's metrics from per-(step, rank) compute times T[t][r] (the same formulas as
+    the planner's simulator): idle fraction, per-step variants, throughput."""
+    sum_mean = sum_max = step_mean = step_maxmin = total = 0.0
+    for T, extra in zip(times, extra_s):
+        mx, mn, mean = max(T), min(T), sum(T) / len(T)
+        sum_mean += mean
+        sum_max += mx
+        if mx > 0:
+            step_mean += (mx - mean) / mx
+            step_maxmin += (mx - mn) / mx
+        total += mx + extra
+    n = max(len(times), 1)
+    return {
+        "imbalance": 1 - sum_mean / sum_max if sum_max > 0 else 0.0,
+        "imbalance_step_mean": step_mean / n,
+        "imbalance_step_maxmin": step_maxmin / n,
+        "throughput_samples_per_s": samples / total if total > 0 else 0.0,
+        "throughput_tokens_per_s": tokens / total if total > 0 else 0.0,
+        "time_s": total,
+        "steps": len(times),
+        "samples": samples,
+    }
+
+
+def make_batch(sampler, rows: List[int], c: wan_dit.WanDiTConfig, device, dtype, gen: torch.Generator):
+    """Random latents [B, 16, f, H/8, W/8] for the rows' bucket, and random text tokens."""
+    frames, height, width = sampler.sample_geometry(rows[0])
+    f = 1 + (frames - 1) // 4
+    shape = (len(rows), c.in_channels, f, height // 8, width // 8)
+    x0 = torch.randn(shape, generator=gen).to(device=device, dtype=dtype)
+    ctx = torch.randn((len(rows), c.text_len, c.text_dim), generator=gen).to(device=device, dtype=dtype)
+    return x0, ctx
+
+
+def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: int) -> dict:
+    device = torch.device(args.device)
+    ddp = dist_world > 1
+    W = dist_world if ddp else args.world_size
+    c = wan_dit.config(args.config, args.layers)
+    grid = args.grid or ("tiny" if args.config == "tiny" else "wan")
+    planner_device = args.planner_device or ("h200" if device.type == "cuda" else "cpu")
+    mem_budget = args.mem_budget or (4096 if args.config == "tiny" else None)
+    manifests = args.manifest or DEFAULT_MANIFESTS
+    samplers = [
+        adaptiveload.AdaptiveBatchSampler(
+            manifests, model=c.preset, device=planner_device, grid=grid, strategy=strategy, world_size=W, rank=r,
+            seed=args.seed, mem_budget=mem_budget, profile=args.profile, checkpointing=args.checkpointing,
+            on_bad_row="skip", on_oversize="skip")
+        for r in ([dist_rank] if ddp else range(W))
+    ]
+    torch.manual_seed(args.seed)
+    model = wan_dit.WanDiT(c, fused_adaln=fused, checkpointing=args.checkpointing).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    amp = device.type == "cuda"
+    dtype = torch.float32
+    gen = torch.Generator().manual_seed(args.seed + 1000 * dist_rank)
+    steps_iters = [s.steps() for s in samplers]
+    total_steps = samplers[0].num_steps
+    run_steps = min(args.warmup + args.steps, total_steps)
+    times, extra, peaks = [], [], []
+    samples = tokens = 0
+    log = open(args.log_samples, "a") if args.log_samples else None
+    predicted_times = samplers[0].predicted_rank_times()  # [steps][W] seconds, the planner's model
+    for t in range(run_steps):
+        steps = [next(it) for it in steps_iters]
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        rank_times = []
+        for s, st in zip(samplers, steps):
+            t_rank = 0.0
+            for mb in st.micro_batches:
+                x0, ctx = make_batch(s, mb, c, device, dtype, gen)
+                with Timer(device) as tm:
+                    with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
+                        loss = wan_dit.flow_matching_loss(model, x0, ctx).sum() / st.global_samples
+                    loss.backward()
+                t_rank += tm.elapsed()
+                if log:
+                    log.write(json.dumps({"epoch": st.epoch, "step": st.step, "rank": s.rank, "ids": mb}) + "\n")
+            rank_times.append(t_rank)
+        with Timer(device) as tm:
+            if ddp:
+                grads = [p.grad for p in model.parameters() if p.grad is not None]
+                flat = torch.cat([g.flatten() for g in grads])
+                torch.distributed.all_reduce(flat)
+                off = 0
+                for g in grads:
+                    g.copy_(flat[off:off + g.numel()].view_as(g))
+                    off += g.numel()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        sync_s = tm.elapsed()
+        if ddp:
+            gathered = [None] * dist_world
+            torch.distributed.all_gather_object(gathered, rank_times[0])
+            rank_times = gathered
+        if t >= args.warmup:
+            times.append(rank_times)
+            extra.append(sync_s)
+            samples += steps[0].global_samples - steps[0].padded_samples
+            tokens += steps[0].global_tokens
+            if device.type == "cuda":
+                peaks.append(torch.cuda.max_memory_allocated())
+    if log:
+        log.close()
+    measured = metrics(times, samples, tokens, extra)
+    pred = predicted_times[args.warmup:run_steps]
+    allreduce = samplers[0].budgets.get("allreduce_s", 0.0)
+    predicted = metrics(pred, samples, tokens, [allreduce] * len(pred))
+    if peaks:
+        total_mem = torch.cuda.get_device_properties(device).total_memory
+        measured["peak_memory_bytes"] = max(peaks)
+        measured["peak_memory_utilization"] = max(peaks) / total_mem
+    return {
+        "strategy": strategy,
+        "fused_adaln": fused,
+        "config": args.config,
+        "layers": c.layers,
+        "world_size": W,
+        "mode": "ddp" if ddp else "emulated",
+        "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
+        "measured": measured,
+        "predicted": predicted,
+        "plan_steps": total_steps,
+    }
+
+
+def main(argv=None) -> List[dict]:
+    args = parse_args(argv)
+    dist_world = int(os.environ.get("WORLD_SIZE", "1"))
+    dist_rank = 0
+    if dist_world > 1:
+        backend = "nccl" if args.device.startswith("cuda") else "gloo"
+        torch.distributed.init_process_group(backend)
+        dist_rank = torch.distributed.get_rank()
+        if args.device.startswith("cuda"):
+            local = int(os.environ.get("LOCAL_RANK", "0"))
+            torch.cuda.set_device(local)
+            args.device = f"cuda:{local}"
+    fused_opts = {"off": [False], "on": [True], "both": [False, True]}[args.fused]
+    results = []
+    for strategy in args.strategy.split(","):
+        for fused in fused_opts:
+            r = run_strategy(args, strategy.strip(), fused, dist_rank, dist_world)
+            results.append(r)
+            if dist_rank == 0:
+                m, p = r["measured"], r["predicted"]
+                print(f"{r['strategy']:13s} fused={'on ' if fused else 'off'} imbalance {100 * m['imbalance']:5.1f}% "
+                      f"(predicted {100 * p['imbalance']:5.1f}%)  {m['throughput_samples_per_s']:8.2f} samples/s "
+                      f"(predicted {p['throughput_samples_per_s']:8.2f})  steps {m['steps']}", flush=True)
+    if dist_rank == 0 and args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=2)
+    if dist_world > 1:
+        torch.distributed.destroy_process_group()
+    return results
+
+
+if __name__ == "__main__":
+    main()

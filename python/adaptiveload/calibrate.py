@@ -1,0 +1,141 @@
+"""Measure the model on this machine's device and fit the planner's cost and memory models.
+
+    python -m adaptiveload.calibrate --config wan2.1-1.3b --layers 8 --device cuda --out profile.json
+    adaptiveload calibrate -- --config tiny --device cpu          (the CLI hands over to this)
+
+Runs a short sweep of (bucket shape, batch size): forward + backward of the Wan-style DiT
+(adaptiveload.models.wan_dit) on random latents, median of a few repetitions, peak memory
+from torch.cuda.max_memory_allocated. Batch sizes double until the next one is predicted to
+exceed --memory-fraction of the device (and an out-of-memory error, should one happen, ends
+that shape's sweep after freeing the cache). The fit (C++ core: seconds per sample
+a*S + b*S^2 + c0, micro-batch overhead, small-batch efficiency, memory M_static + B(m0 + m1 S),
+and the paper's best single exponent for comparison) is written as a profile that
+`adaptiveload plan --profile` and AdaptiveBatchSampler(profile=...) read; the fit error
+(median and max relative error of predicted vs measured time) is printed and stored.
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+from . import _C
+from .models import wan_dit
+
+# (frames, height, width) shapes of the sweep: images, short and long clips, two resolutions.
+SHAPES = {
+    "wan2.1-1.3b": [(1, 480, 832), (17, 480, 832), (33, 480, 832), (49, 480, 832), (81, 480, 832),
+                    (1, 720, 1280), (33, 720, 1280), (81, 720, 1280)],
+    "tiny": [(1, 32, 48), (1, 96, 160), (5, 96, 160), (9, 96, 160), (17, 64, 112), (17, 96, 160)],
+}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="adaptiveload calibrate", description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", default="tiny", choices=sorted(wan_dit.CONFIGS))
+    p.add_argument("--layers", type=int, help="override the number of blocks (the fit scales per layer count)")
+    p.add_argument("--model", help="planner model preset recorded in the profile (default: the config's)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--device-name", help="device name recorded in the profile (default: detected)")
+    p.add_argument("--max-batch", type=int, default=8)
+    p.add_argument("--reps", type=int, default=3, help="timed repetitions per point (median)")
+    p.add_argument("--memory-fraction", type=float, default=0.85, help="stop before this share of device memory")
+    p.add_argument("--checkpointing", action="store_true")
+    p.add_argument("--fused", action="store_true", help="use the fused adaLN kernel in the model")
+    p.add_argument("--out", "-o", default="profile.json")
+    p.add_argument("--measurements-out", help="also write the raw measurements (JSONL)")
+    return p.parse_args(argv)
+
+
+def measure(model, c, shape, batch, device, reps):
+    frames, height, width = shape
+    f = 1 + (frames - 1) // 4
+    x0 = torch.randn(batch, c.in_channels, f, height // 8, width // 8, device=device)
+    ctx = torch.randn(batch, c.text_len, c.text_dim, device=device)
+    amp = device.type == "cuda"
+    times = []
+    for i in range(reps + 1):  # the first is a warm-up
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+        t0 = time.perf_counter()
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
+            loss = wan_dit.flow_matching_loss(model, x0, ctx).mean()
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            b.record()
+            b.synchronize()
+            dt = a.elapsed_time(b) / 1000.0
+        else:
+            dt = time.perf_counter() - t0
+        if i > 0:
+            times.append(dt)
+    peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else None
+    tokens = f * (height // 16) * (width // 16)
+    return {"tokens": tokens, "batch": batch, "time_s": statistics.median(times), "peak_bytes": peak}
+
+
+def is_oom(e: BaseException) -> bool:
+    return isinstance(e, getattr(torch.cuda, "OutOfMemoryError", ())) or "out of memory" in str(e)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    device = torch.device(args.device)
+    c = wan_dit.config(args.config, args.layers)
+    torch.manual_seed(0)
+    model = wan_dit.WanDiT(c, fused_adaln=args.fused, checkpointing=args.checkpointing).to(device)
+    total = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
+    points = []
+    shapes = SHAPES[args.config]
+    for si, shape in enumerate(shapes):
+        batch = 1
+        prev = None
+        while batch <= args.max_batch:
+            if total and prev and prev["peak_bytes"]:
+                # Activations grow linearly in B: extrapolate from the last point.
+                static = torch.cuda.memory_allocated()
+                predicted = static + (prev["peak_bytes"] - static) * batch / prev["batch"]
+                if predicted > args.memory_fraction * total:
+                    print(f"  {shape} B={batch}: skipped, predicted {predicted / 1e9:.1f} GB > "
+                          f"{args.memory_fraction:.0%} of {total / 1e9:.1f} GB", flush=True)
+                    break
+            try:
+                pt = measure(model, c, shape, batch, device, args.reps)
+            except RuntimeError as e:
+                if not is_oom(e):
+                    raise
+                torch.cuda.empty_cache()
+                print(f"  {shape} B={batch}: out of memory, ending this shape's sweep", flush=True)
+                break
+            points.append(pt)
+            mem = f", peak {pt['peak_bytes'] / 1e9:.2f} GB" if pt["peak_bytes"] else ""
+            print(f"[{si + 1}/{len(shapes)}] frames {shape[0]:3d} {shape[1]}x{shape[2]} S={pt['tokens']:6d} "
+                  f"B={batch}: {pt['time_s'] * 1000:9.2f} ms{mem}", flush=True)
+            prev = pt
+            batch *= 2
+    if args.measurements_out:
+        with open(args.measurements_out, "w") as f:
+            for pt in points:
+                f.write(json.dumps(pt) + "\n")
+    name = args.device_name or (torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu")
+    profile, summary = _C.fit_profile(points, args.model or c.preset, name)
+    with open(args.out, "w") as f:
+        f.write(profile + "\n")
+    print(f"fit of {summary['points']} measurements: seconds per sample = {summary['a']:.4g}*S + "
+          f"{summary['b']:.4g}*S^2 + {summary['c0']:.4g}; overhead {summary['overhead_s'] * 1000:.2f} ms; "
+          f"efficiency halves at {summary['half_efficiency_tokens']:.0f} tokens")
+    print(f"fit error: median {100 * summary['median_rel_error']:.1f}%, max {100 * summary['max_rel_error']:.1f}%; "
+          f"best single exponent p = {summary['power_p']:.3f} (error median "
+          f"{100 * summary['power_median_rel_error']:.1f}%, max {100 * summary['power_max_rel_error']:.1f}%)")
+    print(f"wrote {args.out}")
+    return summary
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() else 1)
