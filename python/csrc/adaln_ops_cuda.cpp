@@ -56,9 +56,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> adaln_bwd
   AdalnBwdOut o = adaln_bwd_outputs(x, scale, weight, bias, mask);
   AdalnParams p = adaln_params(lay, 0.0);
   p.x = x.data_ptr(), p.scale = scale.data_ptr();
-  // The backward never reads shift, but validate() checks it in both passes: point it at
-  // scale (same shape, dtype and stride) rather than keep shift alive for autograd.
-  p.shift = p.scale;
   p.weight = ptr_or_null(weight), p.bias = ptr_or_null(bias);
   p.mean = const_cast<float*>(mean.data_ptr<float>()),
   p.rstd = const_cast<float*>(rstd.data_ptr<float>());

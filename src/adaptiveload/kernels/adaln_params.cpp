@@ -75,12 +75,19 @@ void check_common(const AdalnParams& p) {
   const int64_t mod_rows = p.per_token ? p.rows : p.batch;
   check_matrix(p.x, p.x_stride, p.rows, p.dim, "x", "x_stride");
   check_matrix(p.scale, p.scale_stride, mod_rows, p.dim, "scale", "scale_stride");
-  check_matrix(p.shift, p.shift_stride, mod_rows, p.dim, "shift", "shift_stride");
+}
+
+// Only the forward reads shift (the backward's dshift needs dy alone).
+void check_shift(const AdalnParams& p) {
+  check_matrix(p.shift, p.shift_stride, p.per_token ? p.rows : p.batch, p.dim, "shift", "shift_stride");
 }
 
 }  // namespace
 
-void validate(const AdalnParams& p) { check_common(p); }
+void validate(const AdalnParams& p) {
+  check_common(p);
+  check_shift(p);
+}
 
 void validate(const AdalnParams& p, AdalnPass pass) {
   check_common(p);
@@ -88,6 +95,7 @@ void validate(const AdalnParams& p, AdalnPass pass) {
   if (has_rows && (p.mean == nullptr || p.rstd == nullptr))
     fail(p.mean == nullptr ? "mean" : "rstd", "is null; the forward writes and the backward reads it");
   if (pass == AdalnPass::Fwd) {
+    check_shift(p);
     check_matrix(p.y, p.y_stride, p.rows, p.dim, "y", "y_stride");
     return;
   }
