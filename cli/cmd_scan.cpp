@@ -109,9 +109,9 @@ std::shared_ptr<Command> add_scan_command(CLI::App& app) {
   c->app->allow_extras();
   c->app->prefix_command();
   c->run = [] {
-    std::cerr << "adaptiveload scan: error: this build has no media scanner (FFmpeg's libraries were not found "
-                 "when it was configured); install libavformat-dev libavcodec-dev libavutil-dev and pkg-config "
-                 "(scripts/install_deps.sh), then reconfigure and rebuild (cmake -DAL_SCAN=ON)\n";
+    std::cerr << "adaptiveload scan: error: this build has no media scanner (configured with AL_SCAN=OFF or "
+                 "without FFmpeg's development libraries); install libavformat-dev libavcodec-dev libavutil-dev and "
+                 "pkg-config (scripts/install_deps.sh), then reconfigure with -DAL_SCAN=ON and rebuild\n";
     return 2;
   };
   return c;

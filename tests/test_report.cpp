@@ -143,6 +143,7 @@ Report* RealManifests::report_ = nullptr;
 
 TEST(SvgChart, Ticks) {
   EXPECT_EQ(linear_ticks(0, 37.6, 5), (std::vector<double>{0, 10, 20, 30}));
+  EXPECT_FALSE(std::signbit(linear_ticks(0, 1.5e8, 5).front())) << "a '-0' tick label";
   const std::vector<double> fifths = linear_ticks(0, 1, 5);
   ASSERT_EQ(fifths.size(), 6u);
   for (size_t i = 0; i < fifths.size(); ++i) EXPECT_NEAR(fifths[i], 0.2 * double(i), 1e-12);

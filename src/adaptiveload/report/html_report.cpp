@@ -265,7 +265,7 @@ ReportChart step_chart(const Planner& planner, const Plan& plan, const Metrics& 
                  fmt("%.1f%%", 100 * m.imbalance);
   }
   const size_t bars = (win.end - win.first) * W;
-  c.width = int(std::clamp<size_t>(120 + bars * 6, 1200, 4000));
+  c.width = int(std::clamp<size_t>(120 + bars * 5, 1200, 4000));  // 24 steps x 8 ranks fit the page
   c.height = 360;
   return {c.id, c.title, render_bar_chart(c)};
 }

@@ -116,7 +116,7 @@ std::vector<double> linear_ticks(double lo, double hi, int target) {
     }
   std::vector<double> out;
   for (double k = std::ceil(lo / step - 1e-9); k * step <= hi + step * 1e-6; k += 1)
-    out.push_back(k * step);  // k * step, not a running sum: no drift
+    out.push_back(k * step + 0.0);  // k * step, not a running sum: no drift; + 0.0 turns -0 into 0
   return out;
 }
 
