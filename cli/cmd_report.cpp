@@ -24,7 +24,8 @@ struct ReportCommand : Command {
 
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary);
-  if (!f) throw InputError(path, "cannot open for writing; check the folder exists and is writable");
+  if (!f)
+    throw InputError(path, "cannot open for writing; check the folder exists and is writable");
   f << text;
   f.close();
   if (!f) throw InputError(path, "write failed (disk full?)");
@@ -64,8 +65,9 @@ int run_report(ReportCommand& c) {
     }
   }
   if (!o.quiet)
-    info << "wrote " << c.out << " (" << (rep.html.size() + 1023) / 1024 << " KiB, " << rep.charts.size()
-         << " charts)" << (written.size() > 1 ? " and " + std::to_string(written.size() - 1) + " .svg files" : "")
+    info << "wrote " << c.out << " (" << (rep.html.size() + 1023) / 1024 << " KiB, "
+         << rep.charts.size() << " charts)"
+         << (written.size() > 1 ? " and " + std::to_string(written.size() - 1) + " .svg files" : "")
          << "\n";
   return 0;
 }
@@ -74,24 +76,34 @@ int run_report(ReportCommand& c) {
 
 std::shared_ptr<Command> add_report_command(CLI::App& app) {
   auto c = std::make_shared<ReportCommand>();
-  c->app = app.add_subcommand("report",
-                              "Write an HTML report (inline SVG, no network): bucket histogram, cost model curve, "
-                              "summary table and per-rank step charts of every strategy");
-  c->app->add_option("--manifest,-m", c->manifests,
-                     "Manifest file(s), CSV or JSONL with columns path,num_frames,height,width,fps (fps empty for "
-                     "images). Several files are planned together; row ids continue across them in the order given.")
+  c->app = app.add_subcommand(
+      "report",
+      "Write an HTML report (inline SVG, no network): bucket histogram, cost model curve, "
+      "summary table and per-rank step charts of every strategy");
+  c->app
+      ->add_option("--manifest,-m", c->manifests,
+                   "Manifest file(s), CSV or JSONL with columns path,num_frames,height,width,fps "
+                   "(fps empty for "
+                   "images). Several files are planned together; row ids continue across them in "
+                   "the order given.")
       ->check(CLI::ExistingFile);
   c->app->add_flag("--demo", c->demo, "Report on the built-in demo set instead of --manifest");
   c->opts.add_to(*c->app, false);
   c->app->add_option("--out,-o", c->out, "HTML file to write")->required();
-  c->app->add_option("--steps", c->report.steps, "Global steps shown per strategy in the per-rank charts")
+  c->app
+      ->add_option("--steps", c->report.steps,
+                   "Global steps shown per strategy in the per-rank charts")
       ->capture_default_str()
       ->check(CLI::Range(int64_t(1), int64_t(1000)));
-  c->app->add_option("--first-step", c->report.first_step, "First global step shown in the per-rank charts")
+  c->app
+      ->add_option("--first-step", c->report.first_step,
+                   "First global step shown in the per-rank charts")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  c->app->add_option("--format", c->format,
-                     "html: the page only; svg: also each chart as <out stem>-<chart>.svg beside the page")
+  c->app
+      ->add_option(
+          "--format", c->format,
+          "html: the page only; svg: also each chart as <out stem>-<chart>.svg beside the page")
       ->capture_default_str()
       ->check(CLI::IsMember({"html", "svg"}));
   c->app->add_option("--title", c->report.title, "Page title")->capture_default_str();

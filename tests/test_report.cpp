@@ -74,7 +74,8 @@ std::string check_balanced(const std::string& doc) {
     if ((*it)[3] == "/") continue;  // self-closing
     if ((*it)[1] == "/") {
       if (stack.empty() || stack.back() != name)
-        return "</" + name + "> closes <" + (stack.empty() ? std::string("nothing") : stack.back()) + "> at offset " +
+        return "</" + name + "> closes <" +
+               (stack.empty() ? std::string("nothing") : stack.back()) + "> at offset " +
                std::to_string(it->position());
       stack.pop_back();
     } else {
@@ -148,7 +149,8 @@ TEST(SvgChart, Ticks) {
   ASSERT_EQ(fifths.size(), 6u);
   for (size_t i = 0; i < fifths.size(); ++i) EXPECT_NEAR(fifths[i], 0.2 * double(i), 1e-12);
   EXPECT_EQ(log_ticks(300, 20000), (std::vector<double>{500, 1000, 2000, 5000, 10000, 20000}));
-  EXPECT_EQ(log_ticks(300, 120000), (std::vector<double>{500, 1000, 2000, 5000, 10000, 20000, 50000, 100000}));
+  EXPECT_EQ(log_ticks(300, 120000),
+            (std::vector<double>{500, 1000, 2000, 5000, 10000, 20000, 50000, 100000}));
   EXPECT_EQ(log_ticks(0.001, 1e6).size(), 10u);  // wide: decades only
   EXPECT_EQ(log_ticks(0.001, 1000).size(), 7u);
   EXPECT_EQ(tick_label(32760), "32.76K");
@@ -163,7 +165,8 @@ TEST(SvgChart, BarChartHasOneGroupPerBarAndEscapesText) {
   c.title = "A <title>";
   for (int g = 0; g < 3; ++g) {
     SvgBarGroup grp{"g" + std::to_string(g), {}};
-    for (int b = 0; b < 4; ++b) grp.bars.push_back({{{1.0 + b, "#000"}, {0.5, "#f00"}, {0, "#0f0"}}, "bar & tip"});
+    for (int b = 0; b < 4; ++b)
+      grp.bars.push_back({{{1.0 + b, "#000"}, {0.5, "#f00"}, {0, "#0f0"}}, "bar & tip"});
     c.groups.push_back(grp);
   }
   const std::string svg = render_bar_chart(c);
@@ -227,8 +230,8 @@ TEST_F(RealManifests, OneBarGroupPerRankPerStep) {
     EXPECT_EQ(count(svg, "<g class=\"rank\""), steps * size_t(W)) << plans_[i].strategy;
     for (size_t t = 0; t < steps; ++t)
       for (int r = 0; r < W; ++r)
-        ASSERT_NE(svg.find("<g class=\"rank\" data-group=\"" + std::to_string(t) + "\" data-bar=\"" +
-                           std::to_string(r) + "\""),
+        ASSERT_NE(svg.find("<g class=\"rank\" data-group=\"" + std::to_string(t) +
+                           "\" data-bar=\"" + std::to_string(r) + "\""),
                   std::string::npos)
             << plans_[i].strategy << " step " << t << " rank " << r;
     // The busy times of the hover texts are rank_times' numbers.
@@ -252,7 +255,8 @@ TEST_F(RealManifests, WindowFollowsFirstStepAndSteps) {
     const std::string svg = svg_by_id(r.html, "steps-" + p.strategy);
     EXPECT_EQ(count(svg, "<g class=\"rank\""), n * size_t(W)) << p.strategy;
     if (n) {
-      EXPECT_NE(svg.find("data-group=\"0\" data-bar=\"0\"><title>step 90,"), std::string::npos) << p.strategy;
+      EXPECT_NE(svg.find("data-group=\"0\" data-bar=\"0\"><title>step 90,"), std::string::npos)
+          << p.strategy;
     }
   }
 }
@@ -261,8 +265,11 @@ TEST_F(RealManifests, SummaryRowsMatchTheMetrics) {
   ASSERT_EQ(count(report_->html, "<tr data-strategy="), 4u);
   for (const Metrics& m : metrics_) {
     EXPECT_DOUBLE_EQ(cell(report_->html, m.name, "imbalance"), m.imbalance) << m.name;
-    EXPECT_DOUBLE_EQ(cell(report_->html, m.name, "throughput_samples_per_s"), m.throughput_samples_per_s) << m.name;
-    EXPECT_DOUBLE_EQ(cell(report_->html, m.name, "peak_memory_utilization_max"), m.peak_memory_utilization_max);
+    EXPECT_DOUBLE_EQ(cell(report_->html, m.name, "throughput_samples_per_s"),
+                     m.throughput_samples_per_s)
+        << m.name;
+    EXPECT_DOUBLE_EQ(cell(report_->html, m.name, "peak_memory_utilization_max"),
+                     m.peak_memory_utilization_max);
     EXPECT_DOUBLE_EQ(cell(report_->html, m.name, "steps"), double(m.steps)) << m.name;
   }
 }
@@ -275,7 +282,8 @@ TEST_F(RealManifests, CostCurveShowsBucketsAndCalibratedPoints) {
   EXPECT_EQ(count(svg, "class=\"calibrated\""), 0u);
   EXPECT_EQ(count(svg, "<polyline"), 1u);
 
-  const fs::path prof = fs::temp_directory_path() / ("al_report_profile_" + std::to_string(getpid()) + ".json");
+  const fs::path prof =
+      fs::temp_directory_path() / ("al_report_profile_" + std::to_string(getpid()) + ".json");
   {
     std::ofstream f(prof);
     f << R"({"format": "adaptiveload-profile", "version": 1, "cost": {"a": 1e-5, "b": 1e-10, "c0": 0},
@@ -311,8 +319,8 @@ TEST(ReportCli, TableMatchesComparisonJsonAndSvgFiles) {
   const fs::path dir = fs::temp_directory_path() / ("al_report_cli_" + std::to_string(getpid()));
   fs::create_directories(dir);
   const fs::path out = dir / "report.html";
-  Exec r = run(kCli + " report -m " + kTaichi + " -m " + kCoco + " --on-oversize skip -o " + out.string() +
-              " --format svg --json -q");
+  Exec r = run(kCli + " report -m " + kTaichi + " -m " + kCoco + " --on-oversize skip -o " +
+               out.string() + " --format svg --json -q");
   ASSERT_EQ(r.code, 0) << r.out;
   const json j = json::parse(r.out);
   const std::string html = read_text(out);
@@ -320,10 +328,11 @@ TEST(ReportCli, TableMatchesComparisonJsonAndSvgFiles) {
   ASSERT_EQ(j["strategies"].size(), 4u);
   for (const auto& s : j["strategies"]) {
     const std::string name = s["name"];
-    for (const char* key : {"imbalance", "imbalance_step_mean", "imbalance_step_maxmin", "throughput_samples_per_s",
-                            "throughput_tokens_per_s", "epoch_time_s", "peak_memory_utilization_mean",
-                            "peak_memory_utilization_max", "diversity", "micro_batches_per_rank_step", "steps",
-                            "padded", "dropped"})
+    for (const char* key :
+         {"imbalance", "imbalance_step_mean", "imbalance_step_maxmin", "throughput_samples_per_s",
+          "throughput_tokens_per_s", "epoch_time_s", "peak_memory_utilization_mean",
+          "peak_memory_utilization_max", "diversity", "micro_batches_per_rank_step", "steps",
+          "padded", "dropped"})
       EXPECT_DOUBLE_EQ(cell(html, name, key), s[key].get<double>()) << name << " " << key;
   }
   const size_t a = html.find("<script type=\"application/json\" id=\"al-data\">");
@@ -331,8 +340,8 @@ TEST(ReportCli, TableMatchesComparisonJsonAndSvgFiles) {
   const size_t b = html.find("</script>", a);
   const size_t from = html.find('>', a) + 1;
   EXPECT_EQ(json::parse(html.substr(from, b - from)), j);
-  for (const char* id : {"buckets-samples", "buckets-tokens", "cost", "steps-equal_tokens", "steps-fixed",
-                         "steps-dual", "steps-balanced"}) {
+  for (const char* id : {"buckets-samples", "buckets-tokens", "cost", "steps-equal_tokens",
+                         "steps-fixed", "steps-dual", "steps-balanced"}) {
     const std::string svg = read_text(dir / (std::string("report-") + id + ".svg"));
     EXPECT_EQ(svg.rfind("<?xml", 0), 0u) << id;
     EXPECT_EQ(count(svg, "<svg "), 1u) << id;
@@ -340,7 +349,10 @@ TEST(ReportCli, TableMatchesComparisonJsonAndSvgFiles) {
   EXPECT_FALSE(fs::exists(dir / "report.html.tmp"));
   // Bad arguments: neither --manifest nor --demo; an unwritable --out leaves no file.
   EXPECT_EQ(run(kCli + " report -o " + out.string() + " 2>/dev/null").code, 2);
-  EXPECT_EQ(run(kCli + " report --demo -q -o " + (dir / "nodir" / "r.html").string() + " 2>/dev/null").code, 1);
+  EXPECT_EQ(
+      run(kCli + " report --demo -q -o " + (dir / "nodir" / "r.html").string() + " 2>/dev/null")
+          .code,
+      1);
   EXPECT_FALSE(fs::exists(dir / "nodir"));
   fs::remove_all(dir);
 }
@@ -349,17 +361,20 @@ TEST(ReportCli, TableMatchesComparisonJsonAndSvgFiles) {
 // the page loads from a file with networking off and paints a non-trivial screenshot.
 TEST(ReportCli, RendersInChromium) {
   const char* chromium = "/usr/bin/chromium";
-  if (!fs::exists(chromium)) GTEST_SKIP() << "no /usr/bin/chromium (optional; apt-get install chromium to run this)";
+  if (!fs::exists(chromium))
+    GTEST_SKIP() << "no /usr/bin/chromium (optional; apt-get install chromium to run this)";
   if (kCli.empty() || !fs::exists(kCli)) GTEST_SKIP() << "adaptiveload CLI not built";
-  const fs::path dir = fs::temp_directory_path() / ("al_report_chromium_" + std::to_string(getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("al_report_chromium_" + std::to_string(getpid()));
   fs::create_directories(dir / "profile");
   const fs::path html = dir / "report.html", png = dir / "shot.png";
   ASSERT_EQ(run(kCli + " report --demo -q -o " + html.string()).code, 0);
-  const std::string cmd = std::string("timeout 120 ") + chromium +
-                          " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
-                          "--disable-background-networking --disable-component-update --disable-sync --user-data-dir=" +
-                          (dir / "profile").string() + " --screenshot=" + png.string() +
-                          " --window-size=1400,2000 file://" + html.string() + " >/dev/null 2>&1";
+  const std::string cmd =
+      std::string("timeout 120 ") + chromium +
+      " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run "
+      "--disable-background-networking --disable-component-update --disable-sync --user-data-dir=" +
+      (dir / "profile").string() + " --screenshot=" + png.string() +
+      " --window-size=1400,2000 file://" + html.string() + " >/dev/null 2>&1";
   run(cmd);
   ASSERT_TRUE(fs::exists(png)) << "no screenshot from: " << cmd;
   const std::string bytes = read_text(png);

@@ -75,8 +75,8 @@ std::string q(const fs::path& p) { return "'" + p.string() + "'"; }
 
 // Files of the small media set and the row each must get (paths relative to the set).
 const std::map<std::string, std::string> kGoodRows = {
-    {"clip.webm", "7,60,80,25"},  {"flip.mov", "5,48,64,10"},  {"img.png", "1,30,40,"},
-    {"land.mp4", "5,48,64,10"},   {"photo.JPG", "1,20,50,"},  {"sub/portrait.mp4", "5,64,48,10"},
+    {"clip.webm", "7,60,80,25"}, {"flip.mov", "5,48,64,10"}, {"img.png", "1,30,40,"},
+    {"land.mp4", "5,48,64,10"},  {"photo.JPG", "1,20,50,"},  {"sub/portrait.mp4", "5,64,48,10"},
 };
 const std::set<std::string> kBadFiles = {"notes.mp4", "trunc.mp4", "trunc_fs.mp4"};
 
@@ -94,7 +94,8 @@ class ScanTest : public ::testing::Test {
     const std::vector<std::string> cmds = {
         ff + src + "64x48:rate=10 -frames:v 5 -pix_fmt yuv420p -c:v mpeg4 " + q(m / "land.mp4"),
         // Rotation as phones record it: coded landscape plus a display matrix.
-        ff + "-i " + q(m / "land.mp4") + " -c copy -metadata:s:v:0 rotate=90 " + q(m / "sub" / "portrait.mp4"),
+        ff + "-i " + q(m / "land.mp4") + " -c copy -metadata:s:v:0 rotate=90 " +
+            q(m / "sub" / "portrait.mp4"),
         ff + "-i " + q(m / "land.mp4") + " -c copy -metadata:s:v:0 rotate=180 " + q(m / "flip.mov"),
         ff + src + "80x60:rate=25 -frames:v 7 -c:v libvpx -b:v 100k " + q(m / "clip.webm"),
         ff + src + "40x30 -frames:v 1 " + q(m / "img.png"),
@@ -114,7 +115,8 @@ class ScanTest : public ::testing::Test {
     if (!dir_.empty()) fs::remove_all(dir_);
   }
   void SetUp() override {
-    if (!have_ffmpeg_) GTEST_SKIP() << "the ffmpeg command is not installed (apt-get install ffmpeg)";
+    if (!have_ffmpeg_)
+      GTEST_SKIP() << "the ffmpeg command is not installed (apt-get install ffmpeg)";
   }
   void need_cli() {
     if (kCli.empty() || !fs::exists(kCli)) GTEST_SKIP() << "adaptiveload CLI not built";
@@ -128,10 +130,11 @@ bool ScanTest::have_ffmpeg_ = false;
 fs::path ScanTest::dir_;
 
 TEST_F(ScanTest, ExtensionsConsidered) {
-  for (const char* p : {"a.mp4", "b.MOV", "c.mkv", "d.webm", "e.avi", "f.m4v", "g.jpg", "h.JPEG", "i.png", "j.webp",
-                        "k.bmp", "dir.x/l.Mp4"})
+  for (const char* p : {"a.mp4", "b.MOV", "c.mkv", "d.webm", "e.avi", "f.m4v", "g.jpg", "h.JPEG",
+                        "i.png", "j.webp", "k.bmp", "dir.x/l.Mp4"})
     EXPECT_TRUE(has_media_extension(p)) << p;
-  for (const char* p : {"a.txt", "b.csv", "mp4", "c.mp4.part", "d", "e.gif"}) EXPECT_FALSE(has_media_extension(p)) << p;
+  for (const char* p : {"a.txt", "b.csv", "mp4", "c.mp4.part", "d", "e.gif"})
+    EXPECT_FALSE(has_media_extension(p)) << p;
 }
 
 TEST_F(ScanTest, ProbeReadsEveryField) {
@@ -182,7 +185,8 @@ TEST_F(ScanTest, ProbeReadsEveryField) {
 }
 
 TEST_F(ScanTest, CountFramesCountsPackets) {
-  for (auto [name, frames] : {std::pair{"land.mp4", 5}, std::pair{"clip.webm", 7}, std::pair{"sub/portrait.mp4", 5}}) {
+  for (auto [name, frames] :
+       {std::pair{"land.mp4", 5}, std::pair{"clip.webm", 7}, std::pair{"sub/portrait.mp4", 5}}) {
     ProbeResult r = probe_media((media() / name).string(), true);
     ASSERT_TRUE(r.ok) << name << ": " << r.error;
     EXPECT_EQ(r.info.num_frames, frames) << name;
@@ -218,8 +222,8 @@ TEST_F(ScanTest, WalkIsSortedAndRelative) {
   EXPECT_TRUE(w.errors.empty());
   // The same folder named twice, and a file inside it: each file once.
   WalkResult twice =
-      find_media_files({media().string(), media().string(), (media() / "land.mp4").string()}, media().string(),
-                       false, {});
+      find_media_files({media().string(), media().string(), (media() / "land.mp4").string()},
+                       media().string(), false, {});
   EXPECT_EQ(twice.files.size(), expected.size());
 }
 
@@ -251,7 +255,8 @@ TEST_F(ScanTest, CliWritesManifestAndErrors) {
 TEST_F(ScanTest, PathsJoinTheFolderAsGiven) {
   need_cli();
   const fs::path out = dir_ / "asgiven.csv";
-  Exec r = run("cd " + q(dir_) + " && " + kCli + " scan media -o " + q(out) + " --errors " + q(dir_ / "e.csv") + " -q");
+  Exec r = run("cd " + q(dir_) + " && " + kCli + " scan media -o " + q(out) + " --errors " +
+               q(dir_ / "e.csv") + " -q");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_TRUE(r.output.empty()) << "--quiet printed: " << r.output;
   const std::vector<std::string> rows = lines_of(read_text(out));
@@ -263,7 +268,8 @@ TEST_F(ScanTest, PathsJoinTheFolderAsGiven) {
 TEST_F(ScanTest, AllFilesProbesEveryFile) {
   need_cli();
   const fs::path out = dir_ / "all.csv";
-  Exec r = run(kCli + " scan " + q(media()) + " --root " + q(media()) + " -o " + q(out) + " --all-files -q");
+  Exec r = run(kCli + " scan " + q(media()) + " --root " + q(media()) + " -o " + q(out) +
+               " --all-files -q");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(lines_of(read_text(out)).size(), 1 + kGoodRows.size());
   const std::string err = read_text(dir_ / "all.csv.errors.csv");
@@ -275,9 +281,11 @@ TEST_F(ScanTest, AppendKeepsRowsAndSkipsKnownFiles) {
   const fs::path out = dir_ / "append.csv";
   // Rows from an earlier run (one by hand, out of order), and the half row an interrupted
   // write would leave.
-  const std::string kept = "path,num_frames,height,width,fps\nland.mp4,5,48,64,10\nelsewhere/x.mp4,10,480,640,30\n";
+  const std::string kept =
+      "path,num_frames,height,width,fps\nland.mp4,5,48,64,10\nelsewhere/x.mp4,10,480,640,30\n";
   write_text(out, kept + "img.png,1,3");
-  Exec r = run(kCli + " scan " + q(media()) + " --root " + q(media()) + " -o " + q(out) + " --append");
+  Exec r =
+      run(kCli + " scan " + q(media()) + " --root " + q(media()) + " -o " + q(out) + " --append");
   ASSERT_EQ(r.code, 0) << r.output;
   std::string expected = kept;
   for (const auto& [path, row] : kGoodRows)
@@ -290,7 +298,8 @@ TEST_F(ScanTest, AppendKeepsRowsAndSkipsKnownFiles) {
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(read_text(out), expected);
   EXPECT_NE(r.output.find("0 rows written"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("3 errors"), std::string::npos) << "bad files are probed again: " << r.output;
+  EXPECT_NE(r.output.find("3 errors"), std::string::npos)
+      << "bad files are probed again: " << r.output;
 }
 
 TEST_F(ScanTest, AppendRefusesANonManifest) {
@@ -331,7 +340,8 @@ TEST_F(ScanTest, ProgressLineSaysDoneTotalRateAndEta) {
 
 TEST_F(ScanTest, ProgressBarOnlyOnATerminal) {
   need_cli();
-  if (std::system("script --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "util-linux 'script' not installed";
+  if (std::system("script --version >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "util-linux 'script' not installed";
   const std::string cmd = kCli + " scan " + q(media()) + " -o " + q(dir_ / "tty.csv");
   // Under a pseudo-terminal (script -qfec runs the command with a TTY on stdin/out/err).
   Exec tty = run("script -qfec \"" + cmd + "\" /dev/null");
@@ -390,7 +400,8 @@ TEST_F(ScanTest, ThousandFiles) {
   EXPECT_EQ(bad_seen, bad);
   const size_t at = r.output.find(" files/s");
   ASSERT_NE(at, std::string::npos) << r.output;
-  const std::string rate = r.output.substr(r.output.rfind(' ', at - 1) + 1, at - r.output.rfind(' ', at - 1) - 1);
+  const std::string rate =
+      r.output.substr(r.output.rfind(' ', at - 1) + 1, at - r.output.rfind(' ', at - 1) - 1);
   RecordProperty("files_per_s", rate);
   std::printf("[ scan     ] 1,040 files (1,000 good, 40 bad): %s files/s\n", rate.c_str());
 
@@ -403,8 +414,8 @@ TEST_F(ScanTest, ThousandFiles) {
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    execl(kCli.c_str(), kCli.c_str(), "scan", big.c_str(), fifo.c_str(), "--root", big.c_str(), "-o", cut.c_str(),
-          "-q", static_cast<char*>(nullptr));
+    execl(kCli.c_str(), kCli.c_str(), "scan", big.c_str(), fifo.c_str(), "--root", big.c_str(),
+          "-o", cut.c_str(), "-q", static_cast<char*>(nullptr));
     _exit(127);
   }
   // Everything sorted before the pipe, and nothing after it.
@@ -422,10 +433,12 @@ TEST_F(ScanTest, ThousandFiles) {
   waitpid(pid, &status, 0);
   fs::remove(fifo);
   partial = read_text(cut);
-  EXPECT_EQ(partial, before) << "the manifest on disk must be the sorted rows before the blocked file, all whole";
+  EXPECT_EQ(partial, before)
+      << "the manifest on disk must be the sorted rows before the blocked file, all whole";
   EXPECT_LT(partial.size(), clean.size());
-  std::printf("[ scan     ] killed while blocked with %zu of %zu rows on disk; resuming with --append\n",
-              lines_of(partial).size() - 1, good.size());
+  std::printf(
+      "[ scan     ] killed while blocked with %zu of %zu rows on disk; resuming with --append\n",
+      lines_of(partial).size() - 1, good.size());
   r = run(kCli + " scan " + q(big) + " --root " + q(big) + " -o " + q(cut) + " --append -q");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(read_text(cut), clean);

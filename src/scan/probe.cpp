@@ -74,7 +74,8 @@ bool is_image_demuxer(const AVInputFormat* f) {
 int find_video_stream(const AVFormatContext* fmt) {
   for (unsigned i = 0; i < fmt->nb_streams; ++i) {
     const AVStream* st = fmt->streams[i];
-    if (st->codecpar->codec_type == AVMEDIA_TYPE_VIDEO && !(st->disposition & AV_DISPOSITION_ATTACHED_PIC))
+    if (st->codecpar->codec_type == AVMEDIA_TYPE_VIDEO &&
+        !(st->disposition & AV_DISPOSITION_ATTACHED_PIC))
       return int(i);
   }
   return -1;
@@ -90,9 +91,8 @@ double stream_fps(const AVStream* st) {
 int stream_rotation(const AVStream* st) {
   const uint8_t* matrix = nullptr;
 #if LIBAVCODEC_VERSION_INT >= AV_VERSION_INT(60, 29, 100)
-  const AVPacketSideData* sd =
-      av_packet_side_data_get(st->codecpar->coded_side_data, st->codecpar->nb_coded_side_data,
-                              AV_PKT_DATA_DISPLAYMATRIX);
+  const AVPacketSideData* sd = av_packet_side_data_get(
+      st->codecpar->coded_side_data, st->codecpar->nb_coded_side_data, AV_PKT_DATA_DISPLAYMATRIX);
   if (sd && sd->size >= 9 * 4) matrix = sd->data;
 #else
   size_t size = 0;
@@ -127,7 +127,8 @@ int64_t count_packets(AVFormatContext* fmt, int stream, std::string& why) {
     if (pkt->stream_index == stream) ++n;
     av_packet_unref(pkt);
     if (corrupt) {
-      why = "corrupt packet after " + std::to_string(n) + " video packets (truncated or damaged file)";
+      why = "corrupt packet after " + std::to_string(n) +
+            " video packets (truncated or damaged file)";
       n = -1;
       break;
     }
@@ -140,10 +141,14 @@ int64_t count_packets(AVFormatContext* fmt, int stream, std::string& why) {
 
 const char* frame_source_name(FrameSource s) {
   switch (s) {
-    case FrameSource::kImage: return "image";
-    case FrameSource::kHeader: return "nb_frames";
-    case FrameSource::kDuration: return "duration x fps";
-    case FrameSource::kCounted: return "counted";
+    case FrameSource::kImage:
+      return "image";
+    case FrameSource::kHeader:
+      return "nb_frames";
+    case FrameSource::kDuration:
+      return "duration x fps";
+    case FrameSource::kCounted:
+      return "counted";
   }
   return "?";
 }
@@ -169,7 +174,8 @@ ProbeResult probe_media(const std::string& path, bool count_frames) {
   auto incomplete = [&] {
     if (vs < 0) return true;
     const AVStream* st = fmt->streams[vs];
-    return st->codecpar->width <= 0 || st->codecpar->height <= 0 || (!info.image && stream_fps(st) <= 0);
+    return st->codecpar->width <= 0 || st->codecpar->height <= 0 ||
+           (!info.image && stream_fps(st) <= 0);
   };
   if (incomplete()) {
     // The header lacks the size or rate (image pipes, some streams): let FFmpeg read ahead
@@ -196,8 +202,9 @@ ProbeResult probe_media(const std::string& path, bool count_frames) {
   if (entries > 0 && file_size > 0) {
     const AVIndexEntry* last = avformat_index_get_entry(st, entries - 1);
     if (last && last->pos + std::max(last->size, 0) > file_size)
-      return fail("truncated: the index places frame data up to byte " + std::to_string(last->pos + last->size) +
-                  " but the file has " + std::to_string(file_size) + " bytes");
+      return fail("truncated: the index places frame data up to byte " +
+                  std::to_string(last->pos + last->size) + " but the file has " +
+                  std::to_string(file_size) + " bytes");
   }
 
   if (info.image) {

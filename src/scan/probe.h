@@ -20,9 +20,9 @@ struct MediaInfo {
   int height = 0, width = 0;  // display size, rotation applied
   double fps = 0;             // 0 for images
   bool image = false;
-  int rotation = 0;           // clockwise degrees of the display matrix: 0, 90, 180 or 270
+  int rotation = 0;  // clockwise degrees of the display matrix: 0, 90, 180 or 270
   FrameSource frames_from = FrameSource::kHeader;
-  std::string format;         // demuxer name, e.g. "mov,mp4,m4a,3gp,3g2,mj2"
+  std::string format;  // demuxer name, e.g. "mov,mp4,m4a,3gp,3g2,mj2"
 };
 
 struct ProbeResult {

@@ -31,7 +31,8 @@ std::string ProgressBar::line(const ScanProgress& p, int bar_width) {
   const double eta = rate > 0 ? double(p.total - p.done) / rate : -1;
   char buf[160];
   std::snprintf(buf, sizeof buf, "scan [%s%s] %lld/%lld files %3.0f%%  %.1f files/s  ETA %s",
-                std::string(size_t(filled), '#').c_str(), std::string(size_t(bar_width - filled), '.').c_str(),
+                std::string(size_t(filled), '#').c_str(),
+                std::string(size_t(bar_width - filled), '.').c_str(),
                 static_cast<long long>(p.done), static_cast<long long>(p.total), 100 * frac, rate,
                 clock_text(eta).c_str());
   return buf;

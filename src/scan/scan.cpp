@@ -32,7 +32,8 @@ class RowWriter {
  public:
   RowWriter(std::string path, const char* mode) : path_(std::move(path)) {
     f_ = std::fopen(path_.c_str(), mode);
-    if (!f_) throw InputError(path_, "cannot open for writing; check the folder exists and is writable");
+    if (!f_)
+      throw InputError(path_, "cannot open for writing; check the folder exists and is writable");
   }
   ~RowWriter() {
     if (f_) std::fclose(f_);
@@ -41,7 +42,9 @@ class RowWriter {
   RowWriter& operator=(const RowWriter&) = delete;
   void write(const std::string& line) {
     if (std::fwrite(line.data(), 1, line.size(), f_) != line.size() || std::fflush(f_) != 0)
-      throw InputError(path_, "write failed (disk full?); the rows written so far are complete, rerun with --append");
+      throw InputError(
+          path_,
+          "write failed (disk full?); the rows written so far are complete, rerun with --append");
   }
 
  private:
@@ -63,7 +66,8 @@ std::unordered_set<std::string> existing_paths(const std::string& path, bool& wr
   std::unordered_set<std::string> paths;  // membership only; never iterated into the output
   std::string text = read_all(path);
   if (!text.empty() && text.back() != '\n') {
-    const size_t keep = text.find_last_of('\n') == std::string::npos ? 0 : text.find_last_of('\n') + 1;
+    const size_t keep =
+        text.find_last_of('\n') == std::string::npos ? 0 : text.find_last_of('\n') + 1;
     text.resize(keep);
     fs::resize_file(path, keep);
   }
@@ -75,8 +79,9 @@ std::unordered_set<std::string> existing_paths(const std::string& path, bool& wr
   next_csv_record(text, pos, fields, lines, path);
   const auto col = std::find(fields.begin(), fields.end(), "path");
   if (col == fields.end())
-    throw InputError(path + ":1", "exists but is not a manifest (no 'path' column in its header); remove it or "
-                                  "choose another --out");
+    throw InputError(path + ":1",
+                     "exists but is not a manifest (no 'path' column in its header); remove it or "
+                     "choose another --out");
   const size_t c = size_t(col - fields.begin());
   while (next_csv_record(text, pos, fields, lines, path))
     if (c < fields.size()) paths.insert(fields[c]);
@@ -90,8 +95,8 @@ std::string fps_text(double fps) {
 }
 
 std::string manifest_row(const std::string& path, const MediaInfo& m) {
-  return csv_field(path) + "," + std::to_string(m.num_frames) + "," + std::to_string(m.height) + "," +
-         std::to_string(m.width) + "," + (m.image ? std::string() : fps_text(m.fps)) + "\n";
+  return csv_field(path) + "," + std::to_string(m.num_frames) + "," + std::to_string(m.height) +
+         "," + std::to_string(m.width) + "," + (m.image ? std::string() : fps_text(m.fps)) + "\n";
 }
 
 std::string error_row(const std::string& path, const std::string& reason) {

@@ -34,9 +34,9 @@ struct ScanSummary {
   int64_t found = 0;    // files found by the walk
   int64_t skipped = 0;  // already in the manifest (append)
   int64_t probed = 0;
-  int64_t rows = 0;     // rows written by this run
-  int64_t errors = 0;   // lines written to the errors file (files and folders)
-  double seconds = 0;   // walk + probe + write
+  int64_t rows = 0;    // rows written by this run
+  int64_t errors = 0;  // lines written to the errors file (files and folders)
+  double seconds = 0;  // walk + probe + write
   double files_per_s() const { return seconds > 0 ? double(probed) / seconds : 0; }
   std::string errors_path;
 };

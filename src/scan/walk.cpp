@@ -43,8 +43,8 @@ bool has_media_extension(const std::string& path) {
   return false;
 }
 
-WalkResult find_media_files(const std::vector<std::string>& inputs, const std::string& root, bool all_files,
-                            const std::vector<std::string>& exclude) {
+WalkResult find_media_files(const std::vector<std::string>& inputs, const std::string& root,
+                            bool all_files, const std::vector<std::string>& exclude) {
   WalkResult out;
   const fs::path root_abs = root.empty() ? fs::path() : absolute_normal(root);
   std::vector<fs::path> excluded;
@@ -63,7 +63,8 @@ WalkResult find_media_files(const std::vector<std::string>& inputs, const std::s
       out.errors.push_back({input, "does not exist or cannot be accessed: " + ec.message()});
       continue;
     }
-    if (!fs::is_directory(st)) {  // a file named on the command line is probed whatever its extension
+    if (!fs::is_directory(
+            st)) {  // a file named on the command line is probed whatever its extension
       keep(fs::path(input), true);
       continue;
     }
@@ -81,7 +82,8 @@ WalkResult find_media_files(const std::vector<std::string>& inputs, const std::s
       for (; it != end; it.increment(ec)) {
         std::error_code fe;
         if (it->is_directory(fe)) {
-          if (!it->is_symlink(fe)) folders.push_back(it->path());  // no loops through linked folders
+          if (!it->is_symlink(fe))
+            folders.push_back(it->path());  // no loops through linked folders
         } else if (it->is_regular_file(fe)) {
           keep(it->path(), false);
         }
@@ -91,9 +93,10 @@ WalkResult find_media_files(const std::vector<std::string>& inputs, const std::s
   }
   std::sort(out.files.begin(), out.files.end(),
             [](const FoundFile& a, const FoundFile& b) { return a.row_path < b.row_path; });
-  out.files.erase(std::unique(out.files.begin(), out.files.end(),
-                              [](const FoundFile& a, const FoundFile& b) { return a.row_path == b.row_path; }),
-                  out.files.end());
+  out.files.erase(
+      std::unique(out.files.begin(), out.files.end(),
+                  [](const FoundFile& a, const FoundFile& b) { return a.row_path == b.row_path; }),
+      out.files.end());
   std::sort(out.errors.begin(), out.errors.end(),
             [](const WalkError& a, const WalkError& b) { return a.path < b.path; });
   return out;

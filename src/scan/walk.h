@@ -30,7 +30,7 @@ struct WalkResult {
 };
 
 // `exclude`: files never to probe (the scan's own output and errors files).
-WalkResult find_media_files(const std::vector<std::string>& inputs, const std::string& root, bool all_files,
-                            const std::vector<std::string>& exclude);
+WalkResult find_media_files(const std::vector<std::string>& inputs, const std::string& root,
+                            bool all_files, const std::vector<std::string>& exclude);
 
 }  // namespace adaptiveload

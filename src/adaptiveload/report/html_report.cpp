@@ -62,10 +62,14 @@ std::vector<Cell> metric_cells(const Metrics& m, double base_samples_per_s) {
   return {
       {"imbalance", fmt("%.1f%%", 100 * m.imbalance), m.imbalance},
       {"imbalance_step_mean", fmt("%.1f%%", 100 * m.imbalance_step_mean), m.imbalance_step_mean},
-      {"imbalance_step_maxmin", fmt("%.1f%%", 100 * m.imbalance_step_maxmin), m.imbalance_step_maxmin},
-      {"throughput_samples_per_s", fmt("%.2f", m.throughput_samples_per_s), m.throughput_samples_per_s},
-      {"throughput_tokens_per_s", fmt("%.0f", m.throughput_tokens_per_s), m.throughput_tokens_per_s},
-      {"speedup", base_samples_per_s > 0 ? fmt("%.2fx", m.throughput_samples_per_s / base_samples_per_s) : "-",
+      {"imbalance_step_maxmin", fmt("%.1f%%", 100 * m.imbalance_step_maxmin),
+       m.imbalance_step_maxmin},
+      {"throughput_samples_per_s", fmt("%.2f", m.throughput_samples_per_s),
+       m.throughput_samples_per_s},
+      {"throughput_tokens_per_s", fmt("%.0f", m.throughput_tokens_per_s),
+       m.throughput_tokens_per_s},
+      {"speedup",
+       base_samples_per_s > 0 ? fmt("%.2fx", m.throughput_samples_per_s / base_samples_per_s) : "-",
        base_samples_per_s > 0 ? m.throughput_samples_per_s / base_samples_per_s : 0},
       {"peak_memory_utilization_mean", fmt("%.1f%%", 100 * m.peak_memory_utilization_mean),
        m.peak_memory_utilization_mean},
@@ -73,7 +77,8 @@ std::vector<Cell> metric_cells(const Metrics& m, double base_samples_per_s) {
        m.peak_memory_utilization_max},
       {"diversity", fmt("%.1f", m.diversity), m.diversity},
       {"steps", thousands(m.steps), double(m.steps)},
-      {"micro_batches_per_rank_step", fmt("%.2f", m.micro_batches_per_rank_step), m.micro_batches_per_rank_step},
+      {"micro_batches_per_rank_step", fmt("%.2f", m.micro_batches_per_rank_step),
+       m.micro_batches_per_rank_step},
       {"epoch_time_s", fmt("%.0f", m.epoch_time_s), m.epoch_time_s},
       {"padded", thousands(m.padded), double(m.padded)},
       {"dropped", thousands(m.dropped), double(m.dropped)},
@@ -93,9 +98,11 @@ std::string summary_table(const std::vector<Metrics>& metrics) {
   for (const char* h : kColumnHeads) o << "<th>" << h << "</th>";
   o << "</tr></thead>\n<tbody>\n";
   for (const auto& m : metrics) {
-    o << "<tr data-strategy=\"" << xml_escape(m.name) << "\"><td class=\"name\">" << xml_escape(m.name) << "</td>";
+    o << "<tr data-strategy=\"" << xml_escape(m.name) << "\"><td class=\"name\">"
+      << xml_escape(m.name) << "</td>";
     for (const Cell& c : metric_cells(m, base))
-      o << "<td data-key=\"" << c.key << "\" data-value=\"" << exact(c.value) << "\">" << c.text << "</td>";
+      o << "<td data-key=\"" << c.key << "\" data-value=\"" << exact(c.value) << "\">" << c.text
+        << "</td>";
     o << "</tr>\n";
   }
   o << "</tbody>\n</table>\n";
@@ -109,18 +116,21 @@ std::string inputs_section(const Planner& planner, const Manifest* manifest) {
   o << "<ul class=\"inputs\">\n";
   if (manifest)
     for (const auto& f : manifest->files())
-      o << "<li>manifest <code>" << xml_escape(f.path) << "</code>: " << thousands(f.rows) << " rows</li>\n";
+      o << "<li>manifest <code>" << xml_escape(f.path) << "</code>: " << thousands(f.rows)
+        << " rows</li>\n";
   o << "<li>" << thousands(bk.usable - int64_t(planner.oversize().size())) << " samples planned in "
-    << bk.buckets.size() << " buckets (" << bk.bad << " bad rows, " << bk.unfit.size() << " fit no bucket, "
-    << planner.oversize().size() << " oversize)</li>\n";
+    << bk.buckets.size() << " buckets (" << bk.bad << " bad rows, " << bk.unfit.size()
+    << " fit no bucket, " << planner.oversize().size() << " oversize)</li>\n";
   o << "<li>model <b>" << xml_escape(planner.model().name) << "</b>, " << cfg.world_size << " x <b>"
-    << xml_escape(planner.device().name) << "</b>, grid " << xml_escape(planner.grid().name) << ", cost model "
-    << xml_escape(planner.cost().name()) << ", checkpointing " << (cfg.checkpointing ? "on" : "off") << ", "
-    << (planner.sharded() ? "fsdp" : "ddp") << ", seed " << cfg.seed << ", epoch " << cfg.epoch << "</li>\n";
+    << xml_escape(planner.device().name) << "</b>, grid " << xml_escape(planner.grid().name)
+    << ", cost model " << xml_escape(planner.cost().name()) << ", checkpointing "
+    << (cfg.checkpointing ? "on" : "off") << ", " << (planner.sharded() ? "fsdp" : "ddp")
+    << ", seed " << cfg.seed << ", epoch " << cfg.epoch << "</li>\n";
   o << "<li>budgets: M_mem " << thousands(planner.mem_budget_tokens()) << " tokens"
-    << (cfg.mem_budget_tokens ? "" : " (auto)") << ", M_comp " << fmt("%.4g", planner.comp_budget()) << " (B x S^"
-    << fmt("%.3f", planner.p()) << (cfg.comp_budget > 0 ? "" : ", auto") << "), step budget "
-    << fmt("%.3f", planner.step_budget_s()) << " s" << (cfg.step_budget_s > 0 ? "" : " (auto)") << "</li>\n";
+    << (cfg.mem_budget_tokens ? "" : " (auto)") << ", M_comp " << fmt("%.4g", planner.comp_budget())
+    << " (B x S^" << fmt("%.3f", planner.p()) << (cfg.comp_budget > 0 ? "" : ", auto")
+    << "), step budget " << fmt("%.3f", planner.step_budget_s()) << " s"
+    << (cfg.step_budget_s > 0 ? "" : " (auto)") << "</li>\n";
   o << "</ul>\n";
   return o.str();
 }
@@ -145,7 +155,8 @@ std::vector<ReportChart> bucket_charts(const Planner& planner) {
     samples.groups.push_back({x.name(), {SvgBar{{{double(n), kSamplesColor}}, tip}}});
     tokens.groups.push_back({x.name(), {SvgBar{{{double(n * x.tokens), kTokensColor}}, tip}}});
   }
-  samples.subtitle = thousands(total_samples) + " samples in " + std::to_string(samples.groups.size()) +
+  samples.subtitle = thousands(total_samples) + " samples in " +
+                     std::to_string(samples.groups.size()) +
                      " buckets (grid order: tier, aspect ratio, frames)";
   tokens.subtitle = thousands(total_tokens) + " tokens: long clips carry most of the work";
   for (SvgBarChart* c : {&samples, &tokens}) {
@@ -153,15 +164,19 @@ std::vector<ReportChart> bucket_charts(const Planner& planner) {
     c->height = 340;
     c->bar_class = "bucket";
   }
-  return {{samples.id, samples.title, render_bar_chart(samples)}, {tokens.id, tokens.title, render_bar_chart(tokens)}};
+  return {{samples.id, samples.title, render_bar_chart(samples)},
+          {tokens.id, tokens.title, render_bar_chart(tokens)}};
 }
 
-ReportChart cost_chart(const Planner& planner, const std::vector<std::pair<double, double>>& points) {
+ReportChart cost_chart(const Planner& planner,
+                       const std::vector<std::pair<double, double>>& points) {
   const Bucketing& bk = planner.bucketing();
   const CostModel& cost = planner.cost();
-  SvgLineSeries curve{"c(S), cost model '" + cost.name() + "'", "#3a6db5", {}, {}, true, false, {}, "curve"};
+  SvgLineSeries curve{
+      "c(S), cost model '" + cost.name() + "'", "#3a6db5", {}, {}, true, false, {}, "curve"};
   SvgLineSeries used{"buckets in use", "#d0432b", {}, {}, false, true, {}, "bucket"};
-  SvgLineSeries measured{"calibrated points (time_s / batch)", "#2b9a3e", {}, {}, false, true, {}, "calibrated"};
+  SvgLineSeries measured{
+      "calibrated points (time_s / batch)", "#2b9a3e", {}, {}, false, true, {}, "calibrated"};
   double lo = 1e300, hi = 0;
   for (size_t b = 0; b < bk.buckets.size(); ++b) {
     if (bk.bucket_counts[b] <= 0) continue;
@@ -169,14 +184,15 @@ ReportChart cost_chart(const Planner& planner, const std::vector<std::pair<doubl
     const double t = cost.sample_time(x);
     used.x.push_back(double(x.tokens));
     used.y.push_back(t);
-    used.titles.push_back(x.name() + ": " + thousands(x.tokens) + " tokens, " + fmt("%.4g", t) + " s/sample, " +
-                          thousands(bk.bucket_counts[b]) + " samples");
+    used.titles.push_back(x.name() + ": " + thousands(x.tokens) + " tokens, " + fmt("%.4g", t) +
+                          " s/sample, " + thousands(bk.bucket_counts[b]) + " samples");
     lo = std::min(lo, double(x.tokens)), hi = std::max(hi, double(x.tokens));
   }
   for (const auto& [s, t] : points) {
     measured.x.push_back(s);
     measured.y.push_back(t);
-    measured.titles.push_back(thousands(std::llround(s)) + " tokens: " + fmt("%.4g", t) + " s/sample (measured)");
+    measured.titles.push_back(thousands(std::llround(s)) + " tokens: " + fmt("%.4g", t) +
+                              " s/sample (measured)");
     lo = std::min(lo, s), hi = std::max(hi, s);
   }
   if (!(hi > 0)) lo = 256, hi = 100000;
@@ -190,7 +206,9 @@ ReportChart cost_chart(const Planner& planner, const std::vector<std::pair<doubl
   SvgLineChart c;
   c.id = "cost";
   c.title = "Cost model: seconds per sample vs tokens";
-  c.subtitle = "log-log; marginal forward+backward time of one sample in a large micro-batch (no launch overhead)";
+  c.subtitle =
+      "log-log; marginal forward+backward time of one sample in a large micro-batch (no launch "
+      "overhead)";
   c.x_label = "tokens per sample S";
   c.y_label = "seconds per sample";
   c.log_x = c.log_y = true;
@@ -211,8 +229,8 @@ Window step_window(const Plan& p, const ReportOptions& o) {
   return w;
 }
 
-ReportChart step_chart(const Planner& planner, const Plan& plan, const Metrics& m, const ReportOptions& o,
-                       double y_max) {
+ReportChart step_chart(const Planner& planner, const Plan& plan, const Metrics& m,
+                       const ReportOptions& o, double y_max) {
   const SimEnv env = planner.sim_env(plan.world_size);
   const std::vector<double> T = rank_times(plan, env);
   const size_t W = size_t(plan.world_size);
@@ -225,7 +243,8 @@ ReportChart step_chart(const Planner& planner, const Plan& plan, const Metrics& 
   c.bar_class = "rank";
   c.y_max = y_max;
   c.group_separators = true;
-  c.legend = {{"busy (micro-batches in alternating shades)", kBusyA}, {"idle (waits for the slowest rank)", kIdle}};
+  c.legend = {{"busy (micro-batches in alternating shades)", kBusyA},
+              {"idle (waits for the slowest rank)", kIdle}};
   double busy = 0, span = 0;
   bool any_padded = false;
   for (size_t t = win.first; t < win.end; ++t) {
@@ -246,9 +265,9 @@ ReportChart step_chart(const Planner& planner, const Plan& plan, const Metrics& 
       }
       const double x = T[t * W + r];
       b.segments.push_back({mx - x, kIdle});
-      b.title = "step " + std::to_string(t) + ", rank " + std::to_string(r) + ": busy " + fmt("%.3f", x) + " s (" +
-                std::to_string(m1 - m0) + " micro-batches, " + std::to_string(samples) + " samples), idle " +
-                fmt("%.3f", mx - x) + " s";
+      b.title = "step " + std::to_string(t) + ", rank " + std::to_string(r) + ": busy " +
+                fmt("%.3f", x) + " s (" + std::to_string(m1 - m0) + " micro-batches, " +
+                std::to_string(samples) + " samples), idle " + fmt("%.3f", mx - x) + " s";
       g.bars.push_back(std::move(b));
       busy += x;
     }
@@ -257,12 +276,14 @@ ReportChart step_chart(const Planner& planner, const Plan& plan, const Metrics& 
   }
   if (any_padded) c.legend.insert(c.legend.begin() + 1, {"padded repeats", kPadded});
   if (win.first >= win.end) {
-    c.subtitle = "no steps in the window: the plan has " + std::to_string(plan.num_steps()) + " steps";
+    c.subtitle =
+        "no steps in the window: the plan has " + std::to_string(plan.num_steps()) + " steps";
   } else {
     c.subtitle = "steps " + std::to_string(win.first) + "-" + std::to_string(win.end - 1) + " of " +
-                 thousands(int64_t(plan.num_steps())) + ", " + std::to_string(W) + " ranks; idle in this window " +
-                 fmt("%.1f%%", span > 0 ? 100 * (1 - busy / span) : 0) + " of GPU time, epoch imbalance " +
-                 fmt("%.1f%%", 100 * m.imbalance);
+                 thousands(int64_t(plan.num_steps())) + ", " + std::to_string(W) +
+                 " ranks; idle in this window " +
+                 fmt("%.1f%%", span > 0 ? 100 * (1 - busy / span) : 0) +
+                 " of GPU time, epoch imbalance " + fmt("%.1f%%", 100 * m.imbalance);
   }
   const size_t bars = (win.end - win.first) * W;
   c.width = int(std::clamp<size_t>(120 + bars * 5, 1200, 4000));  // 24 steps x 8 ranks fit the page
@@ -297,15 +318,18 @@ std::vector<std::pair<double, double>> profile_points(const std::string& path) {
   }
   std::vector<std::pair<double, double>> out;
   if (!j.is_object() || !j.contains("points")) return out;
-  if (!j["points"].is_array()) throw InputError(path, "profile 'points' must be an array of {tokens, batch, time_s}");
+  if (!j["points"].is_array())
+    throw InputError(path, "profile 'points' must be an array of {tokens, batch, time_s}");
   size_t i = 0;
   for (const json& p : j["points"]) {
     const std::string where = path + ": points[" + std::to_string(i++) + "]";
     auto get = [&](const char* key) {
       if (!p.is_object() || !p.contains(key) || !p[key].is_number())
-        throw InputError(where, std::string("needs a number '") + key + "' (entries are {tokens, batch, time_s})");
+        throw InputError(where, std::string("needs a number '") + key +
+                                    "' (entries are {tokens, batch, time_s})");
       const double v = p[key].get<double>();
-      if (!std::isfinite(v) || v <= 0) throw InputError(where, std::string("'") + key + "' must be positive");
+      if (!std::isfinite(v) || v <= 0)
+        throw InputError(where, std::string("'") + key + "' must be positive");
       return v;
     };
     const double tokens = get("tokens"), batch = get("batch"), time_s = get("time_s");
@@ -314,8 +338,9 @@ std::vector<std::pair<double, double>> profile_points(const std::string& path) {
   return out;
 }
 
-Report build_report(const Planner& planner, const Manifest* manifest, const std::vector<Plan>& plans,
-                    const std::vector<Metrics>& metrics, const ReportOptions& o) {
+Report build_report(const Planner& planner, const Manifest* manifest,
+                    const std::vector<Plan>& plans, const std::vector<Metrics>& metrics,
+                    const ReportOptions& o) {
   Report rep;
   std::vector<std::pair<double, double>> points;
   if (!o.profile_path.empty()) points = profile_points(o.profile_path);
@@ -327,39 +352,50 @@ Report build_report(const Planner& planner, const Manifest* manifest, const std:
   for (const Plan& p : plans) {
     const std::vector<double> T = rank_times(p, planner.sim_env(p.world_size));
     const Window w = step_window(p, o);
-    for (size_t i = w.first * size_t(p.world_size); i < w.end * size_t(p.world_size); ++i) y_max = std::max(y_max, T[i]);
+    for (size_t i = w.first * size_t(p.world_size); i < w.end * size_t(p.world_size); ++i)
+      y_max = std::max(y_max, T[i]);
   }
   const size_t first_step_chart = rep.charts.size();
   for (size_t i = 0; i < plans.size() && i < metrics.size(); ++i)
     rep.charts.push_back(step_chart(planner, plans[i], metrics[i], o, y_max));
 
   std::ostringstream h;
-  h << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>" << xml_escape(o.title)
-    << "</title>\n<style>" << kCss << "</style>\n</head>\n<body>\n";
+  h << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>"
+    << xml_escape(o.title) << "</title>\n<style>" << kCss << "</style>\n</head>\n<body>\n";
   h << "<h1>" << xml_escape(o.title) << "</h1>\n";
-  h << "<p class=\"note\">Simulated by the AdaptiveLoad planner: the same manifest and budgets for every strategy. "
+  h << "<p class=\"note\">Simulated by the AdaptiveLoad planner: the same manifest and budgets for "
+       "every strategy. "
        "Hover over bars and points for exact values.</p>\n";
   h << "<h2>Inputs</h2>\n" << inputs_section(planner, manifest);
   h << "<h2>Summary</h2>\n" << summary_table(metrics);
-  h << "<p class=\"note\">imbalance: idle fraction of the GPUs, 1 - sum<sub>t</sub> mean<sub>r</sub> T / "
-       "sum<sub>t</sub> max<sub>r</sub> T; max-mean, max-min: per-step mean of (max-mean)/max and (max-min)/max. "
-       "Throughput includes one gradient all-reduce per step; mem: per-step peak over ranks / device memory; "
-       "buckets: distinct buckets per global step; mb/rank: micro-batches per rank and step (gradient "
+  h << "<p class=\"note\">imbalance: idle fraction of the GPUs, 1 - sum<sub>t</sub> "
+       "mean<sub>r</sub> T / "
+       "sum<sub>t</sub> max<sub>r</sub> T; max-mean, max-min: per-step mean of (max-mean)/max and "
+       "(max-min)/max. "
+       "Throughput includes one gradient all-reduce per step; mem: per-step peak over ranks / "
+       "device memory; "
+       "buckets: distinct buckets per global step; mb/rank: micro-batches per rank and step "
+       "(gradient "
        "accumulation); speedup: samples/s over equal_tokens.</p>\n";
   h << "<h2>Buckets</h2>\n";
   for (size_t i = 0; i < 2; ++i) h << "<div class=\"chart\">\n" << rep.charts[i].svg << "</div>\n";
   h << "<h2>Cost model</h2>\n<div class=\"chart\">\n" << rep.charts[2].svg << "</div>\n";
-  h << "<p class=\"note\">The curve evaluates the cost model on a smooth range of token counts; red points are "
+  h << "<p class=\"note\">The curve evaluates the cost model on a smooth range of token counts; "
+       "red points are "
        "the buckets of this manifest"
-    << (points.empty() ? "" : ", green points the profile's measurements (time_s / batch)") << ".</p>\n";
-  h << "<h2>Per-rank load per step</h2>\n<p class=\"note\">Each group is one global step, one bar per rank: blue "
-       "is the rank's compute (each micro-batch a shade), orange the time it waits at the gradient all-reduce "
+    << (points.empty() ? "" : ", green points the profile's measurements (time_s / batch)")
+    << ".</p>\n";
+  h << "<h2>Per-rank load per step</h2>\n<p class=\"note\">Each group is one global step, one bar "
+       "per rank: blue "
+       "is the rank's compute (each micro-batch a shade), orange the time it waits at the gradient "
+       "all-reduce "
        "for the step's slowest rank. Same y scale for every strategy.</p>\n";
   for (size_t i = first_step_chart; i < rep.charts.size(); ++i)
     h << "<div class=\"chart\">\n" << rep.charts[i].svg << "</div>\n";
   if (!o.data_json.empty()) {
     std::string data = o.data_json;  // "</" would end the element early
-    for (size_t p = 0; (p = data.find("</", p)) != std::string::npos; p += 3) data.replace(p, 2, "<\\/");
+    for (size_t p = 0; (p = data.find("</", p)) != std::string::npos; p += 3)
+      data.replace(p, 2, "<\\/");
     h << "<script type=\"application/json\" id=\"al-data\">" << data << "</script>\n";
   }
   h << "</body>\n</html>\n";

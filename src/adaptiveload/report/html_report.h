@@ -30,9 +30,9 @@ struct ReportOptions {
 };
 
 struct ReportChart {
-  std::string id;     // "buckets-samples", "buckets-tokens", "cost", "steps-<strategy>"
+  std::string id;  // "buckets-samples", "buckets-tokens", "cost", "steps-<strategy>"
   std::string title;
-  std::string svg;    // standalone <svg> document text
+  std::string svg;  // standalone <svg> document text
 };
 
 struct Report {
@@ -42,8 +42,9 @@ struct Report {
 
 // `plans[i]` and `metrics[i]` belong to the same strategy; `manifest` (may be null) names
 // the input files. Throws InputError when the profile's "points" are malformed.
-Report build_report(const Planner& planner, const Manifest* manifest, const std::vector<Plan>& plans,
-                    const std::vector<Metrics>& metrics, const ReportOptions& options);
+Report build_report(const Planner& planner, const Manifest* manifest,
+                    const std::vector<Plan>& plans, const std::vector<Metrics>& metrics,
+                    const ReportOptions& options);
 
 // A profile's calibrated points as (tokens, seconds per sample = time_s / batch), in file
 // order; empty when the file has no "points". Throws InputError naming the entry when one

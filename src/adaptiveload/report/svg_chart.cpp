@@ -33,12 +33,13 @@ void open_svg(std::ostringstream& o, const std::string& id, int w, int h) {
   o << "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\"";
   if (!id.empty()) o << " id=\"" << xml_escape(id) << "\"";
   o << " width=\"" << w << "\" height=\"" << h << "\" viewBox=\"0 0 " << w << " " << h
-    << "\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\" fill=\"" << kTextColor << "\">\n";
+    << "\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\" fill=\"" << kTextColor
+    << "\">\n";
   o << "<rect width=\"" << w << "\" height=\"" << h << "\" fill=\"#fff\"/>\n";
 }
 
-void text(std::ostringstream& o, double x, double y, const std::string& s, const char* anchor = "start",
-          int size = 0, const char* extra = "") {
+void text(std::ostringstream& o, double x, double y, const std::string& s,
+          const char* anchor = "start", int size = 0, const char* extra = "") {
   o << "<text x=\"" << num(x) << "\" y=\"" << num(y) << "\"";
   if (std::string(anchor) != "start") o << " text-anchor=\"" << anchor << "\"";
   if (size) o << " font-size=\"" << size << "\"";
@@ -57,31 +58,34 @@ void legend(std::ostringstream& o, const std::vector<SvgLegendItem>& items, int 
     const double w = 18 + 6.5 * double(it->name.size());
     x -= w;
     if (it->marker)
-      o << "<circle cx=\"" << num(x + 5) << "\" cy=\"15\" r=\"4.5\" fill=\"" << it->color << "\"/>\n";
+      o << "<circle cx=\"" << num(x + 5) << "\" cy=\"15\" r=\"4.5\" fill=\"" << it->color
+        << "\"/>\n";
     else
-      o << "<rect x=\"" << num(x) << "\" y=\"10\" width=\"10\" height=\"10\" fill=\"" << it->color << "\"/>\n";
+      o << "<rect x=\"" << num(x) << "\" y=\"10\" width=\"10\" height=\"10\" fill=\"" << it->color
+        << "\"/>\n";
     text(o, x + 14, 19.5, it->name, "start", 12);
     x -= 12;
   }
 }
 
-void y_axis(std::ostringstream& o, const Frame& f, const std::vector<double>& ticks, double lo, double hi, bool log,
-            const std::string& label) {
+void y_axis(std::ostringstream& o, const Frame& f, const std::vector<double>& ticks, double lo,
+            double hi, bool log, const std::string& label) {
   auto y_of = [&](double v) {
-    double a = log ? std::log10(v) : v, l = log ? std::log10(lo) : lo, h = log ? std::log10(hi) : hi;
+    double a = log ? std::log10(v) : v, l = log ? std::log10(lo) : lo,
+           h = log ? std::log10(hi) : hi;
     return f.bottom() - (a - l) / (h - l) * f.height;
   };
   for (double t : ticks) {
     const double y = y_of(t);
-    o << "<line x1=\"" << num(f.left) << "\" x2=\"" << num(f.right()) << "\" y1=\"" << num(y) << "\" y2=\"" << num(y)
-      << "\" stroke=\"" << kGridColor << "\"/>\n";
+    o << "<line x1=\"" << num(f.left) << "\" x2=\"" << num(f.right()) << "\" y1=\"" << num(y)
+      << "\" y2=\"" << num(y) << "\" stroke=\"" << kGridColor << "\"/>\n";
     text(o, f.left - 6, y + 4, tick_label(t), "end", 11);
   }
-  o << "<line x1=\"" << num(f.left) << "\" x2=\"" << num(f.left) << "\" y1=\"" << num(f.top) << "\" y2=\""
-    << num(f.bottom()) << "\" stroke=\"" << kAxisColor << "\"/>\n";
+  o << "<line x1=\"" << num(f.left) << "\" x2=\"" << num(f.left) << "\" y1=\"" << num(f.top)
+    << "\" y2=\"" << num(f.bottom()) << "\" stroke=\"" << kAxisColor << "\"/>\n";
   const double cy = f.top + f.height / 2;
-  o << "<text x=\"14\" y=\"" << num(cy) << "\" text-anchor=\"middle\" transform=\"rotate(-90 14 " << num(cy)
-    << ")\">" << xml_escape(label) << "</text>\n";
+  o << "<text x=\"14\" y=\"" << num(cy) << "\" text-anchor=\"middle\" transform=\"rotate(-90 14 "
+    << num(cy) << ")\">" << xml_escape(label) << "</text>\n";
 }
 
 double finite_max(double a, double b) { return std::isfinite(b) ? std::max(a, b) : a; }
@@ -93,12 +97,23 @@ std::string xml_escape(std::string_view s) {
   out.reserve(s.size());
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -167,8 +182,10 @@ std::string render_bar_chart(const SvgBarChart& c) {
       }
   if (y_max <= 0) y_max = 1;
   std::vector<double> ticks = linear_ticks(0, y_max, 5);
-  if (ticks.size() >= 2 && ticks.back() < y_max * 0.999) ticks.push_back(ticks.back() + (ticks[1] - ticks[0]));
-  const double hi = std::max(y_max, ticks.back());  // the axis ends on a labelled tick above the data
+  if (ticks.size() >= 2 && ticks.back() < y_max * 0.999)
+    ticks.push_back(ticks.back() + (ticks[1] - ticks[0]));
+  const double hi =
+      std::max(y_max, ticks.back());  // the axis ends on a labelled tick above the data
   y_axis(o, f, ticks, 0, hi, false, c.y_label);
 
   const size_t G = c.groups.size();
@@ -180,15 +197,16 @@ std::string render_bar_chart(const SvgBarChart& c) {
     const SvgBarGroup& g = c.groups[gi];
     const double x0 = f.left + slot * double(gi);
     if (c.group_separators && gi > 0)
-      o << "<line x1=\"" << num(x0) << "\" x2=\"" << num(x0) << "\" y1=\"" << num(f.top) << "\" y2=\""
-        << num(f.bottom()) << "\" stroke=\"#d0d0d0\" stroke-dasharray=\"2,3\"/>\n";
+      o << "<line x1=\"" << num(x0) << "\" x2=\"" << num(x0) << "\" y1=\"" << num(f.top)
+        << "\" y2=\"" << num(f.bottom()) << "\" stroke=\"#d0d0d0\" stroke-dasharray=\"2,3\"/>\n";
     const size_t nb = std::max<size_t>(g.bars.size(), 1);
     const double pad = slot * (nb > 1 ? 0.08 : 0.15);
     const double bw = (slot - 2 * pad) / double(nb);
     const double gap = bw > 4 ? 1 : 0;  // a hairline between a group's bars when there is room
     for (size_t bi = 0; bi < g.bars.size(); ++bi) {
       const SvgBar& b = g.bars[bi];
-      o << "<g class=\"" << c.bar_class << "\" data-group=\"" << gi << "\" data-bar=\"" << bi << "\">";
+      o << "<g class=\"" << c.bar_class << "\" data-group=\"" << gi << "\" data-bar=\"" << bi
+        << "\">";
       if (!b.title.empty()) o << "<title>" << xml_escape(b.title) << "</title>";
       double acc = 0;
       const double x = x0 + pad + bw * double(bi);
@@ -196,8 +214,9 @@ std::string render_bar_chart(const SvgBarChart& c) {
         if (!(seg.value > 0)) continue;
         const double y1 = f.bottom() - (acc + seg.value) / hi * f.height;
         const double y0 = f.bottom() - acc / hi * f.height;
-        o << "<rect x=\"" << num(x) << "\" y=\"" << num(y1) << "\" width=\"" << num(std::max(0.5, bw - gap))
-          << "\" height=\"" << num(std::max(0.0, y0 - y1)) << "\" fill=\"" << seg.color << "\"/>";
+        o << "<rect x=\"" << num(x) << "\" y=\"" << num(y1) << "\" width=\""
+          << num(std::max(0.5, bw - gap)) << "\" height=\"" << num(std::max(0.0, y0 - y1))
+          << "\" fill=\"" << seg.color << "\"/>";
         acc += seg.value;
       }
       o << "</g>\n";
@@ -206,15 +225,17 @@ std::string render_bar_chart(const SvgBarChart& c) {
       const double cx = x0 + slot / 2;
       if (c.rotate_labels) {
         const double y = f.bottom() + 12;
-        o << "<text x=\"" << num(cx) << "\" y=\"" << num(y) << "\" text-anchor=\"end\" font-size=\"11\" "
-          << "transform=\"rotate(-50 " << num(cx) << " " << num(y) << ")\">" << xml_escape(g.label) << "</text>\n";
+        o << "<text x=\"" << num(cx) << "\" y=\"" << num(y)
+          << "\" text-anchor=\"end\" font-size=\"11\" "
+          << "transform=\"rotate(-50 " << num(cx) << " " << num(y) << ")\">" << xml_escape(g.label)
+          << "</text>\n";
       } else {
         text(o, cx, f.bottom() + 15, g.label, "middle", 11);
       }
     }
   }
-  o << "<line x1=\"" << num(f.left) << "\" x2=\"" << num(f.right()) << "\" y1=\"" << num(f.bottom()) << "\" y2=\""
-    << num(f.bottom()) << "\" stroke=\"" << kAxisColor << "\"/>\n";
+  o << "<line x1=\"" << num(f.left) << "\" x2=\"" << num(f.right()) << "\" y1=\"" << num(f.bottom())
+    << "\" y2=\"" << num(f.bottom()) << "\" stroke=\"" << kAxisColor << "\"/>\n";
   if (!c.x_label.empty()) text(o, f.left + f.width / 2, double(c.height) - 8, c.x_label, "middle");
   o << "</svg>\n";
   return o.str();
@@ -271,8 +292,8 @@ std::string render_line_chart(const SvgLineChart& c) {
   double last_right = -1e9;
   for (double t : xt) {
     const double x = px(t);
-    o << "<line x1=\"" << num(x) << "\" x2=\"" << num(x) << "\" y1=\"" << num(f.top) << "\" y2=\"" << num(f.bottom())
-      << "\" stroke=\"" << kGridColor << "\"/>\n";
+    o << "<line x1=\"" << num(x) << "\" x2=\"" << num(x) << "\" y1=\"" << num(f.top) << "\" y2=\""
+      << num(f.bottom()) << "\" stroke=\"" << kGridColor << "\"/>\n";
     const std::string label = tick_label(t);
     const double half = 3.5 * double(label.size());
     if (x - half > last_right + 6) {
@@ -280,21 +301,23 @@ std::string render_line_chart(const SvgLineChart& c) {
       last_right = x + half;
     }
   }
-  o << "<line x1=\"" << num(f.left) << "\" x2=\"" << num(f.right()) << "\" y1=\"" << num(f.bottom()) << "\" y2=\""
-    << num(f.bottom()) << "\" stroke=\"" << kAxisColor << "\"/>\n";
+  o << "<line x1=\"" << num(f.left) << "\" x2=\"" << num(f.right()) << "\" y1=\"" << num(f.bottom())
+    << "\" y2=\"" << num(f.bottom()) << "\" stroke=\"" << kAxisColor << "\"/>\n";
 
   for (const auto& s : c.series) {
     if (s.line) {
       o << "<polyline fill=\"none\" stroke=\"" << s.color << "\" stroke-width=\"2\" points=\"";
       for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i)
-        if (usable(s.x[i], c.log_x) && usable(s.y[i], c.log_y)) o << num(px(s.x[i])) << "," << num(py(s.y[i])) << " ";
+        if (usable(s.x[i], c.log_x) && usable(s.y[i], c.log_y))
+          o << num(px(s.x[i])) << "," << num(py(s.y[i])) << " ";
       o << "\"/>\n";
     }
     if (s.markers)
       for (size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
         if (!usable(s.x[i], c.log_x) || !usable(s.y[i], c.log_y)) continue;
-        o << "<circle class=\"" << s.point_class << "\" cx=\"" << num(px(s.x[i])) << "\" cy=\"" << num(py(s.y[i]))
-          << "\" r=\"4.5\" fill=\"" << s.color << "\" fill-opacity=\"0.85\" stroke=\"#fff\" stroke-width=\"1\">";
+        o << "<circle class=\"" << s.point_class << "\" cx=\"" << num(px(s.x[i])) << "\" cy=\""
+          << num(py(s.y[i])) << "\" r=\"4.5\" fill=\"" << s.color
+          << "\" fill-opacity=\"0.85\" stroke=\"#fff\" stroke-width=\"1\">";
         if (i < s.titles.size()) o << "<title>" << xml_escape(s.titles[i]) << "</title>";
         o << "</circle>\n";
       }

@@ -41,8 +41,8 @@ struct SvgBarChart {
   std::vector<SvgBarGroup> groups;
   std::string bar_class = "bar";
   int width = 1200, height = 360;
-  double y_max = 0;             // 0: from the data
-  bool rotate_labels = false;   // slanted x labels for long names
+  double y_max = 0;               // 0: from the data
+  bool rotate_labels = false;     // slanted x labels for long names
   bool group_separators = false;  // faint lines between groups
 };
 
