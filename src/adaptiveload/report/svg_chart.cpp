@@ -57,7 +57,10 @@ void legend(std::ostringstream& o, const std::vector<SvgLegendItem>& items, int 
   for (auto it = items.rbegin(); it != items.rend(); ++it) {
     const double w = 18 + 6.5 * double(it->name.size());
     x -= w;
-    if (it->marker)
+    if (it->line)
+      o << "<line x1=\"" << num(x - 2) << "\" x2=\"" << num(x + 11)
+        << "\" y1=\"15\" y2=\"15\" stroke=\"" << it->color << "\" stroke-width=\"2.5\"/>\n";
+    else if (it->marker)
       o << "<circle cx=\"" << num(x + 5) << "\" cy=\"15\" r=\"4.5\" fill=\"" << it->color
         << "\"/>\n";
     else
@@ -246,7 +249,7 @@ std::string render_line_chart(const SvgLineChart& c) {
   open_svg(o, c.id, c.width, c.height);
   titles(o, c.title, c.subtitle);
   std::vector<SvgLegendItem> items;
-  for (const auto& s : c.series) items.push_back({s.name, s.color, !s.line});
+  for (const auto& s : c.series) items.push_back({s.name, s.color, !s.line, s.line});
   legend(o, items, c.width);
 
   const double top = c.subtitle.empty() ? 34 : 50;

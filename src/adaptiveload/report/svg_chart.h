@@ -30,6 +30,7 @@ struct SvgBarGroup {
 struct SvgLegendItem {
   std::string name, color;
   bool marker = false;  // a dot (line charts' markers) instead of a square
+  bool line = false;    // a short stroke (line charts' curves) instead of a square
 };
 
 struct SvgBarChart {
