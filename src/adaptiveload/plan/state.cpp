@@ -42,7 +42,9 @@ PlanState state_from_json(const std::string& text) {
       throw InputError(where, std::string("'") + key + "' must be a hex string of at most 16 digits");
     return std::stoull(s, nullptr, 16);
   };
-  if (!j.is_object() || j.value("format", "") != "adaptiveload-state")
+  // j.value() throws json::type_error when "format" is not a string: check the type first.
+  if (!j.is_object() || !j.contains("format") || !j["format"].is_string() ||
+      j["format"].get<std::string>() != "adaptiveload-state")
     throw InputError(where, "not an adaptiveload sampler state (no \"format\": \"adaptiveload-state\")");
   PlanState s;
   if (!j.contains("version") || !j["version"].is_number_integer()) throw InputError(where, "missing 'version'");
