@@ -48,10 +48,12 @@ PlanState state_from_json(const std::string& text) {
     throw InputError(where, "not an adaptiveload sampler state (no \"format\": \"adaptiveload-state\")");
   PlanState s;
   if (!j.contains("version") || !j["version"].is_number_integer()) throw InputError(where, "missing 'version'");
-  s.version = j["version"].get<int>();
-  if (s.version != PlanState::kVersion)
-    throw InputError(where, "state version " + std::to_string(s.version) + " is not supported (this build reads " +
+  // Compared as read (int64): get<int>() would wrap 2^32 + 1 to version 1 and accept it.
+  const int64_t version = j["version"].get<int64_t>();
+  if (version != PlanState::kVersion)
+    throw InputError(where, "state version " + std::to_string(version) + " is not supported (this build reads " +
                                 std::to_string(PlanState::kVersion) + ")");
+  s.version = int(version);
   if (!j.contains("strategy") || !j["strategy"].is_string()) throw InputError(where, "missing 'strategy'");
   s.strategy = j["strategy"].get<std::string>();
   s.fingerprint = hex("fingerprint");
