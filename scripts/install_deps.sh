@@ -9,6 +9,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libpcg-cpp-dev libxxhash-dev
   libavformat-dev libavcodec-dev libavutil-dev ffmpeg
   python3 python3-dev python3-venv python3-pip python3-setuptools python3-wheel python3-pytest python3-torch
+  clang libclang-rt-14-dev libomp-dev
 )
 
 missing=()
