@@ -55,9 +55,11 @@ def parse_args(argv=None):
     p.add_argument("--profile", help="calibrated cost profile for the planner")
     p.add_argument("--checkpointing", action="store_true", help="activation checkpointing in every block")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--out", help="write the summaries (JSON list) here")
-    p.add_argument("--log-samples", help="append the sample ids each rank trained, one JSON line per micro-batch")
+    p.add_argument("--log-samples", help="append the sample ids each rank trained, one JSON line per micro-batch "
+                   "(under torchrun, one file per process: PATH.rankN)")
     return p.parse_args(argv)
 
 
@@ -150,7 +152,9 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
     run_steps = min(args.warmup + args.steps, total_steps)
     times, extra, peaks = [], [], []
     samples = tokens = 0
-    log = open(args.log_samples, "a") if args.log_samples else None
+    # One log per process (ranks of a torchrun job append to their own file).
+    log_path = f"{args.log_samples}.rank{dist_rank}" if args.log_samples and ddp else args.log_samples
+    log = open(log_path, "a") if log_path else None
     predicted_times = samplers[0].predicted_rank_times()  # [steps][W] seconds, the planner's model
     for t in range(run_steps):
         steps = [next(it) for it in steps_iters]
@@ -168,7 +172,8 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
                     loss.backward()
                 t_rank += tm.elapsed()
                 if log:
-                    log.write(json.dumps({"epoch": st.epoch, "step": st.step, "rank": s.rank, "ids": mb}) + "\n")
+                    log.write(json.dumps({"strategy": strategy, "fused_adaln": fused, "epoch": st.epoch,
+                                          "step": st.step, "rank": s.rank, "ids": mb}) + "\n")
             rank_times.append(t_rank)
         with Timer(device) as tm:
             if ddp:
@@ -213,12 +218,16 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
         "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
         "measured": measured,
         "predicted": predicted,
+        "rank_times": times,
+        "predicted_rank_times": pred,
         "plan_steps": total_steps,
     }
 
 
 def main(argv=None) -> List[dict]:
     args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     dist_world = int(os.environ.get("WORLD_SIZE", "1"))
     dist_rank = 0
     if dist_world > 1:

@@ -1,6 +1,7 @@
 // The adaptiveload command-line tool, run as a user would: exit codes, messages, outputs.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -15,7 +16,10 @@ struct CliRun {
 };
 
 CliRun run(const std::string& args) {
-  const std::string err_file = ::testing::TempDir() + "cli_stderr.txt";
+  // One stderr file per call: ctest runs tests of this binary in parallel processes.
+  static int calls = 0;
+  const std::string err_file =
+      ::testing::TempDir() + "cli_stderr_" + std::to_string(getpid()) + "_" + std::to_string(calls++) + ".txt";
   const std::string cmd = std::string(AL_CLI_PATH) + " " + args + " 2>" + err_file;
   CliRun r;
   FILE* p = popen(cmd.c_str(), "r");
@@ -29,6 +33,7 @@ CliRun run(const std::string& args) {
   std::stringstream ss;
   ss << e.rdbuf();
   r.err = ss.str();
+  std::remove(err_file.c_str());
   return r;
 }
 
