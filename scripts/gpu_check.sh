@@ -4,7 +4,7 @@
 # compiles only the kernel sources directly with g++ / nvcc (no CMake), for this GPU's
 # architecture only, then runs
 #   1. the CUDA tests (standalone main, the same checks as adaptiveload_cuda_tests),
-#   2. compute-sanitizer memcheck over a small run of them (when compute-sanitizer exists),
+#   2. compute-sanitizer memcheck and racecheck over a small run of them (when it exists),
 #   3. the CUDA benchmark (copy-bandwidth baseline, fwd / bwd GB/s per shape),
 # and prints a short summary. Budget: well under 6 minutes on an H100 / H200 host.
 #
@@ -89,14 +89,19 @@ timeout 150 "$BUILD_DIR/test_adaln_cuda" | tee "$BUILD_DIR/test.out"
 SAN="$(command -v compute-sanitizer || ls "$(dirname "$NVCC")/compute-sanitizer" 2>/dev/null || true)"
 san_result="not run (compute-sanitizer not found)"
 if [ -n "$SAN" ] && [ -x "$SAN" ]; then
-  log "compute-sanitizer memcheck (small run)"
-  if timeout 150 "$SAN" --tool memcheck --error-exitcode 3 "$BUILD_DIR/test_adaln_cuda" --small > "$BUILD_DIR/sanitizer.out" 2>&1; then
-    san_result="clean"
-  else
-    san_result="ERRORS (see $BUILD_DIR/sanitizer.out)"
-    status=1
-  fi
-  tail -n 15 "$BUILD_DIR/sanitizer.out"
+  san_result=""
+  # memcheck: out-of-bounds / misaligned accesses; racecheck: shared-memory hazards (the
+  # team reductions and the backward's shared-memory combine).
+  for tool in memcheck racecheck; do
+    log "compute-sanitizer $tool (small run)"
+    if timeout 150 "$SAN" --tool "$tool" --error-exitcode 3 "$BUILD_DIR/test_adaln_cuda" --small > "$BUILD_DIR/sanitizer_$tool.out" 2>&1; then
+      san_result+="$tool clean; "
+    else
+      san_result+="$tool ERRORS (see $BUILD_DIR/sanitizer_$tool.out); "
+      status=1
+    fi
+    tail -n 15 "$BUILD_DIR/sanitizer_$tool.out"
+  done
 fi
 
 log "CUDA benchmark"
@@ -109,7 +114,7 @@ timeout 180 "$BUILD_DIR/bench_adaln_cuda" "${BARGS[@]}" | tee "$BUILD_DIR/bench.
 echo
 echo "================ adaLN GPU check summary (sm_$ARCH, ${GPU_NAME:-}) ================"
 grep -E '^(PASS|FAIL|SKIP) ' "$BUILD_DIR/test.out" | sed 's/^/  test  /'
-echo "  memcheck: $san_result"
+echo "  compute-sanitizer: $san_result"
 grep -E '^check .*FAIL' "$BUILD_DIR/bench.out" | sed 's/^/  bench /'
 echo "  bench (shape B rows D dtype mode ms GB/s copyGB/s frac):"
 grep -E '^  [a-z]' "$BUILD_DIR/bench.out" | sed 's/^/  /'
