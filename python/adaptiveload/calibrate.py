@@ -4,7 +4,7 @@
     adaptiveload calibrate -- --config tiny --device cpu          (the CLI hands over to this)
 
 Runs a short sweep of (bucket shape, batch size): forward + backward of the Wan-style DiT
-(adaptiveload.models.wan_dit) on random latents, median of a few repetitions, peak memory
+(adaptiveload.models.wan_dit) on random latents, fastest of a few repetitions, peak memory
 from torch.cuda.max_memory_allocated. Batch sizes double until the next one is predicted to
 exceed --memory-fraction of the device (and an out-of-memory error, should one happen, ends
 that shape's sweep after freeing the cache). The fit (C++ core: seconds per sample
@@ -15,7 +15,6 @@ and the paper's best single exponent for comparison) is written as a profile tha
 """
 import argparse
 import json
-import statistics
 import sys
 import time
 
@@ -40,7 +39,7 @@ def parse_args(argv=None):
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--device-name", help="device name recorded in the profile (default: detected)")
     p.add_argument("--max-batch", type=int, default=8)
-    p.add_argument("--reps", type=int, default=3, help="timed repetitions per point (median)")
+    p.add_argument("--reps", type=int, default=3, help="timed repetitions per point (the fastest is kept)")
     p.add_argument("--memory-fraction", type=float, default=0.85, help="stop before this share of device memory")
     p.add_argument("--checkpointing", action="store_true")
     p.add_argument("--fused", action="store_true", help="use the fused adaLN kernel in the model")
@@ -77,7 +76,8 @@ def measure(model, c, shape, batch, device, reps):
             times.append(dt)
     peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else None
     tokens = f * (height // 16) * (width // 16)
-    return {"tokens": tokens, "batch": batch, "time_s": statistics.median(times), "peak_bytes": peak}
+    # The fastest repetition: interference from other work on the machine only adds time.
+    return {"tokens": tokens, "batch": batch, "time_s": min(times), "peak_bytes": peak}
 
 
 def is_oom(e: BaseException) -> bool:
