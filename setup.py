@@ -83,6 +83,11 @@ def extensions():
     if os.environ.get("AL_NATIVE", "1") != "0":
         cxx.append("-march=native")
     include_dirs = [os.path.join(ROOT, "src"), os.path.join(ROOT, "python", "csrc")]
+    # Header-only dependencies copied by scripts/vendor_headers.sh, for machines without the
+    # Debian -dev packages (a GPU machine with only PyTorch): git-ignored, used when present.
+    vendored = os.path.join(ROOT, ".deps", "include")
+    if os.path.isdir(vendored):
+        include_dirs.append(vendored)
     kwargs = dict(
         name="adaptiveload._C",
         include_dirs=include_dirs,
