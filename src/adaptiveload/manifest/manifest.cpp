@@ -183,7 +183,7 @@ void Manifest::load_jsonl(std::string_view text, const std::string& name, BadRow
     try {
       j = json::parse(s);
       if (!j.is_object()) reason = "line is not a JSON object";
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, or out_of_range for a number overflow (1e400)
       reason = std::string("not valid JSON (") + e.what() + ")";
     }
     if (!reason.empty()) {
