@@ -32,7 +32,7 @@ PlanState state_from_json(const std::string& text) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range (number overflow)
     throw InputError(where, std::string("not valid JSON (truncated or corrupted?): ") + e.what());
   }
   auto hex = [&](const char* key) {
