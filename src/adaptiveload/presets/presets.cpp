@@ -41,7 +41,7 @@ std::pair<json, std::string> load_json(const std::string& kind, const std::strin
   }
   try {
     return {json::parse(text), where};
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range (number overflow)
     throw InputError(where, std::string("not valid JSON: ") + e.what());
   }
 }
@@ -196,7 +196,7 @@ std::map<std::string, std::map<int, int>> load_fixed_batch_sizes(const std::stri
   json j;
   try {
     j = json::parse(read_file(path));
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range (number overflow)
     throw InputError(path, std::string("not valid JSON: ") + e.what());
   }
   if (j.contains("fixed_batch_sizes")) return parse_fixed(j["fixed_batch_sizes"], path);
