@@ -79,3 +79,30 @@ TEST(Calibration, TooFewPointsOrBadFilesAreClearErrors) {
   std::ofstream(prof) << "{\"format\":\"something-else\"}";
   EXPECT_THROW(ProfileCost{prof}, InputError);
 }
+
+TEST(Calibration, FitsPerRankStepSumsForOnlineAdaptation) {
+  // Each observation is one rank's step: several micro-batches timed together.
+  const double a = 1.75e-5, b = 1.94e-9, c0 = 1.3e-3, ov = 3e-3, nh = 2048;
+  auto T = [&](double S, double B) { return ov + (a * S + b * S * S + c0) * (B + nh / S); };
+  std::vector<Observation> obs;
+  Rng rng(9, 9);
+  const int64_t sizes[] = {1560, 9360, 18564, 32760, 75600};
+  for (int i = 0; i < 40; ++i) {
+    Observation o;
+    const int n = 1 + int(rng.below(4));
+    for (int k = 0; k < n; ++k) {
+      int64_t S = sizes[rng.below(5)], B = 1 + int64_t(rng.below(3));
+      o.micro_batches.push_back({S, B});
+      o.time_s += T(double(S), double(B));
+    }
+    obs.push_back(o);
+  }
+  CalibrationFit f = fit_observations(obs);
+  EXPECT_LT(f.max_rel_error, 0.02);
+  EXPECT_NEAR(f.b, b, 0.1 * b);
+  const std::string cost = cost_json(f);
+  auto pc = ProfileCost::from_cost_json(cost);
+  Bucket bk;
+  bk.tokens = 32760;
+  EXPECT_NEAR(pc->microbatch_time(2, bk), T(32760, 2), 0.02 * T(32760, 2));
+}

@@ -264,3 +264,45 @@ TEST(PlannerProperty, RandomManifestsKeepTheContract) {
   }
   EXPECT_LT(infeasible, kCases / 4);
 }
+
+TEST(Planner, OnlineAdaptationReplansTheRestAndResumesExactly) {
+  Manifest m = real_manifest();
+  PlannerConfig cfg;
+  cfg.world_size = 4;
+  Planner pl(m, cfg);
+  const std::vector<uint32_t> want = usable_ids(pl);
+  Plan first = pl.plan("balanced");
+  const size_t k = first.num_steps() / 3;
+  PlanState st = pl.initial_state("balanced");
+  st.segments.back().second = int64_t(k);
+  // A measured model where attention costs 3x what the analytic one says.
+  Bucket probe;
+  probe.tokens = 32760;
+  const double t = pl.cost().sample_time(probe);
+  const std::string cost = "{\"a\":" + std::to_string(0.3 * t / 32760) + ",\"b\":" +
+                           std::to_string(2.1 * t / (32760.0 * 32760.0)) +
+                           ",\"c0\":0.001,\"overhead_s\":0.003,\"half_efficiency_tokens\":2048}";
+  Planner::Resumed a = pl.resume(st, 4, cost);
+  EXPECT_EQ(a.first_step, 0u);
+  ASSERT_EQ(a.state.segments.size(), 2u);
+  ASSERT_EQ(a.state.segment_costs.size(), 2u);
+  EXPECT_TRUE(a.state.segment_costs[0].empty());
+  EXPECT_FALSE(a.state.segment_costs[1].empty());
+  std::vector<uint32_t> ids = trained_ids(first, 0, k), rest = trained_ids(a.plan);
+  ids.insert(ids.end(), rest.begin(), rest.end());
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(ids, want) << "adaptation lost or repeated samples";
+  EXPECT_NE(jsonl(a.plan), jsonl(pl.resume(st, 4).plan, k)) << "the new cost model changed nothing";
+  // Saved mid-way through the adapted segment and restored: the same steps.
+  a.state.segments.back().second = 2;
+  const std::string saved = state_to_json(a.state);
+  Planner::Resumed b = pl.resume(state_from_json(saved), 4);
+  EXPECT_EQ(b.first_step, 2u);
+  EXPECT_EQ(jsonl(b.plan), jsonl(a.plan));
+  // An elastic change after adaptation keeps the adapted model.
+  Planner::Resumed c = pl.resume(state_from_json(saved), 3);
+  ASSERT_EQ(c.state.segment_costs.size(), 3u);
+  EXPECT_EQ(c.state.segment_costs[2], c.state.segment_costs[1]);
+  EXPECT_THROW(pl.resume(st, 4, "{\"a\":-1,\"b\":0,\"c0\":0,\"overhead_s\":0,\"half_efficiency_tokens\":0}"),
+               InputError);
+}

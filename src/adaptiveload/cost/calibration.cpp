@@ -95,44 +95,83 @@ void errors(const std::vector<Measurement>& pts, const std::vector<double>& pred
 
 }  // namespace
 
-CalibrationFit fit_calibration(const std::vector<Measurement>& pts) {
+namespace {
+
+double observation_time(const CalibrationFit& f, const Observation& o) {
+  double t = 0;
+  for (auto [S, B] : o.micro_batches) t += model_time(f, double(S), double(B));
+  return t;
+}
+
+// The time part of the fit: N_half from 0 and a geometric grid; for each, a linear NNLS fit
+// of (a, b, c0, overhead) on relative error (rows scaled by 1 / T).
+CalibrationFit fit_time(const std::vector<Observation>& obs) {
   std::set<int64_t> distinct;
-  for (const auto& p : pts) {
-    if (p.tokens <= 0 || p.batch <= 0 || !(p.time_s > 0) || !std::isfinite(p.time_s))
-      throw ConfigError("calibration: a measurement needs tokens > 0, batch > 0 and time_s > 0");
-    distinct.insert(p.tokens);
+  for (const auto& o : obs) {
+    if (o.micro_batches.empty() || !(o.time_s > 0) || !std::isfinite(o.time_s))
+      throw ConfigError("calibration: an observation needs micro-batches and time_s > 0");
+    for (auto [S, B] : o.micro_batches) {
+      if (S <= 0 || B <= 0) throw ConfigError("calibration: a measurement needs tokens > 0, batch > 0 and time_s > 0");
+      distinct.insert(S);
+    }
   }
   if (distinct.size() < 3)
     throw ConfigError("calibration needs measurements at 3 or more token counts (got " +
                       std::to_string(distinct.size()) + "); sweep more buckets");
   CalibrationFit best;
   double best_err = 1e300;
-  // N_half from 0 and a geometric grid; for each, a linear NNLS fit of (a, b, c0, overhead)
-  // on relative error (rows scaled by 1 / T).
   std::vector<double> grid = {0};
   for (double h = 16; h <= 262144; h *= 1.4142135623730951) grid.push_back(h);
   for (double nh : grid) {
     std::vector<std::vector<double>> X;
     std::vector<double> y;
-    for (const auto& p : pts) {
-      const double S = double(p.tokens), B = double(p.batch), u = B + nh / S, w = 1.0 / p.time_s;
-      X.push_back({u * S * w, u * S * S * w, u * w, w});
+    for (const auto& o : obs) {
+      const double w = 1.0 / o.time_s;
+      std::vector<double> row(4, 0.0);
+      for (auto [Si, Bi] : o.micro_batches) {
+        const double S = double(Si), u = double(Bi) + nh / S;
+        row[0] += u * S * w, row[1] += u * S * S * w, row[2] += u * w, row[3] += w;
+      }
+      X.push_back(row);
       y.push_back(1.0);
     }
     std::vector<double> c = nnls(X, y);
     CalibrationFit f;
     f.a = c[0], f.b = c[1], f.c0 = c[2], f.overhead_s = c[3], f.half_efficiency_tokens = nh;
     double sq = 0;
-    for (const auto& p : pts) {
-      double r = (model_time(f, double(p.tokens), double(p.batch)) - p.time_s) / p.time_s;
+    for (const auto& o : obs) {
+      double r = (observation_time(f, o) - o.time_s) / o.time_s;
       sq += r * r;
     }
     if (sq < best_err - 1e-15) best_err = sq, best = f;
   }
-  best.points = pts.size();
-  std::vector<double> pred;
-  for (const auto& p : pts) pred.push_back(model_time(best, double(p.tokens), double(p.batch)));
-  errors(pts, pred, best.median_rel_error, best.max_rel_error);
+  best.points = obs.size();
+  std::vector<double> e;
+  for (const auto& o : obs) e.push_back(std::fabs(observation_time(best, o) - o.time_s) / o.time_s);
+  std::sort(e.begin(), e.end());
+  best.median_rel_error = e.size() % 2 ? e[e.size() / 2] : 0.5 * (e[e.size() / 2 - 1] + e[e.size() / 2]);
+  best.max_rel_error = e.back();
+  return best;
+}
+
+}  // namespace
+
+CalibrationFit fit_observations(const std::vector<Observation>& obs) { return fit_time(obs); }
+
+std::string cost_json(const CalibrationFit& f) {
+  nlohmann::json j = {{"a", f.a}, {"b", f.b}, {"c0", f.c0}, {"overhead_s", f.overhead_s},
+                      {"half_efficiency_tokens", f.half_efficiency_tokens}};
+  return j.dump();
+}
+
+CalibrationFit fit_calibration(const std::vector<Measurement>& pts) {
+  std::vector<Observation> obs;
+  for (const auto& p : pts) {
+    if (p.tokens <= 0 || p.batch <= 0 || !(p.time_s > 0) || !std::isfinite(p.time_s))
+      throw ConfigError("calibration: a measurement needs tokens > 0, batch > 0 and time_s > 0");
+    obs.push_back({{{p.tokens, p.batch}}, p.time_s});
+  }
+  CalibrationFit best = fit_time(obs);
 
   // The paper's single exponent for comparison: per-sample time k * S^p, same overhead model.
   {

@@ -26,6 +26,21 @@ struct CalibrationFit {
   size_t points = 0;
 };
 
+// A measured span of work: the micro-batches (S, B) one rank ran and their total seconds
+// (one global step of one rank, as online adaptation gathers them).
+struct Observation {
+  std::vector<std::pair<int64_t, int64_t>> micro_batches;  // (tokens S, batch B)
+  double time_s = 0;
+};
+
+// Fits the time model to observations (each a sum of micro-batch times): the model is linear
+// in (a, b, c0, overhead) for a given N_half, so sums fit the same way single points do.
+// Memory is not fitted (has_memory false). Throws ConfigError when under-determined.
+CalibrationFit fit_observations(const std::vector<Observation>& obs);
+
+// The compact cost object of a fit, for PlanState::segment_costs.
+std::string cost_json(const CalibrationFit& fit);
+
 // Least squares on relative error with non-negative coefficients; N_half by a 1-D search.
 // Throws ConfigError when the points cannot determine the model (fewer than 3 distinct S).
 CalibrationFit fit_calibration(const std::vector<Measurement>& points);

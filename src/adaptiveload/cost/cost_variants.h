@@ -37,6 +37,9 @@ class PowerCost : public CostModel {
 class ProfileCost : public CostModel {
  public:
   explicit ProfileCost(const std::string& path);
+  // From a compact cost object {"a","b","c0","overhead_s","half_efficiency_tokens"} (online
+  // adaptation's refit, as stored in a sampler state).
+  static std::unique_ptr<ProfileCost> from_cost_json(const std::string& text);
   std::string name() const override { return "profile"; }
   double sample_time(const Bucket& b) const override;
   bool has_memory() const { return has_memory_; }
@@ -47,6 +50,7 @@ class ProfileCost : public CostModel {
   std::vector<std::pair<double, double>> table_;  // (tokens, seconds per sample), ascending
   bool has_memory_ = false;
   MemoryModel memory_;
+  ProfileCost() = default;
 };
 
 }  // namespace adaptiveload

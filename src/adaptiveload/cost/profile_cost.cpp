@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "adaptiveload/cost/cost_variants.h"
+#include "adaptiveload/plan/state.h"
 #include "adaptiveload/util/error.h"
 
 namespace adaptiveload {
@@ -64,6 +65,15 @@ ProfileCost::ProfileCost(const std::string& path) {
   } catch (const json::exception& e) {
     throw InputError(path, std::string("malformed profile: ") + e.what());
   }
+}
+
+std::unique_ptr<ProfileCost> ProfileCost::from_cost_json(const std::string& text) {
+  auto j = nlohmann::json::parse(canonical_cost_json(text));
+  std::unique_ptr<ProfileCost> p(new ProfileCost());
+  p->a_ = j["a"].get<double>(), p->b_ = j["b"].get<double>(), p->c0_ = j["c0"].get<double>();
+  p->overhead_s = j["overhead_s"].get<double>();
+  p->half_efficiency_tokens = j["half_efficiency_tokens"].get<double>();
+  return p;
 }
 
 double ProfileCost::sample_time(const Bucket& b) const {

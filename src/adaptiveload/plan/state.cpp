@@ -1,5 +1,6 @@
 #include "adaptiveload/plan/state.h"
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "adaptiveload/util/error.h"
@@ -8,6 +9,31 @@ namespace adaptiveload {
 
 namespace {
 constexpr size_t kMaxSegments = 64;  // world-size changes within one epoch
+}
+
+const std::string& PlanState::cost_of(size_t segment) const {
+  static const std::string none;
+  return segment < segment_costs.size() ? segment_costs[segment] : none;
+}
+
+std::string canonical_cost_json(const std::string& text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InputError("segment cost", std::string("not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) throw InputError("segment cost", "must be an object");
+  nlohmann::json out = nlohmann::json::object();
+  for (const char* k : {"a", "b", "c0", "overhead_s", "half_efficiency_tokens"}) {
+    if (!j.contains(k) || !j[k].is_number()) throw InputError("segment cost", std::string("needs a number '") + k + "'");
+    double v = j[k].get<double>();
+    if (!std::isfinite(v) || v < 0) throw InputError("segment cost", std::string("'") + k + "' must be finite and >= 0");
+    out[k] = v;
+  }
+  if (out["a"].get<double>() == 0 && out["b"].get<double>() == 0 && out["c0"].get<double>() == 0)
+    throw InputError("segment cost", "a, b and c0 are all zero");
+  return out.dump();
 }
 
 std::string state_to_json(const PlanState& s) {
@@ -23,7 +49,14 @@ std::string state_to_json(const PlanState& s) {
   j["seed"] = buf;
   j["epoch"] = s.epoch;
   j["segments"] = nlohmann::json::array();
-  for (auto [w, steps] : s.segments) j["segments"].push_back({w, steps});
+  for (size_t i = 0; i < s.segments.size(); ++i) {
+    auto [w, steps] = s.segments[i];
+    if (s.cost_of(i).empty()) {
+      j["segments"].push_back({w, steps});
+    } else {
+      j["segments"].push_back({w, steps, nlohmann::json::parse(s.cost_of(i))});
+    }
+  }
   return j.dump();
 }
 
@@ -64,13 +97,18 @@ PlanState state_from_json(const std::string& text) {
   if (!j.contains("segments") || !j["segments"].is_array() || j["segments"].empty() ||
       j["segments"].size() > kMaxSegments)
     throw InputError(where, "'segments' must be a non-empty list of [world_size, steps_done]");
+  bool any_cost = false;
   for (const auto& seg : j["segments"]) {
-    if (!seg.is_array() || seg.size() != 2 || !seg[0].is_number_integer() || !seg[1].is_number_integer())
-      throw InputError(where, "each segment must be [world_size, steps_done]");
+    if (!seg.is_array() || (seg.size() != 2 && seg.size() != 3) || !seg[0].is_number_integer() ||
+        !seg[1].is_number_integer())
+      throw InputError(where, "each segment must be [world_size, steps_done] or [world_size, steps_done, cost]");
     int64_t w = seg[0].get<int64_t>(), steps = seg[1].get<int64_t>();
     if (w < 1 || w > (1 << 20) || steps < 0) throw InputError(where, "segment has an invalid world size or step count");
     s.segments.emplace_back(int(w), steps);
+    s.segment_costs.push_back(seg.size() == 3 ? canonical_cost_json(seg[2].dump()) : "");
+    any_cost = any_cost || seg.size() == 3;
   }
+  if (!any_cost) s.segment_costs.clear();
   return s;
 }
 

@@ -19,7 +19,16 @@ struct PlanState {
   uint64_t seed = 0;
   int64_t epoch = 0;
   std::vector<std::pair<int, int64_t>> segments;
+  // Per segment, the cost model it was planned with when online adaptation replaced the
+  // configured one: a compact JSON object {"a","b","c0","overhead_s","half_efficiency_tokens"}
+  // (seconds per sample a*S + b*S^2 + c0), or "" for the configured model. Empty or the
+  // same length as `segments`.
+  std::vector<std::string> segment_costs;
+  const std::string& cost_of(size_t segment) const;
 };
+
+// Checks a cost object of segment_costs; throws InputError naming the problem.
+std::string canonical_cost_json(const std::string& text);
 
 std::string state_to_json(const PlanState& s);
 // Throws InputError with the reason when the text is not a valid state of this version.

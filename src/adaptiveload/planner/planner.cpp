@@ -251,13 +251,15 @@ PlanState Planner::initial_state(const std::string& strategy, int world_size, in
   return s;
 }
 
-Planner::Resumed Planner::resume(const PlanState& state, int world_size) const {
+Planner::Resumed Planner::resume(const PlanState& state, int world_size, const std::string& new_cost) const {
   if (state.fingerprint != fingerprint_)
     throw InputError("sampler state", "was saved for another manifest or planner configuration (fingerprint mismatch); "
                                       "resume with the same manifest and options, or start a new epoch");
   if (state.seed != cfg_.seed)
     throw InputError("sampler state", "was saved for seed " + std::to_string(state.seed) + ", not seed " +
                                           std::to_string(cfg_.seed) + "; resume with the same seed");
+  if (!state.segment_costs.empty() && state.segment_costs.size() != state.segments.size())
+    throw InputError("sampler state", "segment costs do not match its segments");
   const StrategyEntry& strat = find_strategy(state.strategy);
   if (world_size < 1) throw ConfigError("world size must be >= 1");
   std::vector<uint8_t> done(bucketing_.sample_bucket.size(), 0);
@@ -267,16 +269,27 @@ Planner::Resumed Planner::resume(const PlanState& state, int world_size) const {
       if (!done[id]) pool.push_back(id);
     return pool;
   };
+  // A segment planned with an adapted cost model deals by that model; budgets stay the
+  // configured ones (they are part of the fingerprint).
+  auto plan_segment = [&](int w, uint64_t seg, const std::string& cost) {
+    PlanProblem pr = problem(w, state.epoch, seg, remaining_pool());
+    std::unique_ptr<CostModel> adapted;
+    if (!cost.empty()) {
+      adapted = ProfileCost::from_cost_json(cost);
+      pr.cost = adapted.get();
+    }
+    return run(strat, pr);
+  };
   Resumed out;
   out.state = state;
   for (size_t seg = 0; seg < state.segments.size(); ++seg) {
     auto [w, steps_done] = state.segments[seg];
-    Plan p = run(strat, problem(w, state.epoch, seg, remaining_pool()));
+    Plan p = plan_segment(w, seg, state.cost_of(seg));
     if (size_t(steps_done) > p.num_steps())
       throw InputError("sampler state", "records " + std::to_string(steps_done) + " steps done but the plan has " +
                                             std::to_string(p.num_steps()));
     const bool last = seg + 1 == state.segments.size();
-    if (last && w == world_size) {
+    if (last && w == world_size && new_cost.empty()) {
       out.plan = std::move(p);
       out.first_step = size_t(steps_done);
       return out;
@@ -287,11 +300,17 @@ Planner::Resumed Planner::resume(const PlanState& state, int world_size) const {
         for (uint32_t k = 0; k < mb.count; ++k) done[p.sample_ids[mb.begin + k]] = 1;
     }
   }
-  // World size changed: plan what is left for the new world size as a new segment.
+  // World size or cost model changed: plan what is left as a new segment.
   const uint64_t seg = state.segments.size();
-  out.plan = run(strat, problem(world_size, state.epoch, seg, remaining_pool()));
+  // The new segment keeps the latest adapted model unless a newer one is given.
+  std::string cost = new_cost.empty() ? state.cost_of(seg - 1) : canonical_cost_json(new_cost);
+  out.plan = plan_segment(world_size, seg, cost);
   out.first_step = 0;
   out.state.segments.emplace_back(world_size, 0);
+  if (!cost.empty() || !out.state.segment_costs.empty()) {
+    out.state.segment_costs.resize(out.state.segments.size() - 1);
+    out.state.segment_costs.push_back(cost);
+  }
   return out;
 }
 

@@ -90,7 +90,9 @@ class Planner {
     size_t first_step = 0;
     PlanState state;
   };
-  Resumed resume(const PlanState& state, int world_size) const;
+  // `new_cost` (online adaptation): a compact cost object (see PlanState::segment_costs) to
+  // plan the rest of the epoch with from here on, as a new segment.
+  Resumed resume(const PlanState& state, int world_size, const std::string& new_cost = "") const;
   // State at the start of `epoch` on `world_size` ranks (0 / -1: the configured ones).
   PlanState initial_state(const std::string& strategy, int world_size = 0, int64_t epoch = -1) const;
 
