@@ -56,6 +56,8 @@ def parse_args(argv=None):
     p.add_argument("--checkpointing", action="store_true", help="activation checkpointing in every block")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    p.add_argument("--adapt-every", type=int, help="online adaptation: refit the cost model to the measured "
+                   "per-rank step times every N steps and re-plan the rest of the epoch")
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--out", help="write the summaries (JSON list) here")
     p.add_argument("--log-samples", help="append the sample ids each rank trained, one JSON line per micro-batch "
@@ -138,7 +140,7 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
         adaptiveload.AdaptiveBatchSampler(
             manifests, model=c.preset, device=planner_device, grid=grid, strategy=strategy, world_size=W, rank=r,
             seed=args.seed, mem_budget=mem_budget, profile=args.profile, checkpointing=args.checkpointing,
-            on_bad_row="skip", on_oversize="skip")
+            on_bad_row="skip", on_oversize="skip", adapt_every=args.adapt_every)
         for r in ([dist_rank] if ddp else range(W))
     ]
     torch.manual_seed(args.seed)
@@ -149,15 +151,20 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
     gen = torch.Generator().manual_seed(args.seed + 1000 * dist_rank)
     steps_iters = [s.steps() for s in samplers]
     total_steps = samplers[0].num_steps
-    run_steps = min(args.warmup + args.steps, total_steps)
-    times, extra, peaks = [], [], []
+    run_steps = args.warmup + args.steps
+    times, extra, peaks, pred = [], [], [], []
     samples = tokens = 0
     # One log per process (ranks of a torchrun job append to their own file).
     log_path = f"{args.log_samples}.rank{dist_rank}" if args.log_samples and ddp else args.log_samples
     log = open(log_path, "a") if log_path else None
     predicted_times = samplers[0].predicted_rank_times()  # [steps][W] seconds, the planner's model
+    plan_first = samplers[0].num_steps - len(predicted_times)  # global index of the plan's first step
+    adaptations = []
     for t in range(run_steps):
-        steps = [next(it) for it in steps_iters]
+        try:
+            steps = [next(it) for it in steps_iters]
+        except StopIteration:
+            break
         if device.type == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
@@ -192,16 +199,24 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
             torch.distributed.all_gather_object(gathered, rank_times[0])
             rank_times = gathered
         if t >= args.warmup:
+            pred.append(predicted_times[steps[0].step - plan_first])
             times.append(rank_times)
             extra.append(sync_s)
             samples += steps[0].global_samples - steps[0].padded_samples
             tokens += steps[0].global_tokens
             if device.type == "cuda":
                 peaks.append(torch.cuda.max_memory_allocated())
+        if args.adapt_every:
+            # Every rank has every rank's times (emulated, or all-gathered above): same update.
+            fits = [s.observe_step(steps[0].step, rank_times) for s in samplers]
+            if fits[0] is not None:
+                adaptations.append(fits[0])
+                steps_iters = [s.steps() for s in samplers]  # the re-planned rest of the epoch
+                predicted_times = samplers[0].predicted_rank_times()
+                plan_first = samplers[0].num_steps - len(predicted_times)
     if log:
         log.close()
     measured = metrics(times, samples, tokens, extra)
-    pred = predicted_times[args.warmup:run_steps]
     allreduce = samplers[0].budgets.get("allreduce_s", 0.0)
     predicted = metrics(pred, samples, tokens, [allreduce] * len(pred))
     if peaks:
@@ -221,6 +236,7 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
         "rank_times": times,
         "predicted_rank_times": pred,
         "plan_steps": total_steps,
+        "adaptations": adaptations,
     }
 
 

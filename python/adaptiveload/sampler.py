@@ -56,6 +56,10 @@ class AdaptiveBatchSampler(Sampler):
     on_bad_row: 'error' raises ValueError at the first bad manifest row, 'skip' leaves bad
       rows out (listed in `bad_rows`). on_oversize likewise for samples too big to fit.
     profile: a calibrated cost profile file (cost_model defaults to 'profile' then).
+    adapt_every: online adaptation: after this many observed steps (observe_step), refit the
+      cost model to the measured per-rank step times and re-plan the rest of the epoch with
+      it. Every rank must observe the same times for the same steps (all-gathered; see
+      gather_step_time), so every rank applies the same update at the same step.
     """
 
     def __init__(
@@ -77,6 +81,7 @@ class AdaptiveBatchSampler(Sampler):
         profile: Optional[str] = None,
         cost_model: Optional[str] = None,
         on_oversize: str = "error",
+        adapt_every: Optional[int] = None,
     ):
         super().__init__(None)
         dist_rank, dist_world = _dist_rank_world()
@@ -110,6 +115,12 @@ class AdaptiveBatchSampler(Sampler):
             end_policy="drop" if drop_last else "pad",
             oversize=on_oversize,
         )
+        if adapt_every is not None and int(adapt_every) < 1:
+            raise ValueError(f"adapt_every must be a positive number of steps or None, got {adapt_every}")
+        self.adapt_every = int(adapt_every) if adapt_every else None
+        self._observations: List[tuple] = []  # ([(tokens, batch), ...], seconds) per rank-step
+        self._observed_since = 0  # steps observed since the last re-plan
+        self.adaptations: List[Dict[str, Any]] = []  # {"step": ..., fit summary} per re-plan
         self._manifest = load_manifest(manifest, on_bad_row)
         self._planners: Dict[int, "_C.Planner"] = {}
         self.epoch = 0
@@ -135,17 +146,20 @@ class AdaptiveBatchSampler(Sampler):
         return p
 
     def _start_epoch(self) -> None:
+        self._budget_world = self.world_size
+        self._observations = []
+        self._observed_since = 0
         planner = self._planner(self.world_size)
         self._resume(planner, planner.initial_state(self.strategy, self.world_size, self.epoch), 0)
 
-    def _resume(self, planner: "_C.Planner", state_json: str, offset: int) -> None:
-        plan, first_step, new_json = planner.resume(state_json, self.world_size)
+    def _resume(self, planner: "_C.Planner", state_json: str, offset: int, new_cost: str = "") -> None:
+        plan, first_step, new_json = planner.resume(state_json, self.world_size, new_cost)
         st = _C.parse_state(new_json)
         self._plan = plan
         self._counts = plan.rank_counts(self.rank)
         self._fingerprint = st["fingerprint"]
         self._segments = [list(s) for s in st["segments"]]
-        self._steps_before = sum(s for _, s in self._segments[:-1])
+        self._steps_before = sum(s[1] for s in self._segments[:-1])
         self._step = int(first_step)
         self._offset = int(offset)
         self._restart = False  # True once an iteration reached the end: the next one restarts
@@ -193,6 +207,45 @@ class AdaptiveBatchSampler(Sampler):
                 self._step, self._offset, self._restart = 0, 0, False
                 self._generation += 1
         return self._generation
+
+    # --- online adaptation ----------------------------------------------------------------
+
+    @staticmethod
+    def gather_step_time(seconds: float) -> List[float]:
+        """This rank's compute seconds of a step -> every rank's, in rank order
+        (torch.distributed.all_gather_object when initialised, else [seconds])."""
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            out = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(out, float(seconds))
+            return [float(x) for x in out]
+        return [float(seconds)]
+
+    def observe_step(self, step: int, rank_seconds: List[float]) -> Optional[Dict[str, Any]]:
+        """Records the measured compute seconds of every rank in global step `step` (the
+        same list on every rank). With adapt_every set, once that many steps are recorded
+        and the position is at the step boundary after `step`, refits the cost model to them
+        and re-plans the rest of the epoch; returns the fit summary then, else None."""
+        t = int(step) - self._steps_before
+        if not 0 <= t < self._plan.num_steps:
+            raise ValueError(f"observe_step: step {step} is not in the current plan")
+        if len(rank_seconds) != self.world_size:
+            raise ValueError(f"observe_step: need {self.world_size} rank times, got {len(rank_seconds)}")
+        planner = self._planner(self._budget_world)
+        for r, secs in enumerate(rank_seconds):
+            mbs = [(planner.row_geometry(mb[0])[3], len(mb)) for mb in self._plan.rank_step(t, r)]
+            self._observations.append((mbs, float(secs)))
+        self._observed_since += 1
+        if not self.adapt_every or self._observed_since < self.adapt_every:
+            return None
+        if self._step != t + 1 or self._offset != 0 or self._step >= self._plan.num_steps:
+            return None  # adapt only at the boundary right after the observed step, before the end
+        cost, summary = _C.fit_observations(self._observations)
+        core = self.state_dict()["core"]
+        self._resume(planner, core, 0, cost)
+        summary = dict(summary, step=int(step) + 1)
+        self.adaptations.append(summary)
+        self._observed_since = 0  # the fit keeps every observation of the epoch
+        return summary
 
     def _step_info(self, t: int, micro_batches: List[List[int]]) -> PlannedStep:
         samples, tokens, padded = self._plan.step_info(t)
@@ -334,6 +387,7 @@ class AdaptiveBatchSampler(Sampler):
         old_epoch = self.epoch
         self.epoch = int(st["epoch"])
         try:
+            self._budget_world = int(st["segments"][0][0])
             self._resume(self._planner(st["segments"][0][0]), core, offset)
         except Exception:
             self.epoch = old_epoch

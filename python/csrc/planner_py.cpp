@@ -44,7 +44,9 @@ pb::dict state_to_dict(const PlanState& s) {
   d["seed"] = s.seed;
   d["epoch"] = s.epoch;
   pb::list segs;
-  for (auto [w, steps] : s.segments) segs.append(pb::make_tuple(w, steps));
+  // (world_size, steps_done, cost): cost "" unless online adaptation set one.
+  for (size_t i = 0; i < s.segments.size(); ++i)
+    segs.append(pb::make_tuple(s.segments[i].first, s.segments[i].second, s.cost_of(i)));
   d["segments"] = segs;
   return d;
 }
@@ -228,17 +230,18 @@ void bind_planner(pb::module_& m) {
           "State JSON at the start of an epoch.")
       .def(
           "resume",
-          [](const Planner& self, const std::string& state_json, int world_size) {
+          [](const Planner& self, const std::string& state_json, int world_size, const std::string& new_cost) {
             PlanState st = state_from_json(state_json);
             Planner::Resumed r;
             {
               pb::gil_scoped_release release;
-              r = self.resume(st, world_size);
+              r = self.resume(st, world_size, new_cost);
             }
             return pb::make_tuple(std::move(r.plan), r.first_step, state_to_json(r.state));
           },
-          pb::arg("state_json"), pb::arg("world_size"),
-          "(plan, first_step, state_json): the plan that continues `state` on `world_size` ranks.");
+          pb::arg("state_json"), pb::arg("world_size"), pb::arg("new_cost") = "",
+          "(plan, first_step, state_json): the plan that continues `state` on `world_size` ranks; with "
+          "`new_cost` (a cost object from fit_observations), the rest of the epoch is re-planned with it.");
 
   m.def(
       "fit_profile",
@@ -266,16 +269,39 @@ void bind_planner(pb::module_& m) {
       "Fits the cost and memory models to measurements [{tokens, batch, time_s, peak_bytes}] and returns "
       "(profile_json, summary).");
   m.def(
+      "fit_observations",
+      [](const std::vector<std::pair<std::vector<std::pair<int64_t, int64_t>>, double>>& observations) {
+        std::vector<Observation> obs;
+        for (const auto& [mbs, t] : observations) obs.push_back({mbs, t});
+        CalibrationFit f = fit_observations(obs);
+        pb::dict s;
+        s["points"] = f.points, s["a"] = f.a, s["b"] = f.b, s["c0"] = f.c0, s["overhead_s"] = f.overhead_s;
+        s["half_efficiency_tokens"] = f.half_efficiency_tokens;
+        s["median_rel_error"] = f.median_rel_error, s["max_rel_error"] = f.max_rel_error;
+        return pb::make_tuple(cost_json(f), s);
+      },
+      pb::arg("observations"),
+      "Fits the cost model to [([(tokens, batch), ...], seconds), ...] (one rank's step each) and returns "
+      "(cost_json, summary) for Planner.resume(..., new_cost=cost_json).");
+  m.def(
       "parse_state", [](const std::string& text) { return state_to_dict(state_from_json(text)); },
       pb::arg("state_json"),
       "Validates a state JSON and returns it as a dict (ValueError if corrupt).");
   m.def(
       "dump_state",
-      [](const std::string& strategy, uint64_t fingerprint, uint64_t seed, int64_t epoch,
-         const std::vector<std::pair<int, int64_t>>& segments) {
+      [](const std::string& strategy, uint64_t fingerprint, uint64_t seed, int64_t epoch, const pb::list& segments) {
         PlanState s;
-        s.strategy = strategy, s.fingerprint = fingerprint, s.seed = seed, s.epoch = epoch,
-        s.segments = segments;
+        s.strategy = strategy, s.fingerprint = fingerprint, s.seed = seed, s.epoch = epoch;
+        bool any_cost = false;
+        for (const pb::handle& h : segments) {
+          pb::tuple t = pb::tuple(pb::reinterpret_borrow<pb::object>(h));
+          if (t.size() != 2 && t.size() != 3) throw std::invalid_argument("a segment is (world_size, steps[, cost])");
+          s.segments.emplace_back(t[0].cast<int>(), t[1].cast<int64_t>());
+          std::string cost = t.size() == 3 ? t[2].cast<std::string>() : "";
+          any_cost = any_cost || !cost.empty();
+          s.segment_costs.push_back(cost.empty() ? cost : canonical_cost_json(cost));
+        }
+        if (!any_cost) s.segment_costs.clear();
         return state_to_json(s);
       },
       pb::arg("strategy"), pb::arg("fingerprint"), pb::arg("seed"), pb::arg("epoch"),

@@ -135,3 +135,26 @@ def test_calibration_on_cpu_fits_its_measurements(tmp_path):
         pytest.skip("CLI not built")
     assert res.returncode == 0, res.stderr
     assert "cost model profile" in res.stdout
+
+
+def test_online_adaptation_replans_and_trains_every_sample_once(tmp_path):
+    # A small slice of the real manifests, trained for a whole epoch with a refit every 2 steps.
+    small = tmp_path / "small.csv"
+    with open(MANIFESTS[0]) as f:
+        rows = f.read().splitlines()[:201]
+    with open(MANIFESTS[1]) as f:
+        rows += f.read().splitlines()[1:201]
+    small.write_text("\n".join(rows) + "\n")
+    log, out = tmp_path / "ids.jsonl", tmp_path / "out.json"
+    (r,) = train_dit.main(["--config", "tiny", "--device", "cpu", "--threads", "2", "-m", str(small),
+                           "--strategy", "balanced", "--world-size", "3", "--steps", "1000", "--warmup", "0",
+                           "--adapt-every", "2", "--log-samples", str(log), "--out", str(out)])
+    check_summary(r)
+    assert len(r["adaptations"]) >= 2, r["adaptations"]
+    for a in r["adaptations"]:
+        assert a["median_rel_error"] < 0.5 and a["a"] >= 0 and a["b"] >= 0
+    got = collections.Counter(i for line in open(log) for i in json.loads(line)["ids"])
+    s = adaptiveload.AdaptiveBatchSampler(str(small), model="tiny-dit", device="cpu", grid="tiny", world_size=3,
+                                          rank=0, mem_budget=4096, checkpointing=False)
+    assert sorted(got) == s.planned_rows()
+    assert set(got.values()) == {1}, "a sample was trained twice across re-plans"
