@@ -2,6 +2,7 @@
 // with FFmpeg's libraries and write the canonical manifest, bad files to an errors file.
 // Built only with the media scanner (AL_HAVE_SCAN, cmake/scan.cmake); without it the
 // subcommand exists and exits 2 saying how to enable it.
+#include "adaptiveload/util/format.h"
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -24,17 +25,6 @@ constexpr const char* kAbout =
     "from container headers with FFmpeg (rotation applied); unreadable files go to an errors file";
 
 #ifdef AL_HAVE_SCAN
-
-std::string thousands(int64_t v) {
-  std::string s = std::to_string(v), out;
-  int n = 0;
-  for (auto it = s.rbegin(); it != s.rend(); ++it) {
-    if (n && n % 3 == 0 && *it != '-') out.insert(out.begin(), ',');
-    out.insert(out.begin(), *it);
-    ++n;
-  }
-  return out;
-}
 
 struct ScanCommand : Command {
   ScanOptions opts;

@@ -1,3 +1,4 @@
+#include "adaptiveload/util/format.h"
 #include "plan_options.h"
 
 #include <cmath>
@@ -19,23 +20,6 @@ double parse_auto(const std::string& v, const char* option) {
   } catch (...) {
   }
   throw CLI::ValidationError(option, "must be a positive number or 'auto', got '" + v + "'");
-}
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
-std::string thousands(int64_t v) {
-  std::string s = std::to_string(v), out;
-  int n = 0;
-  for (auto it = s.rbegin(); it != s.rend(); ++it) {
-    if (n && n % 3 == 0 && *it != '-') out.insert(out.begin(), ',');
-    out.insert(out.begin(), *it);
-    ++n;
-  }
-  return out;
 }
 
 }  // namespace

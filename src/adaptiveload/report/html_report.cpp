@@ -1,3 +1,4 @@
+#include "adaptiveload/util/format.h"
 #include "adaptiveload/report/html_report.h"
 
 #include <algorithm>
@@ -19,23 +20,6 @@ constexpr const char* kPadded = "#a0a7b0";
 constexpr const char* kIdle = "#f0a04b";
 constexpr const char* kSamplesColor = "#3a6db5";
 constexpr const char* kTokensColor = "#5b9a59";
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
-std::string thousands(int64_t v) {
-  std::string s = std::to_string(v), out;
-  int n = 0;
-  for (auto it = s.rbegin(); it != s.rend(); ++it) {
-    if (n && n % 3 == 0 && *it != '-') out.insert(out.begin(), ',');
-    out.insert(out.begin(), *it);
-    ++n;
-  }
-  return out;
-}
 
 // Full precision for data-value attributes, so a reader can compare with the JSON exactly.
 std::string exact(double v) { return fmt("%.17g", v); }

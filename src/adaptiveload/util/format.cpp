@@ -1,0 +1,24 @@
+#include "adaptiveload/util/format.h"
+
+#include <cstdio>
+
+namespace adaptiveload {
+
+std::string fmt(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+std::string thousands(int64_t v) {
+  std::string s = std::to_string(v), out;
+  int n = 0;
+  for (auto it = s.rbegin(); it != s.rend(); ++it) {
+    if (n && n % 3 == 0 && *it != '-') out.insert(out.begin(), ',');
+    out.insert(out.begin(), *it);
+    ++n;
+  }
+  return out;
+}
+
+}  // namespace adaptiveload
