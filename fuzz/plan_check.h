@@ -1,0 +1,75 @@
+#pragma once
+// Plan-contract oracles shared by the planner and state targets (abort on violation).
+#include <algorithm>
+#include <vector>
+
+#include "adaptiveload/planner/planner.h"
+#include "fuzz_common.h"
+
+namespace adaptiveload::fuzz {
+
+// Ids trained in steps [first, end) (padded repeats excluded), unsorted.
+inline void append_trained(const Plan& p, size_t first, size_t end, std::vector<uint32_t>& out) {
+  end = std::min(end, p.num_steps());
+  if (first >= end) return;
+  const size_t W = size_t(p.world_size);
+  for (uint64_t m = p.rank_begin[first * W]; m < p.rank_begin[end * W]; ++m) {
+    const MicroBatch& mb = p.micro_batches[m];
+    if (!mb.padded) out.insert(out.end(), p.ids(mb), p.ids(mb) + mb.count);
+  }
+}
+
+inline std::vector<uint32_t> usable_ids(const Planner& pl) {
+  const auto& sb = pl.bucketing().sample_bucket;
+  std::vector<uint8_t> over(sb.size(), 0);
+  for (const auto& o : pl.oversize()) over[size_t(o.row)] = 1;
+  std::vector<uint32_t> ids;
+  for (size_t i = 0; i < sb.size(); ++i)
+    if (sb[i] != kNoBucket && !over[i]) ids.push_back(uint32_t(i));
+  return ids;
+}
+
+// Lockstep shape and coverage: every rank has >= 1 micro-batch in every step (so all ranks
+// run the same number of steps), every usable sample is trained or dropped exactly once.
+inline void check_plan(const Planner& pl, const Plan& p) {
+  const size_t W = size_t(p.world_size);
+  AL_FUZZ_CHECK(p.rank_begin.size() == p.num_steps() * W + 1, "rank_begin is not steps x W + 1");
+  AL_FUZZ_CHECK(p.rank_begin.back() == p.micro_batches.size(), "rank_begin does not end at the micro-batches");
+  for (size_t i = 0; i + 1 < p.rank_begin.size(); ++i)
+    AL_FUZZ_CHECK(p.rank_begin[i] < p.rank_begin[i + 1], "a rank is idle in a step (ranks out of lockstep)");
+  uint64_t samples = 0;
+  for (const StepInfo& s : p.steps) samples += s.samples;
+  AL_FUZZ_CHECK(samples == p.sample_ids.size(), "step sample counts do not add up");
+  for (const MicroBatch& mb : p.micro_batches) {
+    AL_FUZZ_CHECK(mb.count > 0 && uint64_t(mb.begin) + mb.count <= p.sample_ids.size(), "micro-batch out of range");
+    for (uint32_t k = 0; k < mb.count; ++k)
+      AL_FUZZ_CHECK(pl.bucketing().sample_bucket[p.ids(mb)[k]] == mb.bucket, "sample in the wrong bucket");
+  }
+  std::vector<uint32_t> ids;
+  append_trained(p, 0, p.num_steps(), ids);
+  ids.insert(ids.end(), p.dropped.begin(), p.dropped.end());
+  std::sort(ids.begin(), ids.end());
+  AL_FUZZ_CHECK(ids == usable_ids(pl), "coverage: not every usable sample exactly once");
+}
+
+// Nothing lost or repeated across the segments of `st` and its resumption on `world_size`
+// ranks: the steps done in each segment (replayed through prefix states) plus the rest of
+// the resumed plan (and its dropped samples) are the usable samples, each exactly once.
+inline void check_resume_coverage(const Planner& pl, const PlanState& st, int world_size) {
+  std::vector<uint32_t> ids;
+  Planner::Resumed last;
+  for (size_t k = 0; k < st.segments.size(); ++k) {
+    PlanState prefix = st;
+    prefix.segments.resize(k + 1);
+    Planner::Resumed r = pl.resume(prefix, prefix.segments.back().first);
+    AL_FUZZ_CHECK(r.first_step == size_t(prefix.segments.back().second), "prefix resume at the wrong step");
+    append_trained(r.plan, 0, r.first_step, ids);
+  }
+  Planner::Resumed r = pl.resume(st, world_size);
+  append_trained(r.plan, r.first_step, r.plan.num_steps(), ids);
+  ids.insert(ids.end(), r.plan.dropped.begin(), r.plan.dropped.end());
+  std::sort(ids.begin(), ids.end());
+  AL_FUZZ_CHECK(ids == usable_ids(pl), "resume: a sample was lost or repeated");
+}
+
+}  // namespace adaptiveload::fuzz
