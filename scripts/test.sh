@@ -9,3 +9,4 @@ scripts/build.sh
 ctest --test-dir build --output-on-failure -j2
 scripts/python_env.sh
 .venv/bin/python -m pytest python/tests -q -p no:cacheprovider
+scripts/reliability.sh  # ASan+UBSan suite, TSan adaLN tests, 60 s per fuzz target (docs/testing.md)
