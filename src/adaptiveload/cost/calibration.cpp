@@ -236,9 +236,16 @@ std::vector<Measurement> read_measurements(const std::string& path) {
     const std::string where = path + ":" + std::to_string(line);
     try {
       auto j = nlohmann::json::parse(s);
+      // get<int64_t>() of a double outside int64's range is undefined behaviour: check first.
+      auto count = [&](const char* key) {
+        const nlohmann::json& v = j.at(key);
+        if (v.is_number_float() && !(std::fabs(v.get<double>()) < 9e15))
+          throw InputError(where, std::string("'") + key + "' is out of range");
+        return v.get<int64_t>();
+      };
       Measurement m;
-      m.tokens = j.at("tokens").get<int64_t>();
-      m.batch = j.at("batch").get<int64_t>();
+      m.tokens = count("tokens");
+      m.batch = count("batch");
       m.time_s = j.at("time_s").get<double>();
       m.peak_bytes = j.contains("peak_bytes") && !j["peak_bytes"].is_null() ? j["peak_bytes"].get<double>() : -1;
       if (m.tokens <= 0 || m.batch <= 0 || !(m.time_s > 0))
