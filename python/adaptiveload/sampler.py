@@ -21,6 +21,7 @@ from ._manifest import load_manifest
 
 STATE_FORMAT = "adaptiveload-sampler"
 STATE_VERSION = 1
+MIN_OBSERVATIONS = 8  # rank-steps observed before the first refit
 
 
 @dataclass(frozen=True)
@@ -223,7 +224,9 @@ class AdaptiveBatchSampler(Sampler):
     def observe_step(self, step: int, rank_seconds: List[float]) -> Optional[Dict[str, Any]]:
         """Records the measured compute seconds of every rank in global step `step` (the
         same list on every rank). With adapt_every set, once that many steps are recorded
-        and the position is at the step boundary after `step`, refits the cost model to them
+        (and at least MIN_OBSERVATIONS rank-steps) and the position is at the step boundary
+        after `step`, refits the cost model (a*S + b*S^2 + c0; overhead and small-batch
+        efficiency kept from the planner's model) to every observation of the epoch
         and re-plans the rest of the epoch; returns the fit summary then, else None."""
         t = int(step) - self._steps_before
         if not 0 <= t < self._plan.num_steps:
@@ -237,9 +240,14 @@ class AdaptiveBatchSampler(Sampler):
         self._observed_since += 1
         if not self.adapt_every or self._observed_since < self.adapt_every:
             return None
+        if len(self._observations) < MIN_OBSERVATIONS:
+            return None  # a few rank-steps cannot pin the model down yet
         if self._step != t + 1 or self._offset != 0 or self._step >= self._plan.num_steps:
             return None  # adapt only at the boundary right after the observed step, before the end
-        cost, summary = _C.fit_observations(self._observations)
+        # The overhead and small-batch efficiency stay the planner's: only how cost grows with
+        # S (a, b, c0) is refitted, which a few steps of mixed buckets do determine.
+        cost, summary = _C.fit_observations(self._observations, planner.cost_overhead_s,
+                                            planner.cost_half_efficiency_tokens)
         core = self.state_dict()["core"]
         self._resume(planner, core, 0, cost)
         summary = dict(summary, step=int(step) + 1)

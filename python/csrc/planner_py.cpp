@@ -216,6 +216,9 @@ void bind_planner(pb::module_& m) {
             return out;
           },
           pb::arg("plan"), "Predicted compute seconds of every rank in every step, [steps][world_size].")
+      .def_property_readonly("cost_overhead_s", [](const Planner& self) { return self.cost().overhead_s; })
+      .def_property_readonly("cost_half_efficiency_tokens",
+                             [](const Planner& self) { return self.cost().half_efficiency_tokens; })
       .def(
           "allreduce_s", [](const Planner& self, int world_size) { return self.sim_env(world_size).allreduce_s; },
           pb::arg("world_size"), "Modelled gradient all-reduce seconds per step.")
@@ -270,18 +273,19 @@ void bind_planner(pb::module_& m) {
       "(profile_json, summary).");
   m.def(
       "fit_observations",
-      [](const std::vector<std::pair<std::vector<std::pair<int64_t, int64_t>>, double>>& observations) {
+      [](const std::vector<std::pair<std::vector<std::pair<int64_t, int64_t>>, double>>& observations,
+         double overhead_s, double half_efficiency_tokens) {
         std::vector<Observation> obs;
         for (const auto& [mbs, t] : observations) obs.push_back({mbs, t});
-        CalibrationFit f = fit_observations(obs);
+        CalibrationFit f = fit_observations(obs, overhead_s, half_efficiency_tokens);
         pb::dict s;
         s["points"] = f.points, s["a"] = f.a, s["b"] = f.b, s["c0"] = f.c0, s["overhead_s"] = f.overhead_s;
         s["half_efficiency_tokens"] = f.half_efficiency_tokens;
         s["median_rel_error"] = f.median_rel_error, s["max_rel_error"] = f.max_rel_error;
         return pb::make_tuple(cost_json(f), s);
       },
-      pb::arg("observations"),
-      "Fits the cost model to [([(tokens, batch), ...], seconds), ...] (one rank's step each) and returns "
+      pb::arg("observations"), pb::arg("overhead_s") = -1.0, pb::arg("half_efficiency_tokens") = -1.0,
+      "Fits the cost model (overhead and half-efficiency tokens kept when given >= 0) to [([(tokens, batch), ...], seconds), ...] (one rank's step each) and returns "
       "(cost_json, summary) for Planner.resume(..., new_cost=cost_json).");
   m.def(
       "parse_state", [](const std::string& text) { return state_to_dict(state_from_json(text)); },

@@ -138,7 +138,7 @@ def test_calibration_on_cpu_fits_its_measurements(tmp_path):
 
 
 def test_online_adaptation_replans_and_trains_every_sample_once(tmp_path):
-    # A small slice of the real manifests, trained for a whole epoch with a refit every 2 steps.
+    # A small slice of the real manifests, trained for a whole epoch with a refit after every step.
     small = tmp_path / "small.csv"
     with open(MANIFESTS[0]) as f:
         rows = f.read().splitlines()[:201]
@@ -148,7 +148,7 @@ def test_online_adaptation_replans_and_trains_every_sample_once(tmp_path):
     log, out = tmp_path / "ids.jsonl", tmp_path / "out.json"
     (r,) = train_dit.main(["--config", "tiny", "--device", "cpu", "--threads", "2", "-m", str(small),
                            "--strategy", "balanced", "--world-size", "3", "--steps", "1000", "--warmup", "0",
-                           "--adapt-every", "2", "--log-samples", str(log), "--out", str(out)])
+                           "--adapt-every", "1", "--log-samples", str(log), "--out", str(out)])
     check_summary(r)
     assert len(r["adaptations"]) >= 2, r["adaptations"]
     for a in r["adaptations"]:

@@ -105,7 +105,7 @@ double observation_time(const CalibrationFit& f, const Observation& o) {
 
 // The time part of the fit: N_half from 0 and a geometric grid; for each, a linear NNLS fit
 // of (a, b, c0, overhead) on relative error (rows scaled by 1 / T).
-CalibrationFit fit_time(const std::vector<Observation>& obs) {
+CalibrationFit fit_time(const std::vector<Observation>& obs, double fixed_overhead = -1, double fixed_half = -1) {
   std::set<int64_t> distinct;
   for (const auto& o : obs) {
     if (o.micro_batches.empty() || !(o.time_s > 0) || !std::isfinite(o.time_s))
@@ -122,22 +122,28 @@ CalibrationFit fit_time(const std::vector<Observation>& obs) {
   double best_err = 1e300;
   std::vector<double> grid = {0};
   for (double h = 16; h <= 262144; h *= 1.4142135623730951) grid.push_back(h);
+  if (fixed_half >= 0) grid = {fixed_half};
+  const bool fit_overhead = fixed_overhead < 0;
   for (double nh : grid) {
     std::vector<std::vector<double>> X;
     std::vector<double> y;
     for (const auto& o : obs) {
       const double w = 1.0 / o.time_s;
-      std::vector<double> row(4, 0.0);
+      std::vector<double> row(fit_overhead ? 4 : 3, 0.0);
+      double known = 0;  // the fixed overhead's share of this observation, in units of 1/T
       for (auto [Si, Bi] : o.micro_batches) {
         const double S = double(Si), u = double(Bi) + nh / S;
-        row[0] += u * S * w, row[1] += u * S * S * w, row[2] += u * w, row[3] += w;
+        row[0] += u * S * w, row[1] += u * S * S * w, row[2] += u * w;
+        if (fit_overhead) row[3] += w;
+        else known += fixed_overhead * w;
       }
       X.push_back(row);
-      y.push_back(1.0);
+      y.push_back(1.0 - known);
     }
     std::vector<double> c = nnls(X, y);
     CalibrationFit f;
-    f.a = c[0], f.b = c[1], f.c0 = c[2], f.overhead_s = c[3], f.half_efficiency_tokens = nh;
+    f.a = c[0], f.b = c[1], f.c0 = c[2], f.overhead_s = fit_overhead ? c[3] : fixed_overhead;
+    f.half_efficiency_tokens = nh;
     double sq = 0;
     for (const auto& o : obs) {
       double r = (observation_time(f, o) - o.time_s) / o.time_s;
@@ -156,7 +162,10 @@ CalibrationFit fit_time(const std::vector<Observation>& obs) {
 
 }  // namespace
 
-CalibrationFit fit_observations(const std::vector<Observation>& obs) { return fit_time(obs); }
+CalibrationFit fit_observations(const std::vector<Observation>& obs, double fixed_overhead_s,
+                                double fixed_half_efficiency_tokens) {
+  return fit_time(obs, fixed_overhead_s, fixed_half_efficiency_tokens);
+}
 
 std::string cost_json(const CalibrationFit& f) {
   nlohmann::json j = {{"a", f.a}, {"b", f.b}, {"c0", f.c0}, {"overhead_s", f.overhead_s},

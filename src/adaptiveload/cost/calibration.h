@@ -36,7 +36,11 @@ struct Observation {
 // Fits the time model to observations (each a sum of micro-batch times): the model is linear
 // in (a, b, c0, overhead) for a given N_half, so sums fit the same way single points do.
 // Memory is not fitted (has_memory false). Throws ConfigError when under-determined.
-CalibrationFit fit_observations(const std::vector<Observation>& obs);
+// With `fixed_overhead_s` and `fixed_half_efficiency_tokens` >= 0, those two stay as given
+// (online adaptation keeps the prior's, which a few steps cannot pin down) and only
+// (a, b, c0) are fitted.
+CalibrationFit fit_observations(const std::vector<Observation>& obs, double fixed_overhead_s = -1,
+                                double fixed_half_efficiency_tokens = -1);
 
 // The compact cost object of a fit, for PlanState::segment_costs.
 std::string cost_json(const CalibrationFit& fit);

@@ -20,7 +20,7 @@ std::string canonical_cost_json(const std::string& text) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range (number overflow)
     throw InputError("segment cost", std::string("not valid JSON: ") + e.what());
   }
   if (!j.is_object()) throw InputError("segment cost", "must be an object");

@@ -174,19 +174,23 @@ void Planner::resolve_budgets() {
     base_.comp_budget = best;
   }
 
-  if (cfg_.step_budget_s > 0) {
-    base_.step_budget_s = cfg_.step_budget_s;
-  } else {
-    // The slowest micro-batch the memory budget admits, i.e. the longest step equal_tokens
-    // already runs: balanced keeps every rank busy for up to that long.
-    double s = 0;
-    for (size_t b = 0; b < buckets.size(); ++b) {
-      if (!live[b]) continue;
-      int64_t B = std::max<int64_t>(1, std::min<int64_t>(base_.max_batch_memory[b], M / buckets[b].tokens));
-      s = std::max(s, cost_->microbatch_time(B, buckets[b]));
-    }
-    base_.step_budget_s = s;
+  base_.step_budget_s = cfg_.step_budget_s > 0 ? cfg_.step_budget_s : auto_step_budget(*cost_);
+}
+
+double Planner::auto_step_budget(const CostModel& cost) const {
+  // The slowest micro-batch the memory budget admits, i.e. the longest step equal_tokens
+  // already runs: balanced keeps every rank busy for up to that long.
+  const auto& buckets = bucketing_.buckets;
+  std::vector<uint8_t> live(buckets.size(), 0);
+  for (uint32_t id : pool_) live[bucketing_.sample_bucket[id]] = 1;
+  double s = 0;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    if (!live[b]) continue;
+    const int64_t B = std::max<int64_t>(
+        1, std::min<int64_t>(base_.max_batch_memory[b], base_.mem_budget_tokens / buckets[b].tokens));
+    s = std::max(s, cost.microbatch_time(B, buckets[b]));
   }
+  return s;
 }
 
 PlanProblem Planner::problem(int world_size, int64_t epoch, uint64_t segment, std::vector<uint32_t> pool) const {
@@ -277,6 +281,16 @@ Planner::Resumed Planner::resume(const PlanState& state, int world_size, const s
     if (!cost.empty()) {
       adapted = ProfileCost::from_cost_json(cost);
       pr.cost = adapted.get();
+      // The step budget is seconds: an automatic one is re-derived under the adapted model;
+      // a given one is raised, if needed, to the adapted model's longest single sample.
+      if (cfg_.step_budget_s > 0) {
+        for (uint32_t id : pr.pool) {
+          const Bucket& b = bucketing_.buckets[bucketing_.sample_bucket[id]];
+          pr.step_budget_s = std::max(pr.step_budget_s, adapted->microbatch_time(1, b) * (1 + 1e-9));
+        }
+      } else {
+        pr.step_budget_s = auto_step_budget(*adapted);
+      }
     }
     return run(strat, pr);
   };

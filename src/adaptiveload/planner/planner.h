@@ -100,6 +100,7 @@ class Planner {
   void init(Bucketing bucketing, const Manifest* manifest);
   PlanProblem problem(int world_size, int64_t epoch, uint64_t segment, std::vector<uint32_t> pool) const;
   void resolve_budgets();
+  double auto_step_budget(const CostModel& cost) const;
   std::vector<int64_t> resolve_fixed(std::string& error) const;
   Plan run(const StrategyEntry& s, const PlanProblem& pr) const;
 

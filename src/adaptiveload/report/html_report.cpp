@@ -297,7 +297,7 @@ std::vector<std::pair<double, double>> profile_points(const std::string& path) {
   json j;
   try {
     j = json::parse(read_file(path));
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range (number overflow)
     throw InputError(path, std::string("profile is not valid JSON: ") + e.what());
   }
   std::vector<std::pair<double, double>> out;
