@@ -48,6 +48,8 @@ def parse_args(argv=None):
     p.add_argument("--world-size", "-w", type=int, default=4, help="emulated ranks (ignored under torchrun)")
     p.add_argument("--steps", type=int, default=8, help="global steps to run per strategy (after warm-up)")
     p.add_argument("--warmup", type=int, default=1, help="global steps run first and not measured")
+    p.add_argument("--spread", action="store_true", help="run the steps spread evenly over the epoch (every "
+                   "k-th step) instead of the first ones, so a short run sees the epoch's mix of buckets")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--planner-device", help="device preset for the planner (default: h200 on CUDA, cpu on CPU)")
     p.add_argument("--grid", help="bucket grid preset (default: wan, or tiny for --config tiny)")
@@ -160,8 +162,12 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
     predicted_times = samplers[0].predicted_rank_times()  # [steps][W] seconds, the planner's model
     plan_first = samplers[0].num_steps - len(predicted_times)  # global index of the plan's first step
     adaptations = []
+    stride = max(1, total_steps // run_steps) if args.spread else 1
     for t in range(run_steps):
         try:
+            for _ in range(stride - 1):  # steps skipped by --spread: not run, not measured
+                for it in steps_iters:
+                    next(it)
             steps = [next(it) for it in steps_iters]
         except StopIteration:
             break

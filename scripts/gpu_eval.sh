@@ -7,7 +7,8 @@
 # .deps/include holds the vendored headers (scripts/vendor_headers.sh; carry `.deps`).
 #
 #   scripts/gpu_eval.sh [--cpu-smoke]     --cpu-smoke: the same steps with the tiny model on CPU
-# Environment: LAYERS (4), WORLD (8), STEPS (3), MEM_BUDGET (80000 tokens), OUT (out/gpu_eval)
+# Steps are spread over the epoch (--spread) so a short run sees the data set's mix of buckets.
+# Environment: LAYERS (4), WORLD (8), STEPS (4), MEM_BUDGET (80000 tokens), OUT (out/gpu_eval)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t0=$(date +%s)
@@ -20,7 +21,7 @@ if [ "${1:-}" = "--cpu-smoke" ]; then
   PY=${PYTHON:-/usr/bin/python3}
   MODEL=(--config tiny --device cpu --threads 2)
   CAL=(--config tiny --device cpu --max-batch 4)
-  RUN=(--world-size 4 --steps 2 --warmup 1)
+  RUN=(--world-size 4 --steps 4 --warmup 1 --spread)
 else
   if ! command -v nvidia-smi >/dev/null 2>&1; then
     echo "gpu_eval: no nvidia-smi: this script needs an NVIDIA GPU (or use --cpu-smoke)" >&2
@@ -31,7 +32,7 @@ else
   export TORCH_CUDA_ARCH_LIST="$cap"
   MODEL=(--config wan2.1-1.3b --layers "${LAYERS:-4}" --device cuda --mem-budget "${MEM_BUDGET:-80000}")
   CAL=(--config wan2.1-1.3b --layers "${LAYERS:-4}" --device cuda --max-batch 4 --fused)
-  RUN=(--world-size "${WORLD:-8}" --steps "${STEPS:-3}" --warmup 1)
+  RUN=(--world-size "${WORLD:-8}" --steps "${STEPS:-4}" --warmup 1 --spread)
 fi
 "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 
