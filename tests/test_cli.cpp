@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+
+#include "test_support.h"
 #include <sstream>
 
 namespace {
@@ -20,19 +22,12 @@ CliRun run(const std::string& args) {
   static int calls = 0;
   const std::string err_file =
       ::testing::TempDir() + "cli_stderr_" + std::to_string(getpid()) + "_" + std::to_string(calls++) + ".txt";
-  const std::string cmd = std::string(AL_CLI_PATH) + " " + args + " 2>" + err_file;
+  const adaptiveload::test::CommandResult res =
+      adaptiveload::test::run_command(std::string(AL_CLI_PATH) + " " + args + " 2>" + err_file);
   CliRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream e(err_file);
-  std::stringstream ss;
-  ss << e.rdbuf();
-  r.err = ss.str();
+  r.code = res.code;
+  r.out = res.out;
+  r.err = adaptiveload::test::read_text(err_file);
   std::remove(err_file.c_str());
   return r;
 }

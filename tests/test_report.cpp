@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "test_support.h"
 #include "adaptiveload/planner/planner.h"
 #include "adaptiveload/report/html_report.h"
 #include "adaptiveload/report/svg_chart.h"
@@ -39,29 +40,11 @@ size_t count(const std::string& s, const std::string& what) {
   return n;
 }
 
-std::string read_text(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+std::string read_text(const fs::path& p) { return adaptiveload::test::read_text(p.string()); }
 
-struct Exec {
-  int code = -1;
-  std::string out;
-};
+using Exec = adaptiveload::test::CommandResult;
 
-Exec run(const std::string& cmd) {
-  Exec r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+Exec run(const std::string& cmd) { return adaptiveload::test::run_command(cmd); }
 
 // Every element opened is closed in order (void HTML elements and <!...> aside): enough to
 // catch broken markup from string building.

@@ -23,6 +23,7 @@
 #include <tuple>
 #include <vector>
 
+#include "test_support.h"
 #include "scan/probe.h"
 #include "scan/progress.h"
 #include "scan/scan.h"
@@ -35,29 +36,18 @@ namespace {
 
 const std::string kCli = AL_CLI_PATH;
 
+// stdout and stderr together.
 struct Exec {
   int code = -1;
-  std::string output;  // stdout and stderr
+  std::string output;
 };
 
 Exec run(const std::string& cmd) {
-  Exec r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  int st = pclose(p);
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
+  const adaptiveload::test::CommandResult r = adaptiveload::test::run_command(cmd + " 2>&1");
+  return {r.code, r.out};
 }
 
-std::string read_text(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+std::string read_text(const fs::path& p) { return adaptiveload::test::read_text(p.string()); }
 
 void write_text(const fs::path& p, const std::string& s) {
   std::ofstream f(p, std::ios::binary);
