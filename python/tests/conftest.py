@@ -23,3 +23,21 @@ def require_datasets(*names):
     missing = [n for n in names if not os.path.isfile(os.path.join(DATASETS, n))]
     if missing:
         pytest.skip(f"manifests {missing} not found in {DATASETS} (set AL_DATASETS)", allow_module_level=True)
+
+
+def torchrun(nproc, log_dir, extra_paths=()):
+    """(command prefix, environment) to run a script under torchrun (torch.distributed.run)
+    with `nproc` local processes on CPU: the package (and `extra_paths`) importable, one
+    OpenMP thread per process."""
+    import torch
+
+    env = dict(os.environ)
+    pkg_root = os.path.dirname(os.path.dirname(adaptiveload.__file__))
+    env["PYTHONPATH"] = os.pathsep.join([pkg_root, *extra_paths] + [p for p in [env.get("PYTHONPATH")] if p])
+    env["OMP_NUM_THREADS"] = "1"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", f"--nproc_per_node={nproc}"]
+    if sys.version_info >= (3, 11) and torch.__version__ < "2":
+        # torch 1.13's torchrun cannot parse its own default `--redirects 0 --tee 0` on Python
+        # 3.11 (IntFlag iteration no longer yields the zero member): name a stream explicitly.
+        cmd += ["--redirects", "2", "--tee", "2", "--log_dir", str(log_dir)]
+    return cmd, env

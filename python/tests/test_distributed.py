@@ -5,12 +5,8 @@ import collections
 import json
 import os
 import subprocess
-import sys
 
-import torch
-
-import adaptiveload
-from conftest import DATASETS, HERE, require_datasets
+from conftest import DATASETS, HERE, require_datasets, torchrun
 
 require_datasets("taichi_hd.csv", "coco2017_val_images.csv")
 MANIFESTS = [os.path.join(DATASETS, "taichi_hd.csv"), os.path.join(DATASETS, "coco2017_val_images.csv")]
@@ -18,15 +14,7 @@ MANIFESTS = [os.path.join(DATASETS, "taichi_hd.csv"), os.path.join(DATASETS, "co
 
 def test_torchrun_two_ranks_gloo(tmp_path):
     out = tmp_path / "result.json"
-    env = dict(os.environ)
-    pkg_root = os.path.dirname(os.path.dirname(adaptiveload.__file__))
-    env["PYTHONPATH"] = os.pathsep.join([pkg_root, HERE] + [p for p in [env.get("PYTHONPATH")] if p])
-    env["OMP_NUM_THREADS"] = "1"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc_per_node=2"]
-    if sys.version_info >= (3, 11) and torch.__version__ < "2":
-        # torch 1.13's torchrun cannot parse its own default `--redirects 0 --tee 0` on Python
-        # 3.11 (IntFlag iteration no longer yields the zero member): name a stream explicitly.
-        cmd += ["--redirects", "2", "--tee", "2", "--log_dir", str(tmp_path / "logs")]
+    cmd, env = torchrun(2, tmp_path / "logs", [HERE])
     cmd += [os.path.join(HERE, "dist_sampler_worker.py"), str(out)] + MANIFESTS
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -13,7 +13,7 @@ import torch
 
 import adaptiveload
 from adaptiveload.models import wan_dit
-from conftest import DATASETS, HERE, REPO, require_datasets
+from conftest import DATASETS, HERE, REPO, require_datasets, torchrun
 
 require_datasets("taichi_hd.csv", "coco2017_val_images.csv")
 MANIFESTS = [os.path.join(DATASETS, "taichi_hd.csv"), os.path.join(DATASETS, "coco2017_val_images.csv")]
@@ -71,13 +71,7 @@ def test_emulated_ranks_every_strategy(tmp_path):
 
 def test_torchrun_two_processes_balanced(tmp_path):
     out, log = tmp_path / "summary.json", tmp_path / "ids"
-    env = dict(os.environ)
-    pkg_root = os.path.dirname(os.path.dirname(adaptiveload.__file__))
-    env["PYTHONPATH"] = os.pathsep.join([pkg_root, HERE] + [p for p in [env.get("PYTHONPATH")] if p])
-    env["OMP_NUM_THREADS"] = "1"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc_per_node=2"]
-    if sys.version_info >= (3, 11) and torch.__version__ < "2":
-        cmd += ["--redirects", "2", "--tee", "2", "--log_dir", str(tmp_path / "logs")]
+    cmd, env = torchrun(2, tmp_path / "logs", [HERE])
     steps = 2
     cmd += [os.path.join(REPO, "examples", "train_dit.py")] + TINY + [
         "--strategy", "balanced", "--steps", str(steps), "--warmup", "0", "--threads", "1",

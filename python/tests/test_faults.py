@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import time
+from conftest import torchrun as run_under_torchrun  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEED = 5
@@ -121,7 +122,6 @@ if __name__ == "__main__":
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-import adaptiveload  # noqa: E402
 from adaptiveload import AdaptiveBatchSampler  # noqa: E402
 
 
@@ -141,14 +141,7 @@ def write_manifest(path, rows=520, seed=3):
 def torchrun(nproc, run_dir, manifest, attempt, sleep=0.0, kill_at_step=None, timeout=120):
     """Runs the worker under torchrun; with kill_at_step, SIGKILLs the whole process group
     (agent and workers) as soon as the committed checkpoint reaches that step."""
-    env = dict(os.environ)
-    pkg_root = os.path.dirname(os.path.dirname(adaptiveload.__file__))
-    env["PYTHONPATH"] = os.pathsep.join([pkg_root] + [p for p in [env.get("PYTHONPATH")] if p])
-    env["OMP_NUM_THREADS"] = "1"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", f"--nproc_per_node={nproc}"]
-    if sys.version_info >= (3, 11) and torch.__version__ < "2":
-        # torch 1.13's torchrun cannot parse its own default `--redirects 0` on Python 3.11.
-        cmd += ["--redirects", "2", "--tee", "2", "--log_dir", os.path.join(run_dir, f"torchrun_a{attempt}")]
+    cmd, env = run_under_torchrun(nproc, os.path.join(run_dir, f"torchrun_a{attempt}"))
     cmd += [os.path.abspath(__file__), "--manifest", manifest, "--run-dir", run_dir, "--attempt", str(attempt),
             "--sleep", str(sleep)]
     out = open(os.path.join(run_dir, f"torchrun_a{attempt}.out"), "w")
