@@ -1,17 +1,20 @@
-// Benchmark of the fused adaLN CPU path (llm.c style).
+// Benchmark of the fused adaLN CPU path (llm.c style), every SIMD path side by side.
 //
-// 1. checks every path (fwd, bwd; bf16, f16, f32) against the fp64 reference on small
-//    awkward shapes, exits 1 on a failure;
+// 1. checks every SIMD path this CPU runs (AVX-512, AVX2, scalar) and every pass (fwd, bwd;
+//    bf16, f16, f32) against the fp64 reference on small awkward shapes, exits 1 on a failure;
 // 2. per configuration, measures the copy bandwidth of this machine on the same bytes
 //    (memcpy x -> y, split over the same OpenMP threads as the kernel), then times the
-//    kernel: warm-up, `--reps` repetitions, median;
-// 3. prints one line per (shape, B, dtype, mode) with ms, effective GB/s (bytes that must
-//    move: fwd reads x and writes y, bwd reads x, dy and writes dx) and the fraction of
-//    the copy bandwidth, and a JSON line per configuration.
+//    kernel on each path: warm-up, `--reps` repetitions, median;
+// 3. prints one line per (shape, B, dtype, mode) with, for each path, ms, effective GB/s
+//    (bytes that must move: fwd reads x and writes y, bwd reads x, dy and writes dx) and the
+//    fraction of the copy bandwidth, then the path adaln_fwd_cpu / adaln_bwd_cpu dispatch to
+//    (AL_SIMD=scalar|avx2|avx512 narrows it) and its time relative to the fastest path;
+//    then one JSON line per (configuration, path).
 //
-//   bench_adaln_cpu                 all shapes, B in {1, 4}, bf16 and f32
+//   bench_adaln_cpu                 all shapes, B in {1, 4}, bf16 and f32, every path
 //   bench_adaln_cpu --quick         Wan 1.3B 480p, B = 1, bf16 only
 //   bench_adaln_cpu --shapes=wan1.3b-480p,image --batches=1 --dtypes=bf16 --reps=7
+//   --paths=avx512,avx2 times only those paths (a path this CPU lacks is reported, skipped);
 //   --max-gb=N skips configurations whose tensors need more than N GiB (default 8).
 #include <omp.h>
 
@@ -26,7 +29,7 @@
 #include "adaptiveload/kernels/adaln.h"
 #include "adaptiveload/kernels/adaln_check.h"
 #include "adaptiveload/kernels/half_types.h"
-#include "adaptiveload/kernels/simd_cpu.h"
+#include "adaptiveload/kernels/simd_dispatch_cpu.h"
 
 using namespace adaptiveload;
 
@@ -57,7 +60,9 @@ std::vector<std::string> split(const std::string& s) {
 }
 
 double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 template <typename F>
@@ -115,27 +120,31 @@ void parallel_copy(void* dst, const void* src, size_t bytes) {
   }
 }
 
-bool run_checks() {
+bool run_checks(const std::vector<CpuSimd>& paths) {
   using adaln_check::AdalnCase;
   bool ok = true;
   std::printf("# checks against the fp64 reference (tolerance rule of DESIGN.md)\n");
-  for (DType xt : {DType::BF16, DType::F16, DType::F32})
-    for (int64_t D : {1536, 1500})
-      for (bool tok : {false, true}) {
-        AdalnCase c;
-        c.batch = 2;
-        c.L = 301;
-        c.D = D;
-        c.per_token = tok;
-        c.x_dtype = xt;
-        c.weight = c.bias = D == 1500;
-        const auto f = adaln_check::check_adaln_fwd(c, adaln_fwd_cpu);
-        const auto b = adaln_check::check_adaln_bwd(c, adaln_bwd_cpu);
-        std::printf("check %-40s fwd %s  bwd %s\n", c.name().c_str(), f.ok ? "ok" : "FAIL", b.ok ? "ok" : "FAIL");
-        if (!f.ok) std::printf("%s", f.report.c_str());
-        if (!b.ok) std::printf("%s", b.report.c_str());
-        ok = ok && f.ok && b.ok;
-      }
+  for (CpuSimd path : paths)
+    for (DType xt : {DType::BF16, DType::F16, DType::F32})
+      for (int64_t D : {1536, 1500})
+        for (bool tok : {false, true}) {
+          AdalnCase c;
+          c.batch = 2;
+          c.L = 301;
+          c.D = D;
+          c.per_token = tok;
+          c.x_dtype = xt;
+          c.weight = c.bias = D == 1500;
+          const auto f = adaln_check::check_adaln_fwd(
+              c, [&](const AdalnParams& p) { adaln_fwd_cpu(p, path); });
+          const auto b = adaln_check::check_adaln_bwd(
+              c, [&](const AdalnParams& p) { adaln_bwd_cpu(p, path); });
+          std::printf("check %-6s %-40s fwd %s  bwd %s\n", cpu_simd_name(path), c.name().c_str(),
+                      f.ok ? "ok" : "FAIL", b.ok ? "ok" : "FAIL");
+          if (!f.ok) std::printf("%s", f.report.c_str());
+          if (!b.ok) std::printf("%s", b.report.c_str());
+          ok = ok && f.ok && b.ok;
+        }
   return ok;
 }
 
@@ -144,12 +153,15 @@ bool run_checks() {
 int main(int argc, char** argv) {
   std::vector<std::string> shapes = {"wan1.3b-480p", "wan14b-720p", "hunyuan-720p", "image"};
   std::vector<std::string> dtypes = {"bf16", "f32"}, modes = {"fwd", "bwd"};
+  std::vector<std::string> path_names = {"avx512", "avx2", "scalar"};
   std::vector<int64_t> batches = {1, 4};
   int reps = 5;
   double max_gb = 8;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    auto val = [&](const char* k) { return a.rfind(k, 0) == 0 ? a.substr(std::strlen(k)) : std::string(); };
+    auto val = [&](const char* k) {
+      return a.rfind(k, 0) == 0 ? a.substr(std::strlen(k)) : std::string();
+    };
     if (a == "--quick") {
       shapes = {"wan1.3b-480p"};
       batches = {1};
@@ -160,6 +172,8 @@ int main(int argc, char** argv) {
       dtypes = split(val("--dtypes="));
     } else if (!val("--modes=").empty()) {
       modes = split(val("--modes="));
+    } else if (!val("--paths=").empty()) {
+      path_names = split(val("--paths="));
     } else if (!val("--batches=").empty()) {
       batches.clear();
       for (const auto& b : split(val("--batches="))) batches.push_back(std::atoll(b.c_str()));
@@ -168,22 +182,43 @@ int main(int argc, char** argv) {
     } else if (!val("--max-gb=").empty()) {
       max_gb = std::atof(val("--max-gb=").c_str());
     } else {
-      std::fprintf(stderr,
-                   "usage: %s [--quick] [--shapes=a,b] [--batches=1,4] [--dtypes=bf16,f16,f32] "
-                   "[--modes=fwd,bwd] [--reps=N] [--max-gb=N]\n  shapes:",
-                   argv[0]);
+      std::fprintf(
+          stderr,
+          "usage: %s [--quick] [--shapes=a,b] [--batches=1,4] [--dtypes=bf16,f16,f32] "
+          "[--modes=fwd,bwd] [--paths=avx512,avx2,scalar] [--reps=N] [--max-gb=N]\n  shapes:",
+          argv[0]);
       for (const Shape& s : kShapes) std::fprintf(stderr, " %s", s.name);
       std::fprintf(stderr, "\n");
       return 2;
     }
   }
-  std::printf("# adaLN CPU benchmark: %d OpenMP threads, SIMD %s\n", omp_get_max_threads(), simd::Simd::name());
-  if (!run_checks()) {
+  std::vector<CpuSimd> paths;
+  for (const std::string& n : path_names) {
+    CpuSimd s;
+    if (!parse_cpu_simd(n, &s)) {
+      std::fprintf(stderr, "unknown SIMD path %s (avx512, avx2, scalar)\n", n.c_str());
+      return 2;
+    }
+    if (cpu_simd_supported(s))
+      paths.push_back(s);
+    else
+      std::printf("# path %s: not run, this CPU (or build) lacks it\n", n.c_str());
+  }
+  const CpuSimd dispatched = adaln_cpu_simd();
+  const char* al_simd = std::getenv("AL_SIMD");
+  std::printf("# adaLN CPU benchmark: %d OpenMP threads; paths:", omp_get_max_threads());
+  for (CpuSimd s : paths) std::printf(" %s", cpu_simd_name(s));
+  std::printf("; dispatched: %s (best on this CPU %s, AL_SIMD=%s)\n", cpu_simd_name(dispatched),
+              cpu_simd_name(cpu_simd_best()), al_simd ? al_simd : "unset");
+  if (!run_checks(paths)) {
     std::printf("CHECK FAILED\n");
     return 1;
   }
-  std::printf("# %-13s %2s %8s %5s %-4s %-3s %9s %8s %9s %6s\n", "shape", "B", "rows", "D", "type", "mod", "ms",
-              "GB/s", "copyGB/s", "frac");
+  std::printf("# %-13s %2s %8s %5s %-4s %-3s %8s", "shape", "B", "rows", "D", "type", "mod",
+              "copyGB/s");
+  for (CpuSimd s : paths)
+    std::printf(" | %9s %7s %5s", (std::string(cpu_simd_name(s)) + " ms").c_str(), "GB/s", "copy");
+  std::printf(" | dispatched  vs-fastest\n");
   std::vector<std::string> json;
   for (const std::string& sname : shapes) {
     const Shape* sh = nullptr;
@@ -202,8 +237,10 @@ int main(int argc, char** argv) {
           const bool bwd = mode == "bwd";
           const double need_gb = double(tbytes) * (bwd ? 3 : 2) / (1 << 30);
           if (need_gb > max_gb) {
-            std::printf("  %-13s %2lld %8lld %5lld %-4s %-3s skipped: needs %.1f GiB > --max-gb=%.0f\n", sh->name,
-                        (long long)B, (long long)N, (long long)D, dn.c_str(), mode.c_str(), need_gb, max_gb);
+            std::printf(
+                "  %-13s %2lld %8lld %5lld %-4s %-3s skipped: needs %.1f GiB > --max-gb=%.0f\n",
+                sh->name, (long long)B, (long long)N, (long long)D, dn.c_str(), mode.c_str(),
+                need_gb, max_gb);
             continue;
           }
           Mem x(tbytes), out(tbytes), scale(size_t(B * D) * 4), shift(size_t(B * D) * 4);
@@ -229,33 +266,48 @@ int main(int argc, char** argv) {
           adaln_fwd_cpu(p);  // saved stats for the backward
           const double copy_ms = median_ms([&] { parallel_copy(out.p, x.p, tbytes); }, reps);
           const double copy_gbps = 2.0 * double(tbytes) / (copy_ms * 1e6);
-          double ms = 0;
-          size_t moved = 0;
-          if (!bwd) {
-            ms = median_ms([&] { adaln_fwd_cpu(p); }, reps);
-            moved = 2 * tbytes;
-          } else {
-            Mem dy(tbytes), ds(size_t(B * D) * 4), dt(size_t(B * D) * 4);
+          Mem dy(bwd ? tbytes : 1), ds(size_t(B * D) * 4), dt(size_t(B * D) * 4);
+          if (bwd) {
             fill(dy.p, t, count, 5, -1.f, 1.f);
             p.dy = dy.p;
             p.dx = out.p;  // the y buffer is free now
             p.dscale = ds.p;
             p.dshift = dt.p;
-            ms = median_ms([&] { adaln_bwd_cpu(p); }, reps);
-            moved = 3 * tbytes;
           }
-          const double gbps = double(moved) / (ms * 1e6), frac = gbps / copy_gbps;
-          std::printf("  %-13s %2lld %8lld %5lld %-4s %-3s %9.3f %8.2f %9.2f %5.0f%%\n", sh->name, (long long)B,
-                      (long long)N, (long long)D, dn.c_str(), mode.c_str(), ms, gbps, copy_gbps, 100 * frac);
+          const size_t moved = (bwd ? 3 : 2) * tbytes;
+          std::printf("  %-13s %2lld %8lld %5lld %-4s %-3s %8.2f", sh->name, (long long)B,
+                      (long long)N, (long long)D, dn.c_str(), mode.c_str(), copy_gbps);
+          std::vector<double> ms(paths.size());
+          for (size_t k = 0; k < paths.size(); ++k) {
+            const CpuSimd path = paths[k];
+            ms[k] = bwd ? median_ms([&] { adaln_bwd_cpu(p, path); }, reps)
+                        : median_ms([&] { adaln_fwd_cpu(p, path); }, reps);
+            const double gbps = double(moved) / (ms[k] * 1e6), frac = gbps / copy_gbps;
+            std::printf(" | %9.3f %7.2f %4.0f%%", ms[k], gbps, 100 * frac);
+            std::fflush(stdout);
+            char line[640];
+            std::snprintf(
+                line, sizeof line,
+                "{\"bench\":\"adaln_cpu\",\"shape\":\"%s\",\"B\":%lld,\"rows\":%lld,\"D\":%lld,"
+                "\"dtype\":\"%s\",\"mod_dtype\":\"f32\",\"mode\":\"%s\",\"simd\":\"%s\","
+                "\"dispatched\":\"%s\",\"ms\":%.4f,\"gbps\":%.3f,\"copy_gbps\":%.3f,"
+                "\"frac_copy\":%.4f,\"threads\":%d,\"reps\":%d}",
+                sh->name, (long long)B, (long long)N, (long long)D, dn.c_str(), mode.c_str(),
+                cpu_simd_name(path), cpu_simd_name(dispatched), ms[k], gbps, copy_gbps, frac,
+                omp_get_max_threads(), reps);
+            json.push_back(line);
+          }
+          // The dispatched path's time over the fastest path's (1.00: dispatch picked the best).
+          std::string rel = "-";
+          const double best = ms.empty() ? 0 : *std::min_element(ms.begin(), ms.end());
+          for (size_t k = 0; k < paths.size(); ++k)
+            if (paths[k] == dispatched) {
+              char b[32];
+              std::snprintf(b, sizeof b, "%.2fx", ms[k] / best);
+              rel = b;
+            }
+          std::printf(" | %-10s %s\n", cpu_simd_name(dispatched), rel.c_str());
           std::fflush(stdout);
-          char line[512];
-          std::snprintf(line, sizeof line,
-                        "{\"bench\":\"adaln_cpu\",\"shape\":\"%s\",\"B\":%lld,\"rows\":%lld,\"D\":%lld,\"dtype\":\"%s\","
-                        "\"mod_dtype\":\"f32\",\"mode\":\"%s\",\"ms\":%.4f,\"gbps\":%.3f,\"copy_gbps\":%.3f,"
-                        "\"frac_copy\":%.4f,\"threads\":%d,\"simd\":\"%s\",\"reps\":%d}",
-                        sh->name, (long long)B, (long long)N, (long long)D, dn.c_str(), mode.c_str(), ms, gbps,
-                        copy_gbps, frac, omp_get_max_threads(), simd::Simd::name(), reps);
-          json.push_back(line);
         }
       }
   }

@@ -87,9 +87,10 @@ void validate(const AdalnParams& p, AdalnPass pass);
 void adaln_fwd_ref(const AdalnParams& p);
 void adaln_bwd_ref(const AdalnParams& p);
 
-// Optimised CPU path (OpenMP over rows, AVX-512 when compiled with it, else scalar).
-// Deterministic: the reductions use a fixed row partition, so dscale / dshift / dweight /
-// dbias are bit-identical for any thread count.
+// Optimised CPU path: OpenMP over rows, SIMD over D on the path chosen at run time
+// (AVX-512 / AVX2 / scalar, see simd_dispatch_cpu.h). Deterministic: the reductions use a
+// fixed row partition, so dscale / dshift / dweight / dbias are bit-identical for any
+// thread count.
 void adaln_fwd_cpu(const AdalnParams& p);
 void adaln_bwd_cpu(const AdalnParams& p);
 
