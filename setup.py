@@ -7,7 +7,8 @@ kernels (cuda/*.cu). No CMake build needs to have run.
   /usr/bin/python3 -m venv --system-site-packages .venv
   MAX_JOBS=2 .venv/bin/pip install --no-build-isolation .          # or: -e . / build_ext --inplace
 
-Environment: AL_NATIVE=0 drops -march=native (AVX-512 kernels need it on this CPU);
+Environment: AL_NATIVE=1 adds -march=native (off by default: the extension is built for the
+baseline x86-64 and picks the CPU kernel's SIMD path, AVX-512 / AVX2 / scalar, at run time);
 AL_CUDA=0 forces a CPU-only build; MAX_JOBS sets parallel compile jobs (ninja).
 """
 import glob
@@ -80,7 +81,9 @@ def extensions():
     # std::iterator, deprecated in C++17.
     cxx = ["-O3", "-g0", "-std=c++17", "-fopenmp", "-Wall", "-Wextra", "-Wno-unused-parameter",
            "-Wno-deprecated-declarations"]
-    if os.environ.get("AL_NATIVE", "1") != "0":
+    # The AVX2 / AVX-512 kernels carry their instruction set in target attributes and run after
+    # a CPU check, so no per-file flags; -march=native would make the .so SIGILL on other CPUs.
+    if os.environ.get("AL_NATIVE", "0") == "1":
         cxx.append("-march=native")
     include_dirs = [os.path.join(ROOT, "src"), os.path.join(ROOT, "python", "csrc")]
     # Header-only dependencies copied by scripts/vendor_headers.sh, for machines without the
