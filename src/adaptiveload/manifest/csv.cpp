@@ -21,7 +21,8 @@ bool next_csv_record(std::string_view text, size_t& pos, std::vector<std::string
           quoted = false;
         }
       } else {
-        if (c == '\n') ++lines;
+        // A line break inside quotes: LF, CRLF, or a lone CR (old Mac / spreadsheet exports).
+        if (c == '\n' || (c == '\r' && (pos >= text.size() || text[pos] != '\n'))) ++lines;
         field += c;
       }
     } else if (c == '"' && field.empty() && !was_quoted) {
@@ -33,6 +34,11 @@ bool next_csv_record(std::string_view text, size_t& pos, std::vector<std::string
     } else if (c == '\n') {
       ++lines;
       if (!field.empty() && field.back() == '\r') field.pop_back();
+      fields.push_back(std::move(field));
+      return true;
+    } else if (c == '\r' && (pos >= text.size() || text[pos] != '\n')) {
+      // A lone CR ends the record too (CR-only files from old spreadsheet exports).
+      ++lines;
       fields.push_back(std::move(field));
       return true;
     } else {

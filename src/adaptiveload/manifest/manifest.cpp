@@ -1,5 +1,6 @@
 #include "adaptiveload/manifest/manifest.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@ namespace {
 constexpr int64_t kMaxFrames = 10'000'000;  // ~4 days at 30 fps
 constexpr int64_t kMaxSide = 65'536;
 constexpr double kMaxFps = 1000;
+constexpr double kMinFps = 1e-3;  // one frame per 1000 s; below that the resampled length overflows
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -51,6 +53,8 @@ std::string parse_fps(std::string_view s, int64_t num_frames, double& out) {
     return "'" + std::string(s) + "' is not a number";
   if (out <= 0) return "must be positive, got " + std::string(s);
   if (out > kMaxFps) return std::string(s) + " is implausibly large (limit 1000)";
+  if (out < kMinFps)
+    return std::string(s) + " is implausibly small (limit 0.001 frames per second)";
   return "";
 }
 
@@ -149,7 +153,14 @@ void Manifest::load_csv(std::string_view text, const std::string& name, BadRowPo
   for (int k = 0; k < kColumns; ++k) {
     col[k] = -1;
     for (size_t i = 0; i < fields.size(); ++i) {
-      if (trim(fields[i]) == kColumnNames[k]) col[k] = int(i);
+      if (trim(fields[i]) != kColumnNames[k]) continue;
+      // Two columns of the same name: which one holds the value is a guess, so refuse.
+      if (col[k] >= 0)
+        throw InputError(name + ":1", std::string("header has the column '") + kColumnNames[k] +
+                                          "' twice (columns " + std::to_string(col[k] + 1) +
+                                          " and " + std::to_string(i + 1) +
+                                          "); remove or rename one of them");
+      col[k] = int(i);
     }
     if (col[k] < 0 && k != kFps)
       throw InputError(name + ":1", std::string("header has no '") + kColumnNames[k] +
@@ -171,43 +182,76 @@ void Manifest::load_jsonl(std::string_view text, const std::string& name, BadRow
   using json = nlohmann::json;
   size_t pos = 0;
   int64_t line = 0;
+  if (text.substr(0, 3) == "\xEF\xBB\xBF") pos = 3;  // UTF-8 byte-order mark
   while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
+    // Lines end in LF, CRLF or a lone CR (a JSON string cannot hold a raw CR or LF).
+    size_t end = text.find_first_of("\r\n", pos);
     if (end == std::string_view::npos) end = text.size();
     std::string_view s = trim(text.substr(pos, end - pos));
-    pos = end + 1;
+    pos = end + (end + 1 < text.size() && text[end] == '\r' && text[end + 1] == '\n' ? 2 : 1);
     ++line;
     if (s.empty()) continue;
     json j;
-    std::string reason;
+    std::string field = "(row)", reason;
+    // Duplicate keys are refused: nlohmann keeps the last copy, which silently picks one.
+    std::vector<std::vector<std::string>> keys;  // keys seen per open object
+    auto on_event = [&](int depth, json::parse_event_t event, json& parsed) {
+      (void)depth;
+      if (event == json::parse_event_t::object_start) {
+        keys.emplace_back();
+      } else if (event == json::parse_event_t::object_end) {
+        keys.pop_back();
+      } else if (event == json::parse_event_t::key && !keys.empty()) {
+        const std::string k = parsed.get<std::string>();
+        if (reason.empty() &&
+            std::find(keys.back().begin(), keys.back().end(), k) != keys.back().end()) {
+          field = k;
+          reason = "key '" + k + "' appears twice in the object; keep one";
+        }
+        keys.back().push_back(k);
+      }
+      return true;
+    };
     try {
-      j = json::parse(s);
-      if (!j.is_object()) reason = "line is not a JSON object";
+      j = json::parse(s, on_event);
+      if (reason.empty() && !j.is_object()) reason = "line is not a JSON object";
     } catch (const json::exception& e) {  // parse_error, or out_of_range for a number overflow (1e400)
+      field = "(row)";
       reason = std::string("not valid JSON (") + e.what() + ")";
     }
+    // Numbers and strings holding numbers are both accepted; any other type is a bad row.
+    auto text_of = [&](const char* key, bool is_path) -> std::string {
+      if (!reason.empty() || !j.contains(key) || j[key].is_null()) return "";
+      const json& v = j[key];
+      if (v.is_string()) return v.get<std::string>();
+      if (!is_path) {
+        if (v.is_number_unsigned()) return std::to_string(v.get<uint64_t>());
+        if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
+        if (v.is_number()) {
+          char buf[64];
+          auto [p, ec] = std::to_chars(buf, buf + sizeof buf, v.get<double>());
+          return std::string(buf, p);
+        }
+      }
+      field = key;
+      reason = std::string("must be ") +
+               (is_path ? "a string" : "a number or a string holding a number") + ", got " +
+               (v.is_array() || v.is_object() ? "an " : "a ") + v.type_name();
+      return "";
+    };
+    std::string path = text_of("path", true), frames = text_of("num_frames", false),
+                height = text_of("height", false), width = text_of("width", false),
+                fps = text_of("fps", false);
     if (!reason.empty()) {
       if (policy == BadRowPolicy::kError)
-        throw InputError(name + ":" + std::to_string(line), reason + " (fix the row, or pass --on-bad-row=skip)");
-      bad_rows_.push_back({name, line, "(row)", reason});
+        throw InputError(name + ":" + std::to_string(line),
+                         (field == "(row)" ? "" : "field '" + field + "': ") + reason +
+                             " (fix the row, or pass --on-bad-row=skip)");
+      bad_rows_.push_back({name, line, field, reason});
       push("", ClipInfo{}, false, line);
       continue;
     }
-    // Numbers and strings holding numbers are both accepted; other types are reported.
-    auto text_of = [&](const char* key) -> std::string {
-      if (!j.contains(key) || j[key].is_null()) return "";
-      const json& v = j[key];
-      if (v.is_string()) return v.get<std::string>();
-      if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
-      if (v.is_number()) {
-        char buf[64];
-        auto [p, ec] = std::to_chars(buf, buf + sizeof buf, v.get<double>());
-        return std::string(buf, p);
-      }
-      return "<" + std::string(v.type_name()) + ">";
-    };
-    add_row(text_of("path"), text_of("num_frames"), text_of("height"), text_of("width"), text_of("fps"), name,
-            line, policy);
+    add_row(path, frames, height, width, fps, name, line, policy);
   }
 }
 

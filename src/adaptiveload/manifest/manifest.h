@@ -69,9 +69,9 @@ class Manifest {
   std::vector<ManifestFile> files_;
 };
 
-// Splits one CSV record (RFC 4180: quoted fields, "" escapes, CRLF). `pos` advances past the
-// record's line end; quoted fields may span lines (lines counts the newlines consumed).
-// Returns false at end of input. Throws InputError on an unterminated quote.
+// Splits one CSV record (RFC 4180: quoted fields, "" escapes; lines end in LF, CRLF or a lone CR).
+// `pos` advances past the record's line end; quoted fields may span lines (lines counts the
+// newlines consumed). Returns false at end of input. Throws InputError on an unterminated quote.
 bool next_csv_record(std::string_view text, size_t& pos, std::vector<std::string>& fields,
                      int64_t& lines, const std::string& name);
 
