@@ -1,6 +1,8 @@
 #include "adaptiveload/presets/presets.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -61,9 +63,83 @@ T get_or(const json& j, const std::string& where, const char* key, T fallback) {
   return j.contains(key) ? get<T>(j, where, key) : fallback;
 }
 
-void require_positive(double v, const std::string& where, const char* key) {
-  if (!(v > 0)) throw InputError(where, std::string("field '") + key + "' must be positive");
+std::string num_text(double v) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%g", v);
+  return buf;
 }
+
+// A number in [lo, hi] (finite by construction); the message names the field and the range.
+double get_number(const json& j, const std::string& where, const char* key, double lo, double hi,
+                  const double* fallback = nullptr) {
+  if (!j.contains(key)) {
+    if (fallback) return *fallback;
+    throw InputError(where, std::string("missing field '") + key + "'");
+  }
+  const json& v = j.at(key);
+  if (!v.is_number())
+    throw InputError(where,
+                     std::string("field '") + key + "' must be a number, got " + v.type_name());
+  const double d = v.get<double>();
+  if (!(d >= lo && d <= hi))
+    throw InputError(where, std::string("field '") + key + "' is " + num_text(d) + ", outside [" +
+                                num_text(lo) + ", " + num_text(hi) + "]");
+  return d;
+}
+double get_number_or(const json& j, const std::string& where, const char* key, double lo, double hi,
+                     double fallback) {
+  return get_number(j, where, key, lo, hi, &fallback);
+}
+
+// An integer in [lo, hi]. Read through a range check, never nlohmann's get<int>, which casts a
+// float such as 1e300 to int without one.
+int64_t int_value(const json& v, const std::string& where, const std::string& what, int64_t lo,
+                  int64_t hi) {
+  if (!v.is_number()) throw InputError(where, what + " must be an integer, got " + v.type_name());
+  double d = v.get<double>();
+  if (v.is_number_float() && d != std::floor(d))
+    throw InputError(where, what + " must be an integer, got " + num_text(d));
+  if (v.is_number_unsigned()) d = double(v.get<uint64_t>());
+  if (v.is_number_integer() && !v.is_number_unsigned()) d = double(v.get<int64_t>());
+  if (!(d >= double(lo) && d <= double(hi)))
+    throw InputError(where, what + " is " + num_text(d) + ", outside [" + std::to_string(lo) +
+                                ", " + std::to_string(hi) + "]");
+  return v.is_number_float()      ? int64_t(d)
+         : v.is_number_unsigned() ? int64_t(v.get<uint64_t>())
+                                  : v.get<int64_t>();
+}
+int64_t get_int(const json& j, const std::string& where, const char* key, int64_t lo, int64_t hi,
+                const int64_t* fallback = nullptr) {
+  if (!j.contains(key)) {
+    if (fallback) return *fallback;
+    throw InputError(where, std::string("missing field '") + key + "'");
+  }
+  return int_value(j.at(key), where, std::string("field '") + key + "'", lo, hi);
+}
+int64_t get_int_or(const json& j, const std::string& where, const char* key, int64_t lo, int64_t hi,
+                   int64_t fallback) {
+  return get_int(j, where, key, lo, hi, &fallback);
+}
+std::vector<int> get_int_list(const json& j, const std::string& where, const char* key, int64_t lo,
+                              int64_t hi) {
+  if (!j.contains(key)) throw InputError(where, std::string("missing field '") + key + "'");
+  const json& v = j.at(key);
+  if (!v.is_array())
+    throw InputError(where, std::string("field '") + key + "' must be an array of integers");
+  std::vector<int> out;
+  for (size_t i = 0; i < v.size(); ++i)
+    out.push_back(int(int_value(
+        v[i], where, std::string("field '") + key + "' entry " + std::to_string(i), lo, hi)));
+  return out;
+}
+
+// Limits beyond which a preset value is a typo (or would overflow the cost arithmetic).
+constexpr int64_t kMaxDim = 1 << 20;
+constexpr int64_t kMaxLayers = 100'000;
+constexpr int64_t kMaxStride = 1024;
+constexpr int64_t kMaxTextLen = 1 << 20;
+constexpr int64_t kMaxFrames = 10'000'000;  // as the manifest's limit
+constexpr int64_t kMaxSide = 65'536;        // as the manifest's limit
 
 std::map<std::string, std::map<int, int>> parse_fixed(const json& j, const std::string& where) {
   std::map<std::string, std::map<int, int>> out;
@@ -78,9 +154,12 @@ std::map<std::string, std::map<int, int>> parse_fixed(const json& j, const std::
         throw InputError(where, "fixed batch sizes: frame key '" + f + "' of tier '" + tier + "' is not an integer");
       }
       // Open-Sora writes [keep_probability, batch_size]; a bare integer is the batch size.
-      int bi = b.is_array() && b.size() == 2 ? b[1].get<int>() : b.is_number_integer() ? b.get<int>() : -1;
-      if (bi <= 0) throw InputError(where, "fixed batch size for " + tier + "/" + f + " must be a positive integer");
-      out[tier][fi] = bi;
+      const json* bj = b.is_array() && b.size() == 2 ? &b[1] : &b;
+      if (!bj->is_number_integer())
+        throw InputError(where,
+                         "fixed batch size for " + tier + "/" + f + " must be a positive integer");
+      out[tier][fi] =
+          int(int_value(*bj, where, "fixed batch size for " + tier + "/" + f, 1, 1 << 20));
     }
   }
   return out;
@@ -106,22 +185,17 @@ ModelPreset load_model(const std::string& name_or_path) {
   auto [j, where] = load_json("models", name_or_path);
   ModelPreset m;
   m.name = get<std::string>(j, where, "name");
-  auto vs = get<std::vector<int>>(j, where, "vae_stride");
-  auto ps = get<std::vector<int>>(j, where, "patch");
-  if (vs.size() != 3 || ps.size() != 3) throw InputError(where, "'vae_stride' and 'patch' need 3 entries [t, h, w]");
-  for (int v : vs) require_positive(v, where, "vae_stride");
-  for (int v : ps) require_positive(v, where, "patch");
+  auto vs = get_int_list(j, where, "vae_stride", 1, kMaxStride);
+  auto ps = get_int_list(j, where, "patch", 1, kMaxStride);
+  if (vs.size() != 3 || ps.size() != 3)
+    throw InputError(where, "'vae_stride' and 'patch' need 3 entries [t, h, w]");
   m.vae_t = vs[0], m.vae_h = vs[1], m.vae_w = vs[2];
   m.patch_t = ps[0], m.patch_h = ps[1], m.patch_w = ps[2];
-  m.latent_channels = get_or<int>(j, where, "latent_channels", 16);
-  m.dim = get<int64_t>(j, where, "dim");
-  m.ffn_dim = get<int64_t>(j, where, "ffn_dim");
-  m.layers = get<int64_t>(j, where, "layers");
-  m.heads = get<int64_t>(j, where, "heads");
-  m.text_len = get<int64_t>(j, where, "text_len");
-  for (auto [k, v] : {std::pair{"dim", m.dim}, {"ffn_dim", m.ffn_dim}, {"layers", m.layers}, {"heads", m.heads}})
-    require_positive(double(v), where, k);
-  if (m.text_len < 0) throw InputError(where, "field 'text_len' must be >= 0");
+  m.latent_channels = int(get_int_or(j, where, "latent_channels", 1, 4096, 16));
+  m.dim = get_int(j, where, "dim", 1, kMaxDim);
+  m.ffn_dim = get_int(j, where, "ffn_dim", 1, 16 * kMaxDim);
+  m.heads = get_int(j, where, "heads", 1, kMaxDim);
+  m.text_len = get_int(j, where, "text_len", 0, kMaxTextLen);
   std::string text_mode = get_or<std::string>(j, where, "text_mode", "cross");
   if (text_mode != "cross" && text_mode != "joint") throw InputError(where, "field 'text_mode' must be \"cross\" or \"joint\"");
   m.joint_text = text_mode == "joint";
@@ -129,34 +203,67 @@ ModelPreset load_model(const std::string& name_or_path) {
   if (attention != "full" && attention != "spatial_temporal")
     throw InputError(where, "field 'attention' must be \"full\" or \"spatial_temporal\"");
   m.spatial_temporal = attention == "spatial_temporal";
-  // Per block: q,k,v,o (4 D^2), cross-attention q,k,v,o (4 D^2, absent for joint text),
-  // feed-forward (2 D F), six modulation vectors are produced outside the blocks.
-  double D = double(m.dim), F = double(m.ffn_dim);
-  double per_block = 4 * D * D + (m.joint_text ? 0 : 4 * D * D) + 2 * D * F;
-  m.params = get_or<double>(j, where, "params", per_block * double(m.layers));
+  // Layers: "layers" blocks of one kind, or (MMDiT, HunyuanVideo / Flux style) dual-stream
+  // blocks with separate video and text weights plus single-stream blocks with shared ones.
+  m.dual_stream_layers = get_int_or(j, where, "dual_stream_layers", 0, kMaxLayers, 0);
+  m.single_stream_layers = get_int_or(j, where, "single_stream_layers", 0, kMaxLayers, 0);
+  if (m.dual_stream_layers + m.single_stream_layers > 0) {
+    if (j.contains("layers") && get_int(j, where, "layers", 1, 2 * kMaxLayers) !=
+                                    m.dual_stream_layers + m.single_stream_layers)
+      throw InputError(
+          where,
+          "field 'layers' must equal dual_stream_layers + single_stream_layers (or be left out)");
+    if (!m.joint_text)
+      throw InputError(where,
+                       "dual_stream_layers / single_stream_layers need \"text_mode\": \"joint\"");
+    m.layers = m.dual_stream_layers + m.single_stream_layers;
+  } else {
+    m.layers = get_int(j, where, "layers", 1, kMaxLayers);
+  }
+  // Input width of each block's own adaLN modulation linear (0: the modulation is shared by
+  // all blocks, as in Wan and Open-Sora); CogVideoX: its time embedding (512), HunyuanVideo: D.
+  // modulation_vectors: D-vectors that linear produces per block (CogVideoX: 2 x 6).
+  m.modulation_dim = get_int_or(j, where, "modulation_dim", 0, kMaxDim, 0);
+  m.modulation_vectors = get_int_or(j, where, "modulation_vectors", 0, 64, 6);
+  m.default_grid = get_or<std::string>(j, where, "default_grid", "wan");
+  m.params = j.contains("params") ? get_number(j, where, "params", 1, 1e15) : transformer_params(m);
+  if (!(m.params <= 1e15))
+    throw InputError(where,
+                     "the model's dims give " + num_text(m.params) + " parameters; check them");
   return m;
+}
+
+double transformer_params(const ModelPreset& m) {
+  // Weights of the transformer blocks (embeddings and the final layer are < 2% and left out).
+  //   attention: q, k, v, o = 4 D^2; cross-attention to text: another 4 D^2 (absent for joint
+  //   text); feed-forward: 2 D F; adaLN modulation linear: modulation_vectors D x modulation_dim.
+  // A dual-stream block keeps separate attention, feed-forward and modulation weights for the
+  // video and the text tokens (twice the above); a single-stream block fuses q, k, v and the
+  // FFN input into one linear and the attention output and FFN output into another (the same
+  // 4 D^2 + 2 D F) with a 3-vector modulation.
+  const double D = double(m.dim), F = double(m.ffn_dim), Dm = double(m.modulation_dim);
+  const double attn = 4 * D * D + (m.joint_text ? 0 : 4 * D * D), ffn = 2 * D * F;
+  if (m.dual_stream_layers + m.single_stream_layers > 0) {
+    const double dual = 2 * (attn + ffn + 6 * D * Dm), single = attn + ffn + 3 * D * Dm;
+    return double(m.dual_stream_layers) * dual + double(m.single_stream_layers) * single;
+  }
+  return double(m.layers) * (attn + ffn + double(m.modulation_vectors) * D * Dm);
 }
 
 DevicePreset load_device(const std::string& name_or_path) {
   auto [j, where] = load_json("devices", name_or_path);
   DevicePreset d;
   d.name = get<std::string>(j, where, "name");
-  d.memory_bytes = get<double>(j, where, "memory_gb") * 1e9;
-  d.peak_flops = get<double>(j, where, "peak_tflops") * 1e12;
-  d.efficiency = get_or<double>(j, where, "efficiency", 0.45);
-  d.allreduce_bus_bytes_per_s = get<double>(j, where, "allreduce_bus_gbps") * 1e9;
-  d.allreduce_latency_s = get_or<double>(j, where, "allreduce_latency_us", 40.0) * 1e-6;
-  d.microbatch_overhead_s = get_or<double>(j, where, "microbatch_overhead_ms", 3.0) * 1e-3;
-  d.half_efficiency_tokens = get_or<double>(j, where, "half_efficiency_tokens", 2048.0);
-  d.memory_reserve_fraction = get_or<double>(j, where, "memory_reserve_fraction", 0.1);
-  require_positive(d.memory_bytes, where, "memory_gb");
-  require_positive(d.peak_flops, where, "peak_tflops");
-  require_positive(d.allreduce_bus_bytes_per_s, where, "allreduce_bus_gbps");
-  if (!(d.efficiency > 0 && d.efficiency <= 1)) throw InputError(where, "field 'efficiency' must be in (0, 1]");
-  if (!(d.memory_reserve_fraction >= 0 && d.memory_reserve_fraction < 1))
-    throw InputError(where, "field 'memory_reserve_fraction' must be in [0, 1)");
-  if (d.microbatch_overhead_s < 0 || d.half_efficiency_tokens < 0 || d.allreduce_latency_s < 0)
-    throw InputError(where, "overheads and latencies must be >= 0");
+  // Units as in the file; ranges wide enough for any real accelerator, tight enough that the
+  // products below stay finite.
+  d.memory_bytes = get_number(j, where, "memory_gb", 1e-3, 1e6) * 1e9;
+  d.peak_flops = get_number(j, where, "peak_tflops", 1e-6, 1e9) * 1e12;
+  d.efficiency = get_number_or(j, where, "efficiency", 1e-6, 1, 0.45);
+  d.allreduce_bus_bytes_per_s = get_number(j, where, "allreduce_bus_gbps", 1e-6, 1e9) * 1e9;
+  d.allreduce_latency_s = get_number_or(j, where, "allreduce_latency_us", 0, 1e9, 40.0) * 1e-6;
+  d.microbatch_overhead_s = get_number_or(j, where, "microbatch_overhead_ms", 0, 1e9, 3.0) * 1e-3;
+  d.half_efficiency_tokens = get_number_or(j, where, "half_efficiency_tokens", 0, 1e12, 2048.0);
+  d.memory_reserve_fraction = get_number_or(j, where, "memory_reserve_fraction", 0, 0.99, 0.1);
   return d;
 }
 
@@ -164,13 +271,11 @@ BucketGrid load_grid(const std::string& name_or_path) {
   auto [j, where] = load_json("grids", name_or_path);
   BucketGrid g;
   g.name = get<std::string>(j, where, "name");
-  g.fps = get<double>(j, where, "fps");
-  require_positive(g.fps, where, "fps");
-  g.frames = get<std::vector<int>>(j, where, "frames");
+  g.fps = get_number(j, where, "fps", 1e-3, 1000);
+  g.frames = get_int_list(j, where, "frames", 1, kMaxFrames);
   if (g.frames.empty()) throw InputError(where, "field 'frames' must list at least one frame count");
   std::sort(g.frames.begin(), g.frames.end());
   g.frames.erase(std::unique(g.frames.begin(), g.frames.end()), g.frames.end());
-  if (g.frames.front() < 1) throw InputError(where, "frame counts must be >= 1");
   if (!j.contains("tiers") || !j["tiers"].is_array() || j["tiers"].empty())
     throw InputError(where, "field 'tiers' must be a non-empty array");
   for (const auto& tj : j["tiers"]) {
@@ -181,8 +286,9 @@ BucketGrid load_grid(const std::string& name_or_path) {
     for (auto& [ratio, hw] : tj["sizes"].items()) {
       if (!hw.is_array() || hw.size() != 2 || !hw[0].is_number_integer() || !hw[1].is_number_integer())
         throw InputError(where, "tier '" + t.name + "' size '" + ratio + "' must be [height, width]");
-      TierSize s{ratio, hw[0].get<int>(), hw[1].get<int>()};
-      if (s.h <= 0 || s.w <= 0) throw InputError(where, "tier '" + t.name + "' size '" + ratio + "' must be positive");
+      const std::string what = "tier '" + t.name + "' size '" + ratio + "'";
+      TierSize s{ratio, int(int_value(hw[0], where, what + " height", 1, kMaxSide)),
+                 int(int_value(hw[1], where, what + " width", 1, kMaxSide))};
       t.sizes.push_back(s);
     }
     g.tiers.push_back(std::move(t));

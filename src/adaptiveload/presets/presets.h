@@ -16,7 +16,14 @@ struct ModelPreset {
   int64_t dim = 0, ffn_dim = 0, layers = 0, heads = 0, text_len = 0;
   bool joint_text = false;        // "joint": text tokens join self-attention (MMDiT)
   bool spatial_temporal = false;  // "spatial_temporal": alternate spatial / temporal blocks
-  // Parameter count (derived from dims unless the file gives "params").
+  // MMDiT layouts (HunyuanVideo): blocks with separate video and text weights, then blocks
+  // with shared ones; layers = their sum. Both 0: `layers` blocks of one kind.
+  int64_t dual_stream_layers = 0, single_stream_layers = 0;
+  // Per-block adaLN modulation linear: modulation_dim inputs -> modulation_vectors x dim
+  // outputs (modulation_dim 0: shared by all blocks, as in Wan).
+  int64_t modulation_dim = 0, modulation_vectors = 6;
+  std::string default_grid = "wan";  // bucket grid preset used when none is given
+  // Parameter count (transformer_params() of the dims unless the file gives "params").
   double params = 0;
   // Pixels per token along height / width: the bucket sizes must be multiples of these.
   int spatial_multiple_h() const { return vae_h * patch_h; }
@@ -56,8 +63,11 @@ struct BucketGrid {
   std::map<std::string, std::map<int, int>> fixed_batch_sizes;
 };
 
-// name_or_path: a preset name ("wan2.1-1.3b") or a path to a JSON file.
+// name_or_path: a preset name ("wan2.1-1.3b") or a path to a JSON file. Every numeric field
+// is range-checked; an out-of-range one throws InputError naming the field and the range.
 ModelPreset load_model(const std::string& name_or_path);
+// Weights of the transformer blocks of a model preset (what the memory model counts).
+double transformer_params(const ModelPreset& m);
 DevicePreset load_device(const std::string& name_or_path);
 BucketGrid load_grid(const std::string& name_or_path);
 // Reads per-bucket batch sizes ({"<tier>": {"<frames>": B}}) for the `fixed` strategy.
