@@ -49,8 +49,11 @@ MemoryModel analytic_memory_model(const ModelPreset& m, bool checkpointing, int 
 int64_t MemoryModel::max_batch(int64_t tokens, double usable_bytes) const {
   double per = m0 + m1 * double(tokens);
   double room = usable_bytes - static_bytes;
-  if (room < per) return 0;
-  return int64_t(std::floor(room / per));
+  if (!(room >= per)) return 0;
+  // Capped: a profile may give (almost) zero bytes per sample, and a micro-batch holds at
+  // most 2^31 samples anyway; the cap also keeps the conversion to int64 in range.
+  const double b = std::floor(room / std::max(per, 1e-300));
+  return b >= double(kMaxMicroBatch) ? kMaxMicroBatch : int64_t(b);
 }
 
 AnalyticCost::AnalyticCost(const CostContext& ctx)

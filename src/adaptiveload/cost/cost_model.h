@@ -34,6 +34,9 @@ class CostModel {
   double half_efficiency_tokens = 0;
 };
 
+// Most samples in one micro-batch (MicroBatch::count is 32-bit).
+constexpr int64_t kMaxMicroBatch = int64_t(1) << 31;
+
 // Memory of one micro-batch: M(B, S) = M_static + B * (m0 + m1 * S), bytes. Flash attention
 // keeps activations linear in S.
 struct MemoryModel {

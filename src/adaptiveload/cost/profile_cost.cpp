@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "adaptiveload/cost/cost_variants.h"
@@ -16,25 +17,38 @@ ProfileCost::ProfileCost(const std::string& path) {
   } catch (const json::exception& e) {  // parse_error, or out_of_range (number overflow)
     throw InputError(path, std::string("profile is not valid JSON: ") + e.what());
   }
-  auto num = [&](const json& o, const char* key, double fallback, bool required) {
+  // Every entry in [0, hi]: large enough for any real measurement, small enough that the cost
+  // of the largest bucket stays finite.
+  auto num = [&](const json& o, const char* key, double fallback, bool required, double hi) {
     if (!o.contains(key)) {
       if (required) throw InputError(path, std::string("profile is missing '") + key + "'");
       return fallback;
     }
-    if (!o[key].is_number()) throw InputError(path, std::string("profile field '") + key + "' must be a number");
+    if (!o[key].is_number())
+      throw InputError(path, std::string("profile field '") + key + "' must be a number");
     double v = o[key].get<double>();
-    if (!std::isfinite(v)) throw InputError(path, std::string("profile field '") + key + "' is not finite");
+    if (!std::isfinite(v))
+      throw InputError(path, std::string("profile field '") + key + "' is not finite");
+    if (v > hi) {
+      char buf[96];
+      snprintf(buf, sizeof buf, "' is %g, above the plausible limit %g", v, hi);
+      throw InputError(
+          path, std::string("profile field '") + key + buf + "; re-run `adaptiveload calibrate`");
+    }
     return v;
   };
+  constexpr double kMaxSeconds = 1e6, kMaxTokens = 1e12, kMaxBytes = 1e15;
   try {
     if (!j.is_object() || j.value("format", "") != "adaptiveload-profile")
       throw InputError(path, "not an adaptiveload profile (expected \"format\": \"adaptiveload-profile\"; write one with `adaptiveload calibrate`)");
     if (j.value("version", 0) != 1) throw InputError(path, "unsupported profile version (this build reads version 1)");
     if (j.contains("cost")) {
       const json& c = j["cost"];
-      a_ = num(c, "a", 0, true), b_ = num(c, "b", 0, true), c0_ = num(c, "c0", 0, true);
-      overhead_s = num(c, "overhead_s", 0, false);
-      half_efficiency_tokens = num(c, "half_efficiency_tokens", 0, false);
+      // a: seconds per token, b: per token^2, c0: per sample.
+      a_ = num(c, "a", 0, true, 1), b_ = num(c, "b", 0, true, 1e-3),
+      c0_ = num(c, "c0", 0, true, kMaxSeconds);
+      overhead_s = num(c, "overhead_s", 0, false, kMaxSeconds);
+      half_efficiency_tokens = num(c, "half_efficiency_tokens", 0, false, kMaxTokens);
       if (a_ < 0 || b_ < 0 || c0_ < 0 || overhead_s < 0 || half_efficiency_tokens < 0)
         throw InputError(path, "profile cost coefficients must be >= 0");
       if (a_ == 0 && b_ == 0 && c0_ == 0) throw InputError(path, "profile cost coefficients are all zero");
@@ -43,21 +57,29 @@ ProfileCost::ProfileCost(const std::string& path) {
         if (!row.is_array() || row.size() != 2 || !row[0].is_number() || !row[1].is_number())
           throw InputError(path, "profile 'table' rows must be [tokens, seconds_per_sample]");
         double s = row[0].get<double>(), t = row[1].get<double>();
-        if (!(s > 0) || !(t > 0) || !std::isfinite(s) || !std::isfinite(t))
-          throw InputError(path, "profile 'table' values must be positive");
+        if (!(s > 0) || !(t > 0) || !(s <= kMaxTokens) || !(t <= kMaxSeconds))
+          throw InputError(
+              path,
+              "profile 'table' rows must be [tokens, seconds_per_sample] with tokens in (0, 1e12] "
+              "and seconds in (0, 1e6]");
         table_.emplace_back(s, t);
       }
       if (table_.empty()) throw InputError(path, "profile 'table' is empty");
       std::sort(table_.begin(), table_.end());
-      if (j.contains("overhead_s")) overhead_s = num(j, "overhead_s", 0, false);
+      if (j.contains("overhead_s")) overhead_s = num(j, "overhead_s", 0, false, kMaxSeconds);
+      for (size_t i = 1; i < table_.size(); ++i)
+        if (table_[i].first == table_[i - 1].first)
+          throw InputError(path, "profile 'table' has two rows for " +
+                                     std::to_string(int64_t(table_[i].first)) +
+                                     " tokens; keep one");
     } else {
       throw InputError(path, "profile has neither 'cost' coefficients nor a 'table'");
     }
     if (j.contains("memory")) {
       const json& m = j["memory"];
-      memory_.static_bytes = num(m, "static_bytes", 0, true);
-      memory_.m0 = num(m, "m0", 0, true);
-      memory_.m1 = num(m, "m1", 0, true);
+      memory_.static_bytes = num(m, "static_bytes", 0, true, kMaxBytes);
+      memory_.m0 = num(m, "m0", 0, true, kMaxBytes);
+      memory_.m1 = num(m, "m1", 0, true, kMaxBytes);
       if (memory_.static_bytes < 0 || memory_.m0 < 0 || memory_.m1 < 0)
         throw InputError(path, "profile memory coefficients must be >= 0");
       has_memory_ = true;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "adaptiveload/util/error.h"
+#include "adaptiveload/util/format.h"
 
 namespace adaptiveload {
 
@@ -23,9 +24,12 @@ Bucket make_bucket(int frames, int height, int width, const ModelPreset& m) {
 }
 
 int64_t resampled_frames(int64_t num_frames, double fps, double grid_fps) {
-  if (num_frames <= 1 || fps <= 0) return num_frames;
-  // Small epsilon so 29.97 fps clips of exact length do not lose a frame to rounding.
-  return int64_t(std::floor(double(num_frames - 1) * grid_fps / fps + 1e-9)) + 1;
+  if (num_frames <= 1 || !(fps > 0) || !(grid_fps > 0)) return num_frames;
+  // Small epsilon so 29.97 fps clips of exact length do not lose a frame to rounding. In
+  // double, then clamped: an extreme fps ratio must not overflow the conversion to int64.
+  const double f = std::floor(double(num_frames - 1) * grid_fps / fps + 1e-9);
+  if (!(f < 9e18)) return INT64_MAX;
+  return int64_t(f) + 1;
 }
 
 Bucketing assign_buckets(const Manifest& manifest, const BucketGrid& grid, const ModelPreset& model) {
@@ -60,8 +64,9 @@ Bucketing assign_buckets(const Manifest& manifest, const BucketGrid& grid, const
       auto it = std::upper_bound(grid.frames.begin(), grid.frames.end(), int(std::min<int64_t>(avail, INT32_MAX)));
       if (it == grid.frames.begin() || *(it - 1) == 1) {
         out.unfit.push_back({row, "too short: " + std::to_string(c.num_frames) + " frames give " +
-                                      std::to_string(avail) + " at " + std::to_string(int(grid.fps)) +
-                                      " fps; the shortest video bucket needs " + std::to_string(min_video_frames)});
+                                      std::to_string(avail) + " at " + fmt("%g", grid.fps) +
+                                      " fps; the shortest video bucket needs " +
+                                      std::to_string(min_video_frames)});
         continue;
       }
       fi = size_t(it - grid.frames.begin() - 1);

@@ -25,10 +25,18 @@ std::string canonical_cost_json(const std::string& text) {
   }
   if (!j.is_object()) throw InputError("segment cost", "must be an object");
   nlohmann::json out = nlohmann::json::object();
-  for (const char* k : {"a", "b", "c0", "overhead_s", "half_efficiency_tokens"}) {
+  // Upper limits as a profile's (profile_cost.cpp): the cost of any bucket stays finite.
+  const std::pair<const char*, double> limits[] = {
+      {"a", 1}, {"b", 1e-3}, {"c0", 1e6}, {"overhead_s", 1e6}, {"half_efficiency_tokens", 1e12}};
+  for (const auto& [k, hi] : limits) {
     if (!j.contains(k) || !j[k].is_number()) throw InputError("segment cost", std::string("needs a number '") + k + "'");
     double v = j[k].get<double>();
     if (!std::isfinite(v) || v < 0) throw InputError("segment cost", std::string("'") + k + "' must be finite and >= 0");
+    if (v > hi) {
+      char buf[80];
+      snprintf(buf, sizeof buf, "' is %g, above the plausible limit %g", v, hi);
+      throw InputError("segment cost", std::string("'") + k + buf);
+    }
     out[k] = v;
   }
   if (out["a"].get<double>() == 0 && out["b"].get<double>() == 0 && out["c0"].get<double>() == 0)

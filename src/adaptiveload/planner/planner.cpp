@@ -6,6 +6,7 @@
 
 #include "adaptiveload/cost/cost_variants.h"
 #include "adaptiveload/util/error.h"
+#include "adaptiveload/util/format.h"
 #include "adaptiveload/util/hash.h"
 
 namespace adaptiveload {
@@ -19,12 +20,54 @@ std::string gb(double bytes) {
   return buf;
 }
 
+// Largest seconds one sample may cost: beyond it the scheduler's integer ticks saturate.
+constexpr double kMaxSampleSeconds = 1e9;
+
+// Range checks of the numeric options, where they enter the core (the CLI and the Python
+// sampler both come through here); each message names the option and its range.
+void validate_config(PlannerConfig& c) {
+  auto bad = [](const std::string& what, const std::string& range, double v) {
+    throw ConfigError(what + " is " + fmt("%g", v) + "; it must be " + range);
+  };
+  if (c.world_size < 1 || c.world_size > kMaxWorldSize)
+    bad("world size", "in 1.." + std::to_string(kMaxWorldSize), double(c.world_size));
+  if (c.epoch < 0) bad("epoch", ">= 0", double(c.epoch));
+  if (c.mem_budget_tokens < 0 || c.mem_budget_tokens > int64_t(1e15))
+    bad("mem_budget_tokens (M_mem)", "0 (auto) or a token count up to 1e15",
+        double(c.mem_budget_tokens));
+  if (!(c.comp_budget >= 0 && c.comp_budget <= 1e300))
+    bad("comp_budget (M_comp)", "0 (auto) or a positive finite number", c.comp_budget);
+  if (!(c.p == 0 || (c.p > 0 && c.p <= kMaxP)))
+    bad("p (exponent of the compute constraint B x S^p)",
+        "0 (auto) or in (0, " + fmt("%g", kMaxP) + "]", c.p);
+  if (!(c.step_budget_s >= 0 && c.step_budget_s <= kMaxSampleSeconds))
+    bad("step_budget_s", "0 (auto) or a number of seconds up to 1e9", c.step_budget_s);
+  if (c.grid.empty()) c.grid = load_model(c.model).default_grid;
+}
+
+// Advice for a sample too big for memory, following the configuration it was planned under.
+std::string oversize_advice(const PlannerConfig& cfg, bool sharded, bool memory_bound) {
+  std::string a;
+  auto add = [&](const std::string& s) { a += (a.empty() ? "" : ", ") + s; };
+  if (memory_bound) {
+    if (!cfg.checkpointing) add("enable activation checkpointing (--checkpointing on)");
+    if (!sharded && cfg.world_size > 1) add("shard the model state (--sharding fsdp)");
+    if (!sharded && cfg.world_size == 1)
+      add("shard the model state over more GPUs (--sharding fsdp with -w > 1)");
+    add("use a larger device or a smaller bucket grid");
+  } else {
+    add("raise --mem-budget (or leave it on auto)");
+    add("use a smaller bucket grid");
+  }
+  return "; " + a + ", or pass --on-oversize=skip to leave such samples out";
+}
+
 }  // namespace
 
 double Planner::usable_memory_bytes() const { return device_.memory_bytes * (1.0 - device_.memory_reserve_fraction); }
 
 Planner::Planner(const Manifest& manifest, const PlannerConfig& config) : cfg_(config) {
-  if (cfg_.world_size < 1) throw ConfigError("world size must be >= 1");
+  validate_config(cfg_);
   model_ = load_model(cfg_.model);
   device_ = load_device(cfg_.device);
   grid_ = load_grid(cfg_.grid);
@@ -32,7 +75,7 @@ Planner::Planner(const Manifest& manifest, const PlannerConfig& config) : cfg_(c
 }
 
 Planner::Planner(Bucketing bucketing, const PlannerConfig& config) : cfg_(config) {
-  if (cfg_.world_size < 1) throw ConfigError("world size must be >= 1");
+  validate_config(cfg_);
   model_ = load_model(cfg_.model);
   device_ = load_device(cfg_.device);
   grid_ = load_grid(cfg_.grid);
@@ -52,10 +95,37 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
               analytic_memory_model(model_, cfg_.checkpointing).static_bytes > 0.5 * usable);
   memory_ = analytic_memory_model(model_, cfg_.checkpointing, sharded_ ? cfg_.world_size : 1);
   if (auto* prof = dynamic_cast<const ProfileCost*>(cost_.get()); prof && prof->has_memory()) memory_ = prof->memory();
-  if (memory_.static_bytes >= usable)
-    throw ConfigError("the model state of " + model_.name + " (weights, gradients, optimizer) needs " +
-                      gb(memory_.static_bytes) + " per GPU, more than the " + gb(usable) + " usable on " + device_.name +
-                      (sharded_ ? "; use more GPUs" : "; use --sharding fsdp or a larger device"));
+  for (const auto& [v, what] :
+       {std::pair{memory_.static_bytes, "static bytes"}, {memory_.m0, "m0"}, {memory_.m1, "m1"}})
+    check_finite(v, std::string("memory model ") + what);
+  if (memory_.static_bytes >= usable) {
+    // Advice that applies: sharding over more ranks helps only once there are several.
+    std::string advice;
+    if (!sharded_ && cfg_.world_size > 1)
+      advice = "use --sharding fsdp (shards it over the " + std::to_string(cfg_.world_size) +
+               " GPUs) or a larger device";
+    else if (!sharded_)
+      advice = "use --sharding fsdp with more GPUs (-w), or a larger device";
+    else
+      advice = "use more GPUs (it is sharded over " + std::to_string(cfg_.world_size) +
+               ") or a larger device";
+    throw ConfigError("the model state of " + model_.name +
+                      " (weights, gradients, optimizer) needs " + gb(memory_.static_bytes) +
+                      " per GPU, more than the " + gb(usable) + " usable on " + device_.name +
+                      "; " + advice);
+  }
+  // The cost of every bucket must be a usable number of seconds (a profile or preset at the
+  // edge of its range could still overflow it).
+  for (const Bucket& b : buckets) {
+    const double t = cost_->sample_time(b), mb = cost_->microbatch_time(1, b);
+    check_finite(t, "cost model '" + cost_->name() + "': seconds per sample of bucket " + b.name());
+    check_finite(
+        mb, "cost model '" + cost_->name() + "': seconds of one micro-batch of bucket " + b.name());
+    if (!(t > 0) || mb > kMaxSampleSeconds)
+      throw ConfigError("cost model '" + cost_->name() + "' gives " + fmt("%g", mb) +
+                        " s for one sample of bucket " + b.name() +
+                        "; it must be in (0, 1e9] s: check the model, device or profile");
+  }
 
   // Oversize samples: one alone exceeds device memory or the token budget.
   std::vector<int64_t> max_mem(buckets.size());
@@ -84,15 +154,25 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
             std::to_string(cfg_.mem_budget_tokens) + " tokens";
     }
     if (cfg_.oversize == OversizePolicy::kError) {
-      throw ConfigError("manifest row " + std::to_string(row) +
-                        (manifest ? " (" + manifest->where(row) + ", " + std::string(manifest->path(row)) + ")" : "") +
-                        ": " + msg +
-                        "; enable activation checkpointing, raise the budget, use a larger device or a "
-                        "smaller bucket grid, or pass --on-oversize=skip to leave such samples out");
+      throw ConfigError(
+          "manifest row " + std::to_string(row) +
+          (manifest ? " (" + manifest->where(row) + ", " + std::string(manifest->path(row)) + ")"
+                    : "") +
+          ": " + msg + oversize_advice(cfg_, sharded_, max_mem[b] < 1));
     }
     oversize_.push_back({row, msg});
   }
-
+  if (pool_.empty()) {
+    // Nothing to plan is an error, not an empty plan: say where every row went.
+    const int64_t total = manifest ? manifest->total_rows() : rows;
+    throw InputError(
+        manifest && !manifest->files().empty() ? manifest->files().front().path : "manifest",
+        "nothing to plan: " + std::to_string(total) + " row(s), " + std::to_string(bucketing_.bad) +
+            " bad, " + std::to_string(bucketing_.unfit.size()) + " fit no bucket of grid '" +
+            grid_.name + "', " + std::to_string(oversize_.size()) + " oversize" +
+            (total == 0 ? "; the manifest has a header but no data rows (check its line endings)"
+                        : "; fix the rows, or choose a grid (--grid) that fits them"));
+  }
 
   base_.buckets = &bucketing_.buckets;
   base_.sample_bucket = &bucketing_.sample_bucket;
@@ -162,6 +242,8 @@ void Planner::resolve_budgets() {
       hi = std::max(hi, double(bmax) * sp);
     }
     hi = std::max(hi, lo);
+    check_finite(lo, "the compute budget search's lower end (B x S^p of the longest sample)");
+    check_finite(hi, "the compute budget search's upper end");
     double best = lo, best_tp = -1;
     for (int i = 0; i < kCompSearchPoints; ++i) {
       double c = lo * std::pow(hi / lo, double(i) / (kCompSearchPoints - 1));
@@ -175,6 +257,14 @@ void Planner::resolve_budgets() {
   }
 
   base_.step_budget_s = cfg_.step_budget_s > 0 ? cfg_.step_budget_s : auto_step_budget(*cost_);
+  // Output check: resolved budgets are finite (inputs were range-checked on the way in).
+  check_finite(base_.p, "the exponent p");
+  check_finite(base_.comp_budget, "the compute budget M_comp");
+  check_finite(base_.step_budget_s, "the step budget");
+  check_finite(base_.allreduce_s, "the all-reduce time per step");
+  if (!(base_.p > 0))
+    throw ConfigError("the exponent p fitted to the cost model is " + fmt("%g", base_.p) +
+                      "; pass --p");
 }
 
 double Planner::auto_step_budget(const CostModel& cost) const {

@@ -20,10 +20,14 @@ namespace adaptiveload {
 
 enum class OversizePolicy { kError, kSkip };
 
+// Limits of the numeric options (checked by the Planner constructors, naming the option).
+constexpr int kMaxWorldSize = 1 << 20;
+constexpr double kMaxP = 4;  // S^p of a 10^6-token sample stays far from double's range
+
 struct PlannerConfig {
   std::string model = "wan2.1-1.3b";
   std::string device = "h200";
-  std::string grid = "wan";
+  std::string grid;                     // "" = the model preset's default_grid
   std::string cost_model = "analytic";  // analytic | power | profile
   std::string profile;                  // profile file (from `calibrate`)
   bool checkpointing = true;
@@ -52,7 +56,8 @@ struct OversizeSample {
 class Planner {
  public:
   // Resolves presets, buckets every usable row, checks oversize samples and resolves budgets.
-  // Throws ConfigError / InputError with a message for the user.
+  // Throws ConfigError / InputError with a message for the user: an option out of range, a
+  // budget or cost that is not finite, or nothing to plan (no usable, fitting row).
   Planner(const Manifest& manifest, const PlannerConfig& config);
   // From samples already bucketed (synthetic data, benchmarks); its buckets are the truth and
   // the grid preset is only recorded.

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "adaptiveload/util/error.h"
+
 namespace adaptiveload {
 
 double ring_allreduce_seconds(double bytes, int W, double bus_bytes_per_s, double latency_s) {
@@ -74,6 +76,19 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
     m.throughput_samples_per_s = double(m.samples) / total_time;
     m.throughput_tokens_per_s = double(m.tokens) / total_time;
   }
+  const std::string of = " of strategy '" + m.name + "'";
+  for (const auto& [v, what] : {std::pair{m.imbalance, "imbalance"},
+                                {m.imbalance_step_mean, "imbalance_step_mean"},
+                                {m.imbalance_step_maxmin, "imbalance_step_maxmin"},
+                                {m.throughput_samples_per_s, "throughput_samples_per_s"},
+                                {m.throughput_tokens_per_s, "throughput_tokens_per_s"},
+                                {m.epoch_time_s, "epoch_time_s"},
+                                {m.peak_memory_utilization_mean, "peak_memory_utilization_mean"},
+                                {m.peak_memory_utilization_max, "peak_memory_utilization_max"},
+                                {m.diversity, "diversity"},
+                                {m.micro_batches_per_rank_step, "micro_batches_per_rank_step"},
+                                {m.global_batch_samples_mean, "global_batch_samples_mean"}})
+    check_finite(v, std::string("simulated metric '") + what + "'" + of);
   return m;
 }
 

@@ -37,7 +37,14 @@ namespace {
 constexpr size_t kBalancedCandidates = 3;
 constexpr uint64_t kSearchSamples = 2'000'000;
 
-int64_t to_ticks(double seconds) { return std::max<int64_t>(1, std::llround(seconds * 1e9)); }
+// Saturates at 2^60 ticks (~36 years; the planner refuses a sample slower than 1e9 s), so a
+// non-finite or huge time never reaches llround; sums are bounded in plan_balanced.
+constexpr double kMaxTicks = double(int64_t(1) << 60);
+int64_t to_ticks(double seconds) {
+  const double t = seconds * 1e9;
+  if (!(t < kMaxTicks)) return int64_t(kMaxTicks);
+  return std::max<int64_t>(1, std::llround(t));
+}
 
 // Binary min-heap of (load, bin) with replace-top; ties go to the lowest bin index.
 class BinHeap {
@@ -184,7 +191,8 @@ Plan plan_balanced(const PlanProblem& pr) {
     in.fixed[b] = std::max<int64_t>(0, to_ticks(pr.cost->microbatch_time(1, bk)) - in.per[b]);
   }
   const int64_t cap = to_ticks(pr.step_budget_s);
-  uint64_t work = 0;  // ticks, without per-micro-batch overheads
+  uint64_t work = 0;      // ticks, without per-micro-batch overheads
+  double work_bound = 0;  // ticks, every sample in its own micro-batch (an upper bound)
   for (size_t b = 0; b < nb; ++b) {
     const uint64_t n = pool.begin[b + 1] - pool.begin[b];
     if (n == 0) continue;
@@ -193,15 +201,25 @@ Plan plan_balanced(const PlanProblem& pr) {
                         (*pr.buckets)[b].name() + " (" + std::to_string(double(in.fixed[b] + in.per[b]) * 1e-9) +
                         " s); raise --step-budget or leave it on auto");
     work += n * uint64_t(in.per[b]);
+    work_bound += double(n) * double(in.per[b] + in.fixed[b]);
     in.order.push_back(b);
   }
+  // Loads and epoch times are sums of ticks: refuse an epoch that would not fit them.
+  const int64_t allreduce = to_ticks(pr.allreduce_s);
+  if (work_bound + double(allreduce) * double(n_samples) > 4e18)
+    throw ConfigError(
+        "balanced: the epoch's estimated time is beyond 100 years; check the cost model, the "
+        "device "
+        "preset and --step-budget");
   std::stable_sort(in.order.begin(), in.order.end(), [&](size_t x, size_t y) { return in.per[x] > in.per[y]; });
 
   // Candidate step counts, by the lower bound of their epoch time.
-  const uint64_t wc = uint64_t(W) * uint64_t(cap);
-  const uint64_t k_lo = std::max<uint64_t>(1, (work + wc - 1) / wc);
-  const uint64_t k_hi = n_samples >= uint64_t(W) ? std::max<uint64_t>(1, n_samples / uint64_t(W)) : 1;
-  const int64_t allreduce = to_ticks(pr.allreduce_s);
+  // W x cap may exceed 2^64 ticks; then one step holds all the work (work <= 4e18).
+  const bool wc_fits = uint64_t(cap) <= UINT64_MAX / uint64_t(W);
+  const uint64_t wc = wc_fits ? uint64_t(W) * uint64_t(cap) : UINT64_MAX;
+  const uint64_t k_lo = std::max<uint64_t>(1, work / wc + (work % wc != 0 ? 1 : 0));
+  const uint64_t k_hi =
+      n_samples >= uint64_t(W) ? std::max<uint64_t>(1, n_samples / uint64_t(W)) : 1;
   auto item = [&](uint64_t m) -> int64_t {  // m-th longest sample's ticks, 1-based; 0 past the end
     for (size_t b : in.order) {
       const uint64_t n = pool.begin[b + 1] - pool.begin[b];

@@ -26,7 +26,11 @@ std::vector<int64_t> dual_batch_sizes(const PlanProblem& pr) {
     const double S = double((*pr.buckets)[b].tokens);
     int64_t B = pr.max_batch_memory[b];
     if (pr.mem_budget_tokens > 0) B = std::min<int64_t>(B, pr.mem_budget_tokens / int64_t(S));
-    if (pr.comp_budget > 0) B = std::min<int64_t>(B, int64_t(std::floor(pr.comp_budget / std::pow(S, pr.p))));
+    if (pr.comp_budget > 0) {
+      // In double first: a large M_comp over a small S^p exceeds int64.
+      const double bc = std::floor(pr.comp_budget / std::pow(S, pr.p));
+      if (bc < double(B)) B = int64_t(bc);
+    }
     out[b] = std::max<int64_t>(B, 1);
   }
   return out;

@@ -1,6 +1,7 @@
 #pragma once
 // Errors the library reports to its callers. Every message says what was wrong, where, and
 // what to do; the CLI prints it as one line and exits with a non-zero status.
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -23,5 +24,16 @@ class ConfigError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// The output check of every budget, cost and metric: no NaN or infinity leaves the core. A
+// failure means an input passed its range check yet the arithmetic still overflowed, so the
+// message names the value and asks for the inputs that produced it.
+inline void check_finite(double v, const std::string& what) {
+  if (!std::isfinite(v))
+    throw ConfigError(
+        what + " is not finite (" + (std::isnan(v) ? "NaN" : "infinity") +
+        "); an input is out of a usable range: check the model, device and profile files and the "
+        "budget options");
+}
 
 }  // namespace adaptiveload
