@@ -139,6 +139,22 @@ void bind_planner(pb::module_& m) {
       .def("rank_step", &rank_step, pb::arg("step"), pb::arg("rank"),
            "Micro-batches (lists of row ids) of `rank` in global step `step`.")
       .def(
+          "rank_step_padded",
+          [](const Plan& p, size_t step, int rank) {
+            if (step >= p.num_steps())
+              throw pb::index_error("step " + std::to_string(step) + " out of range");
+            if (rank < 0 || rank >= p.world_size)
+              throw pb::index_error("rank " + std::to_string(rank) + " out of range");
+            auto [first, last] = p.rank_range(step, rank);
+            std::vector<bool> out;
+            for (uint64_t m = first; m < last; ++m) out.push_back(p.micro_batches[m].padded != 0);
+            return out;
+          },
+          pb::arg("step"), pb::arg("rank"),
+          "Per micro-batch of rank_step(step, rank): True when it repeats earlier samples "
+          "(end-of-epoch padding, to keep ranks in lockstep); a trainer may skip or down-weight "
+          "those.")
+      .def(
           "rank_counts",
           [](const Plan& p, int rank) {
             if (rank < 0 || rank >= p.world_size) throw pb::index_error("rank out of range");

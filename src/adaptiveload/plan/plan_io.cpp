@@ -37,6 +37,18 @@ void write_plan_jsonl(const Plan& plan, std::ostream& out, size_t first) {
       }
       line += ']';
     }
+    line += "],\"padded_mbs\":[";
+    // (rank, index in that rank's list) of each micro-batch that repeats earlier samples.
+    bool any = false;
+    for (int r = 0; r < W; ++r) {
+      auto [b, e] = plan.rank_range(t, r);
+      for (uint64_t m = b; m < e; ++m) {
+        if (!plan.micro_batches[m].padded) continue;
+        if (any) line += ',';
+        any = true;
+        line += '[', num(uint64_t(r)), line += ',', num(m - b), line += ']';
+      }
+    }
     line += "]}\n";
     out << line;
   }
