@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -88,16 +89,44 @@ struct Result {
 
 }  // namespace
 
+constexpr const char* kUsage =
+    "usage: bench_plan [--samples N] [--ranks W] [--strategy NAME|all]\n"
+    "  Times the planner on N synthetic samples (default 10,000,000) for W ranks (default 1024),\n"
+    "  each strategy (equal_tokens, fixed, dual, balanced, or all) in a child process on one "
+    "core,\n"
+    "  and prints a table plus one JSON line per strategy.\n";
+
 int main(int argc, char** argv) {
   uint64_t n = 10'000'000;
   int W = 1024;
   std::string only = "all";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--samples")) n = std::stoull(argv[i + 1]);
-    else if (!strcmp(argv[i], "--ranks")) W = std::stoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--strategy")) only = argv[i + 1];
-    else {
-      fprintf(stderr, "usage: bench_plan [--samples N] [--ranks W] [--strategy NAME|all]\n");
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      printf("%s", kUsage);
+      return 0;
+    }
+    const bool known = arg == "--samples" || arg == "--ranks" || arg == "--strategy";
+    if (!known || i + 1 >= argc) {
+      fprintf(stderr, "bench_plan: %s '%s'\n%s", known ? "missing value after" : "unknown argument",
+              arg.c_str(), kUsage);
+      return 2;
+    }
+    const std::string v = argv[++i];
+    try {
+      size_t used = 0;
+      if (arg == "--samples") {
+        n = std::stoull(v, &used);
+        if (used != v.size() || n == 0 || v[0] == '-') throw std::invalid_argument(v);
+      } else if (arg == "--ranks") {
+        W = std::stoi(v, &used);
+        if (used != v.size() || W < 1 || W > kMaxWorldSize) throw std::invalid_argument(v);
+      } else {
+        only = v;
+      }
+    } catch (const std::exception&) {
+      fprintf(stderr, "bench_plan: %s needs a positive integer%s, got '%s'\n", arg.c_str(),
+              arg == "--ranks" ? " up to 1048576" : "", v.c_str());
       return 2;
     }
   }
@@ -122,7 +151,7 @@ int main(int argc, char** argv) {
       cfg.world_size = W;
       cfg.comp_budget = 8e6;  // fixed M_comp (binds on 720p clips): the automatic search plans dual 32 times
       ModelPreset model = load_model(cfg.model);
-      BucketGrid grid = load_grid(cfg.grid);
+      BucketGrid grid = load_grid(cfg.grid.empty() ? model.default_grid : cfg.grid);
       Bucketing bk = synthetic(n, model, grid);
       auto t0 = std::chrono::steady_clock::now();
       Planner planner(std::move(bk), cfg);

@@ -19,6 +19,7 @@ int run_plan(const PlanOptions& o, const Manifest& manifest, const std::string& 
   Planner planner(manifest, o.config);
   Comparison c = compare(planner, names);
   if (!o.quiet) print_input_report(planner, manifest, o.json ? std::cerr : std::cout);
+  print_drop_warnings(planner, c, std::cerr);  // even with --quiet: data left out is never silent
   if (o.json) {
     std::cout << comparison_json(planner, manifest, c).dump(2) << "\n";
   } else {

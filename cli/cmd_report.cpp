@@ -38,6 +38,7 @@ int run_report(ReportCommand& c) {
   const Comparison cmp = compare(planner, o.strategy_names());
   std::ostream& info = o.json ? std::cerr : std::cout;
   if (!o.quiet) print_input_report(planner, manifest, info);
+  print_drop_warnings(planner, cmp, std::cerr);
   const nlohmann::json data = comparison_json(planner, manifest, cmp);
   if (o.json)
     std::cout << data.dump(2) << "\n";

@@ -11,15 +11,33 @@
 namespace adaptiveload::cli {
 namespace {
 
-double parse_auto(const std::string& v, const char* option) {
+// A positive finite number up to `max`, or 'auto' (0).
+double parse_auto(const std::string& v, const char* option, double max) {
   if (v == "auto") return 0;
   try {
     size_t used = 0;
     double d = std::stod(v, &used);
-    if (used == v.size() && std::isfinite(d) && d > 0) return d;
+    if (used == v.size() && std::isfinite(d) && d > 0 && d <= max) return d;
   } catch (...) {
   }
-  throw CLI::ValidationError(option, "must be a positive number or 'auto', got '" + v + "'");
+  throw CLI::ValidationError(
+      option, "must be a positive number up to " + fmt("%g", max) + " or 'auto', got '" + v + "'");
+}
+
+// 0 <= seed < 2^64, as the Python sampler: no sign, no wrap-around, no clamping.
+uint64_t parse_seed(const std::string& v) {
+  const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
+  if (digits && (v.size() < 20 || (v.size() == 20 && v <= "18446744073709551615")))
+    return std::stoull(v);
+  throw CLI::ValidationError(
+      "--seed",
+      "must be an integer in 0 .. 18446744073709551615 (0 <= seed < 2^64), got '" + v + "'");
+}
+
+std::string names_of(const std::string& kind) {
+  std::string out;
+  for (const auto& n : preset_names(kind)) out += (out.empty() ? "" : ", ") + n;
+  return out;
 }
 
 }  // namespace
@@ -32,15 +50,24 @@ void PlanOptions::add_to(CLI::App& app, bool with_manifest) {
         ->required()
         ->check(CLI::ExistingFile);
   }
-  app.add_option("--model", config.model, "Model preset name or JSON file")->capture_default_str();
-  app.add_option("--device", config.device, "Device preset name or JSON file")->capture_default_str();
-  app.add_option("--grid", config.grid, "Bucket grid preset name or JSON file")->capture_default_str();
+  app.add_option("--model", config.model,
+                 "Model preset (" + names_of("models") + ") or a JSON file")
+      ->capture_default_str();
+  app.add_option("--device", config.device,
+                 "Device preset (" + names_of("devices") + ") or a JSON file")
+      ->capture_default_str();
+  app.add_option("--grid", config.grid,
+                 "Bucket grid preset (" + names_of("grids") +
+                     ") or a JSON file; default: the model preset's own grid (cogvideox for "
+                     "CogVideoX, tiny for "
+                     "tiny-dit, wan otherwise)");
   app.add_option("--world-size,-w", config.world_size, "Number of GPUs (ranks)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--strategy,-s", strategy, "Strategy: equal_tokens, fixed, dual, balanced, or all")
       ->capture_default_str();
-  app.add_option("--seed", config.seed, "Random seed of the plan")->capture_default_str();
+  app.add_option("--seed", seed, "Random seed of the plan, 0 <= seed < 2^64")
+      ->capture_default_str();
   app.add_option("--epoch", config.epoch, "Epoch to plan")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--mem-budget", mem_budget,
                  "M_mem in tokens per micro-batch (B x S <= M_mem), or 'auto': the largest for which every bucket's "
@@ -85,10 +112,16 @@ void PlanOptions::add_to(CLI::App& app, bool with_manifest) {
 }
 
 void PlanOptions::finish() {
-  config.mem_budget_tokens = int64_t(parse_auto(mem_budget, "--mem-budget"));
-  config.comp_budget = parse_auto(comp_budget, "--comp-budget");
-  config.p = parse_auto(p, "--p");
-  config.step_budget_s = parse_auto(step_budget, "--step-budget");
+  // Ranges as the core's (validate_config in planner.cpp), named by option here.
+  const double mem = parse_auto(mem_budget, "--mem-budget", 1e15);
+  if (mem != std::floor(mem))
+    throw CLI::ValidationError(
+        "--mem-budget", "must be a whole number of tokens or 'auto', got '" + mem_budget + "'");
+  config.mem_budget_tokens = int64_t(mem);
+  config.comp_budget = parse_auto(comp_budget, "--comp-budget", 1e300);
+  config.p = parse_auto(p, "--p", kMaxP);
+  config.step_budget_s = parse_auto(step_budget, "--step-budget", 1e9);
+  config.seed = parse_seed(seed);
   config.checkpointing = checkpointing == "on";
   config.end_policy = end_policy == "drop" ? EndPolicy::kDrop : EndPolicy::kPad;
   config.oversize = on_oversize == "skip" ? OversizePolicy::kSkip : OversizePolicy::kError;
@@ -158,30 +191,74 @@ void print_table(const Planner& planner, const Manifest& manifest, const Compari
       << (cfg.mem_budget_tokens ? "" : " (auto)") << ", M_comp " << fmt("%.4g", planner.comp_budget()) << " (B x S^"
       << fmt("%.3f", planner.p()) << (cfg.comp_budget > 0 ? "" : ", auto") << "), step budget "
       << fmt("%.3f", planner.step_budget_s()) << " s" << (cfg.step_budget_s > 0 ? "" : " (auto)") << "\n\n";
-  const double base = [&] {
-    for (const auto& m : c.metrics)
-      if (m.name == "equal_tokens") return m.throughput_samples_per_s;
-    return 0.0;
-  }();
+  // Speedups compare strategies on the same samples: one that dropped samples trained fewer,
+  // so its samples/s is over a different set and it gets no speedup (marked '*').
+  const Metrics* base = nullptr;
+  for (const auto& m : c.metrics)
+    if (m.name == "equal_tokens") base = &m;
+  const bool base_ok = base && base->dropped == 0 && base->throughput_samples_per_s > 0;
+  bool any_dropped = false;
   out << std::left << std::setw(13) << "strategy" << std::right << std::setw(10) << "imbalance" << std::setw(11)
       << "max-mean" << std::setw(11) << "max-min" << std::setw(11) << "samples/s" << std::setw(11) << "tokens/s"
       << std::setw(9) << "speedup" << std::setw(9) << "mem avg" << std::setw(9) << "mem max" << std::setw(8) << "buckets"
       << std::setw(7) << "steps" << std::setw(8) << "mb/rank" << std::setw(8) << "padded" << std::setw(8) << "dropped"
       << "\n";
   for (const auto& m : c.metrics) {
-    out << std::left << std::setw(13) << m.name << std::right << std::setw(10) << fmt("%.1f%%", 100 * m.imbalance)
-        << std::setw(11) << fmt("%.1f%%", 100 * m.imbalance_step_mean) << std::setw(11)
-        << fmt("%.1f%%", 100 * m.imbalance_step_maxmin) << std::setw(11) << fmt("%.2f", m.throughput_samples_per_s)
-        << std::setw(11) << fmt("%.0f", m.throughput_tokens_per_s) << std::setw(9)
-        << (base > 0 ? fmt("%.2fx", m.throughput_samples_per_s / base) : "-") << std::setw(9)
+    const bool dropped = m.dropped > 0;
+    any_dropped = any_dropped || dropped;
+    const std::string speedup =
+        dropped   ? "-*"
+        : base_ok ? fmt("%.2fx", m.throughput_samples_per_s / base->throughput_samples_per_s)
+        : base && base->dropped > 0 ? "-*"
+                                    : "-";
+    out << std::left << std::setw(13) << m.name << std::right << std::setw(10)
+        << fmt("%.1f%%", 100 * m.imbalance) << std::setw(11)
+        << fmt("%.1f%%", 100 * m.imbalance_step_mean) << std::setw(11)
+        << fmt("%.1f%%", 100 * m.imbalance_step_maxmin) << std::setw(11)
+        << fmt("%.2f", m.throughput_samples_per_s) << std::setw(11)
+        << fmt("%.0f", m.throughput_tokens_per_s) << std::setw(9) << speedup << std::setw(9)
         << fmt("%.1f%%", 100 * m.peak_memory_utilization_mean) << std::setw(9)
-        << fmt("%.1f%%", 100 * m.peak_memory_utilization_max) << std::setw(8) << fmt("%.1f", m.diversity) << std::setw(7)
-        << m.steps << std::setw(8) << fmt("%.2f", m.micro_batches_per_rank_step) << std::setw(8) << m.padded
-        << std::setw(8) << m.dropped << "\n";
+        << fmt("%.1f%%", 100 * m.peak_memory_utilization_max) << std::setw(8)
+        << fmt("%.1f", m.diversity) << std::setw(7) << m.steps << std::setw(8)
+        << fmt("%.2f", m.micro_batches_per_rank_step) << std::setw(8) << m.padded << std::setw(8)
+        << (dropped ? std::to_string(m.dropped) + "*" : std::to_string(m.dropped)) << "\n";
   }
-  out << "\nimbalance: idle fraction of the GPUs, 1 - sum_t mean_r T / sum_t max_r T; max-mean, max-min: per-step "
-         "mean of (max-mean)/max and (max-min)/max.\nthroughput includes one gradient all-reduce per step; mem: "
-         "per-step peak over ranks / device memory; buckets: distinct buckets per global step.\n";
+  out << "\nimbalance: idle fraction of the GPUs, 1 - sum_t mean_r T / sum_t max_r T; max-mean, "
+         "max-min: per-step "
+         "mean of (max-mean)/max and (max-min)/max.\n"
+         "samples/s, tokens/s: samples and video tokens trained (padded repeats and dropped "
+         "samples not counted) per "
+         "second of the simulated epoch, one gradient all-reduce per step included; speedup: "
+         "samples/s relative to "
+         "equal_tokens.\n"
+         "mem avg, mem max: per-step peak memory over ranks / device memory, mean and max over the "
+         "epoch; buckets: "
+         "distinct buckets per global step; steps: global steps in the epoch; mb/rank: "
+         "micro-batches per rank per "
+         "step (gradient accumulation).\n"
+         "padded: repeated samples added at the epoch's end so every rank has work (--end-policy "
+         "pad); dropped: "
+         "samples left out of the epoch for that reason (--end-policy drop).\n";
+  if (any_dropped)
+    out << "*: samples dropped (--end-policy drop): a strategy that drops trains fewer samples "
+           "than the others, so "
+           "it, and every strategy when equal_tokens drops, gets no speedup; compare with "
+           "--end-policy pad.\n";
+}
+
+void print_drop_warnings(const Planner& planner, const Comparison& c, std::ostream& out) {
+  const int64_t planned = int64_t(planner.bucketing().usable) - int64_t(planner.oversize().size());
+  for (const auto& m : c.metrics) {
+    if (m.dropped == 0 || planned <= 0) continue;
+    const double frac = double(m.dropped) / double(planned);
+    if (frac <= kDropWarnFraction) continue;
+    out << "warning: strategy '" << m.name << "' drops " << thousands(m.dropped) << " of "
+        << thousands(planned) << " samples (" << fmt("%.1f%%", 100 * frac)
+        << ") at the epoch's end (--end-policy drop"
+        << (m.samples == 0 ? "; it trains nothing" : "")
+        << "); use --end-policy pad, fewer ranks (-w) or "
+        << "smaller batches\n";
+  }
 }
 
 nlohmann::json comparison_json(const Planner& planner, const Manifest& manifest, const Comparison& c) {
@@ -189,23 +266,26 @@ nlohmann::json comparison_json(const Planner& planner, const Manifest& manifest,
   json out;
   out["strategies"] = json::array();
   for (const auto& m : c.metrics) {
-    out["strategies"].push_back({{"name", m.name},
-                                 {"imbalance", m.imbalance},
-                                 {"imbalance_step_mean", m.imbalance_step_mean},
-                                 {"imbalance_step_maxmin", m.imbalance_step_maxmin},
-                                 {"throughput_samples_per_s", m.throughput_samples_per_s},
-                                 {"throughput_tokens_per_s", m.throughput_tokens_per_s},
-                                 {"epoch_time_s", m.epoch_time_s},
-                                 {"peak_memory_utilization_mean", m.peak_memory_utilization_mean},
-                                 {"peak_memory_utilization_max", m.peak_memory_utilization_max},
-                                 {"diversity", m.diversity},
-                                 {"micro_batches_per_rank_step", m.micro_batches_per_rank_step},
-                                 {"global_batch_samples_mean", m.global_batch_samples_mean},
-                                 {"steps", m.steps},
-                                 {"samples", m.samples},
-                                 {"tokens", m.tokens},
-                                 {"padded", m.padded},
-                                 {"dropped", m.dropped}});
+    out["strategies"].push_back(
+        {{"name", m.name},
+         {"imbalance", m.imbalance},
+         {"imbalance_step_mean", m.imbalance_step_mean},
+         {"imbalance_step_maxmin", m.imbalance_step_maxmin},
+         {"throughput_samples_per_s", m.throughput_samples_per_s},
+         {"throughput_tokens_per_s", m.throughput_tokens_per_s},
+         {"epoch_time_s", m.epoch_time_s},
+         {"peak_memory_utilization_mean", m.peak_memory_utilization_mean},
+         {"peak_memory_utilization_max", m.peak_memory_utilization_max},
+         {"diversity", m.diversity},
+         {"micro_batches_per_rank_step", m.micro_batches_per_rank_step},
+         {"global_batch_samples_mean", m.global_batch_samples_mean},
+         {"steps", m.steps},
+         {"samples", m.samples},
+         {"tokens", m.tokens},
+         {"padded", m.padded},
+         {"dropped", m.dropped},
+         {"dropped_fraction",
+          double(m.dropped) / double(std::max<int64_t>(1, m.samples + m.dropped))}});
   }
   const auto& cfg = planner.config();
   const Bucketing& bk = planner.bucketing();

@@ -14,7 +14,8 @@ struct PlanOptions {
   std::vector<std::string> manifests;
   PlannerConfig config;
   std::string strategy = "all";
-  std::string mem_budget = "auto", comp_budget = "auto", p = "auto", step_budget = "auto";
+  std::string mem_budget = "auto", comp_budget = "auto", p = "auto", step_budget = "auto",
+              seed = "0";
   std::string on_bad_row = "error", on_oversize = "error", end_policy = "pad", checkpointing = "on";
   bool json = false;
   bool quiet = false;
@@ -42,6 +43,9 @@ Manifest demo_manifest(BadRowPolicy policy);
 // Human table and JSON object of a comparison; `inputs` describes manifests and budgets.
 void print_table(const Planner& planner, const Manifest& manifest, const Comparison& c, std::ostream& out);
 nlohmann::json comparison_json(const Planner& planner, const Manifest& manifest, const Comparison& c);
+// A warning per strategy that drops more than kDropWarnFraction of the planned samples.
+constexpr double kDropWarnFraction = 0.01;
+void print_drop_warnings(const Planner& planner, const Comparison& c, std::ostream& out);
 // Lines about skipped bad rows, unfit and oversize samples (never silent).
 void print_input_report(const Planner& planner, const Manifest& manifest, std::ostream& out);
 

@@ -52,9 +52,13 @@ std::vector<Cell> metric_cells(const Metrics& m, double base_samples_per_s) {
        m.throughput_samples_per_s},
       {"throughput_tokens_per_s", fmt("%.0f", m.throughput_tokens_per_s),
        m.throughput_tokens_per_s},
+      // A strategy that dropped samples trained fewer: no speedup, so it cannot rank higher.
       {"speedup",
-       base_samples_per_s > 0 ? fmt("%.2fx", m.throughput_samples_per_s / base_samples_per_s) : "-",
-       base_samples_per_s > 0 ? m.throughput_samples_per_s / base_samples_per_s : 0},
+       m.dropped > 0 || base_samples_per_s < 0 ? "-*"
+       : base_samples_per_s > 0 ? fmt("%.2fx", m.throughput_samples_per_s / base_samples_per_s)
+                                : "-",
+       m.dropped == 0 && base_samples_per_s > 0 ? m.throughput_samples_per_s / base_samples_per_s
+                                                : 0},
       {"peak_memory_utilization_mean", fmt("%.1f%%", 100 * m.peak_memory_utilization_mean),
        m.peak_memory_utilization_mean},
       {"peak_memory_utilization_max", fmt("%.1f%%", 100 * m.peak_memory_utilization_max),
@@ -74,9 +78,9 @@ const char* const kColumnHeads[] = {"imbalance", "max-mean", "max-min", "samples
                                     "mb/rank",   "epoch s",  "padded",  "dropped"};
 
 std::string summary_table(const std::vector<Metrics>& metrics) {
-  double base = 0;
+  double base = 0;  // < 0: the baseline dropped samples, so no speedup is comparable
   for (const auto& m : metrics)
-    if (m.name == "equal_tokens") base = m.throughput_samples_per_s;
+    if (m.name == "equal_tokens") base = m.dropped > 0 ? -1 : m.throughput_samples_per_s;
   std::ostringstream o;
   o << "<table class=\"summary\" id=\"summary\">\n<thead><tr><th>strategy</th>";
   for (const char* h : kColumnHeads) o << "<th>" << h << "</th>";
@@ -360,7 +364,9 @@ Report build_report(const Planner& planner, const Manifest* manifest,
        "device memory; "
        "buckets: distinct buckets per global step; mb/rank: micro-batches per rank and step "
        "(gradient "
-       "accumulation); speedup: samples/s over equal_tokens.</p>\n";
+       "accumulation); speedup: samples/s over equal_tokens. Samples/s count trained samples only "
+       "(padded repeats and dropped samples excluded); -*: the strategy (or equal_tokens) dropped "
+       "samples at the epoch's end (--end-policy drop), so its speedup is not comparable.</p>\n";
   h << "<h2>Buckets</h2>\n";
   for (size_t i = 0; i < 2; ++i) h << "<div class=\"chart\">\n" << rep.charts[i].svg << "</div>\n";
   h << "<h2>Cost model</h2>\n<div class=\"chart\">\n" << rep.charts[2].svg << "</div>\n";
