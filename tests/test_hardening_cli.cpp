@@ -184,3 +184,24 @@ TEST(HardeningCli, BenchPlanHelpPrintsHelp) {
     EXPECT_NE(r.err.find(std::string(bad).substr(0, 5)), std::string::npos) << bad << ": " << r.err;
   }
 }
+
+TEST(HardeningCli, CtestNamesAreReadable) {
+  // The ctest names gtest_discover_tests wrote: no "GetParam() = 72-byte object <01-00 ...>".
+  const std::string tests = adaptiveload::test::read_text(std::string(AL_TESTS_BINARY_DIR) +
+                                                          "/adaptiveload_tests[1]_tests.cmake");
+  if (tests.empty())
+    GTEST_SKIP() << "tests not discovered yet (ctest discovers them after the build)";
+  size_t names = 0, adaln = 0;
+  for (size_t at = tests.find("add_test([=["); at != std::string::npos;
+       at = tests.find("add_test([=[", at + 1)) {
+    const size_t begin = at + 12, end = tests.find("]=]", begin);
+    const std::string name = tests.substr(begin, end - begin);
+    ++names;
+    adaln += name.rfind("adaln/", 0) == 0;
+    EXPECT_EQ(name.find("GetParam"), std::string::npos) << name;
+    EXPECT_EQ(name.find("-byte object"), std::string::npos) << name;
+    EXPECT_LT(name.size(), 160u) << name;
+  }
+  EXPECT_GT(names, 100u);
+  EXPECT_GT(adaln, 0u);  // the parametrized adaLN cases are among them
+}
