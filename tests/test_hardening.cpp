@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "adaptiveload/cost/calibration.h"
 #include "adaptiveload/cost/cost_model.h"
 #include "adaptiveload/plan/plan_io.h"
 #include "adaptiveload/plan/state.h"
@@ -629,4 +630,20 @@ TEST(HardeningPlanner, AdviceFollowsTheConfiguration) {
   cfg.sharding = "none";
   e = error_of([&] { Planner pl(small_manifest(), cfg); });
   EXPECT_NE(e.find("use --sharding fsdp (shards it over the 8 GPUs)"), std::string::npos) << e;
+}
+
+TEST(HardeningCalibration, FitsAreFiniteOrRefused) {
+  // Extreme but positive measurements: the fitted cost model is finite, or the fit is refused
+  // by name; never a NaN written into a profile.
+  for (double t : {1e-300, 1e-9, 1e300}) {
+    std::vector<Measurement> pts;
+    for (int64_t S : {1000, 4000, 16000, 64000}) pts.push_back({S, 1, t * double(S), -1});
+    try {
+      CalibrationFit f = fit_calibration(pts);
+      for (double v : {f.a, f.b, f.c0, f.overhead_s, f.power_p, f.power_k, f.median_rel_error})
+        EXPECT_TRUE(std::isfinite(v)) << t;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("calibration fit"), std::string::npos) << e.what();
+    }
+  }
 }

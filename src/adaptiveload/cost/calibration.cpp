@@ -157,6 +157,14 @@ CalibrationFit fit_time(const std::vector<Observation>& obs, double fixed_overhe
   std::sort(e.begin(), e.end());
   best.median_rel_error = e.size() % 2 ? e[e.size() / 2] : 0.5 * (e[e.size() / 2 - 1] + e[e.size() / 2]);
   best.max_rel_error = e.back();
+  // Output check: a fit is a cost model, so it must be finite (an extreme measurement can
+  // still overflow the least squares).
+  for (const auto& [v, what] : {std::pair{best.a, "a"},
+                                {best.b, "b"},
+                                {best.c0, "c0"},
+                                {best.overhead_s, "overhead_s"},
+                                {best.median_rel_error, "median relative error"}})
+    check_finite(v, std::string("the calibration fit's ") + what);
   return best;
 }
 
@@ -227,6 +235,12 @@ CalibrationFit fit_calibration(const std::vector<Measurement>& pts) {
     best.m0 = c[1] / s[1] * ys;
     best.m1 = c[2] / s[2] * ys;
   }
+  for (const auto& [v, what] : {std::pair{best.power_p, "power p"},
+                                {best.power_k, "power k"},
+                                {best.static_bytes, "static bytes"},
+                                {best.m0, "m0"},
+                                {best.m1, "m1"}})
+    check_finite(v, std::string("the calibration fit's ") + what);
   return best;
 }
 
