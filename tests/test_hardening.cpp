@@ -261,6 +261,15 @@ TEST(HardeningPlanner, NumericOptionsAreRangeCheckedNamingTheOption) {
     EXPECT_NE(e.find("must be"), std::string::npos) << e;
     EXPECT_THROW(Planner(m, cfg), ConfigError);
   }
+  // The world size of a plan or a resume, too (the Python sampler passes them through).
+  Planner ok(m, PlannerConfig{});
+  for (int w : {-1, kMaxWorldSize + 1}) {
+    EXPECT_NE(error_of([&] { ok.plan("dual", w); }).find("world size is " + std::to_string(w)),
+              std::string::npos);
+    EXPECT_NE(
+        error_of([&] { ok.resume(ok.initial_state("dual"), w); }).find("it must be in 1..1048576"),
+        std::string::npos);
+  }
   // At the edges of the ranges everything stays finite.
   PlannerConfig cfg;
   cfg.p = kMaxP;

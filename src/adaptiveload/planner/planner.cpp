@@ -317,6 +317,9 @@ Plan Planner::run(const StrategyEntry& s, const PlanProblem& pr) const {
 }
 
 Plan Planner::plan(const std::string& strategy, int world_size, int64_t epoch) const {
+  if (world_size < 0 || world_size > kMaxWorldSize)
+    throw ConfigError("world size is " + std::to_string(world_size) + "; it must be in 1.." +
+                      std::to_string(kMaxWorldSize) + " (or 0: the configured one)");
   return run(find_strategy(strategy), problem(world_size, epoch < 0 ? cfg_.epoch : epoch, 0, pool_));
 }
 
@@ -355,7 +358,9 @@ Planner::Resumed Planner::resume(const PlanState& state, int world_size, const s
   if (!state.segment_costs.empty() && state.segment_costs.size() != state.segments.size())
     throw InputError("sampler state", "segment costs do not match its segments");
   const StrategyEntry& strat = find_strategy(state.strategy);
-  if (world_size < 1) throw ConfigError("world size must be >= 1");
+  if (world_size < 1 || world_size > kMaxWorldSize)
+    throw ConfigError("world size is " + std::to_string(world_size) + "; it must be in 1.." +
+                      std::to_string(kMaxWorldSize));
   std::vector<uint8_t> done(bucketing_.sample_bucket.size(), 0);
   auto remaining_pool = [&] {
     std::vector<uint32_t> pool;
