@@ -8,7 +8,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libpcg-cpp-dev libxxhash-dev
   libavformat-dev libavcodec-dev libavutil-dev ffmpeg
-  python3 python3-dev python3-venv python3-pip python3-setuptools python3-wheel python3-pytest python3-torch
+  python3 python3-dev python3-venv
   clang libclang-rt-14-dev libomp-dev
 )
 

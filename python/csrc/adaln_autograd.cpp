@@ -48,7 +48,14 @@ class AdalnFunction : public torch::autograd::Function<AdalnFunction> {
     if (!dy.defined()) dy = at::zeros_like(x);  // y unused: only mean / rstd were
     auto [dx, dshift, dscale, dweight, dbias] =
         call_adaln_bwd(dy, x, scale, opt(w), opt(b), mean, rstd, mask);
-    return {dx, dshift, dscale, dweight, dbias, at::Tensor()};
+    // The op returns empty [0] tensors for gradients not asked for; autograd wants none.
+    const auto keep = [](bool wanted, const at::Tensor& g) { return wanted ? g : at::Tensor(); };
+    return {dx,
+            keep(mask[0], dshift),
+            keep(mask[1], dscale),
+            keep(mask[2], dweight),
+            keep(mask[3], dbias),
+            at::Tensor()};
   }
 };
 

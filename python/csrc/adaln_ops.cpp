@@ -1,5 +1,7 @@
-// The fused adaLN op: schema (TORCH_LIBRARY, once), CPU and Meta kernels. The CUDA kernels
-// are in adaln_ops_cuda.cpp, the autograd kernel in adaln_autograd.cpp.
+// The fused adaLN op: schema (TORCH_LIBRARY, once) and CPU kernels. The CUDA kernels are in
+// adaln_ops_cuda.cpp, the autograd kernel in adaln_autograd.cpp; the fake (meta) kernel is
+// registered from Python (adaptiveload/_fake.py, torch.library.register_fake), which works
+// with symbolic shapes under torch.compile and serves meta tensors too.
 //   torch.ops.adaptiveload.adaln_fwd(x, shift, scale, weight, bias, eps) -> (y, mean, rstd)
 //   torch.ops.adaptiveload.adaln_bwd(dy, x, scale, weight, bias, mean, rstd, output_mask)
 //       -> (dx, dshift, dscale, dweight, dbias)
@@ -42,20 +44,32 @@ AdalnFwdOut adaln_fwd_outputs(const at::Tensor& x) {
 AdalnBwdOut adaln_bwd_outputs(const at::Tensor& x, const at::Tensor& scale,
                               const c10::optional<at::Tensor>& weight,
                               const c10::optional<at::Tensor>& bias, std::array<bool, 4> mask) {
+  // A gradient not asked for is an empty [0] tensor of x's dtype (the schema returns Tensor,
+  // not Tensor?, and the fake kernel must say the same); the kernels get nullptr for it.
+  const auto none = [&] { return at::empty({0}, x.options()); };
   AdalnBwdOut o;
   o.dx = at::empty(x.sizes(), x.options());
-  if (mask[0]) o.dshift = at::empty(scale.sizes(), scale.options());
-  if (mask[1]) o.dscale = at::empty(scale.sizes(), scale.options());
-  if (mask[2] && weight.has_value() && weight->defined())
-    o.dweight = at::empty(weight->sizes(), weight->options());
-  if (mask[3] && bias.has_value() && bias->defined())
-    o.dbias = at::empty(bias->sizes(), bias->options());
+  o.dshift = mask[0] ? at::empty(scale.sizes(), scale.options()) : none();
+  o.dscale = mask[1] ? at::empty(scale.sizes(), scale.options()) : none();
+  o.dweight = mask[2] && weight.has_value() && weight->defined()
+                  ? at::empty(weight->sizes(), weight->options())
+                  : none();
+  o.dbias = mask[3] && bias.has_value() && bias->defined()
+                ? at::empty(bias->sizes(), bias->options())
+                : none();
+  o.mask = {mask[0], mask[1], mask[2] && weight.has_value() && weight->defined(),
+            mask[3] && bias.has_value() && bias->defined()};
   return o;
 }
 
-namespace {
+void set_bwd_output_ptrs(AdalnParams& p, const AdalnBwdOut& o) {
+  p.dshift = o.mask[0] ? o.dshift.data_ptr() : nullptr;
+  p.dscale = o.mask[1] ? o.dscale.data_ptr() : nullptr;
+  p.dweight = o.mask[2] ? o.dweight.data_ptr() : nullptr;
+  p.dbias = o.mask[3] ? o.dbias.data_ptr() : nullptr;
+}
 
-void* ptr_of(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+namespace {
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_fwd_cpu_kernel(
     const at::Tensor& x_in, const at::Tensor& shift_in, const at::Tensor& scale_in,
@@ -92,28 +106,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> adaln_bwd
   p.mean = const_cast<float*>(mean.data_ptr<float>()),
   p.rstd = const_cast<float*>(rstd.data_ptr<float>());
   p.dy = dy.data_ptr(), p.dx = o.dx.data_ptr();
-  p.dshift = ptr_of(o.dshift), p.dscale = ptr_of(o.dscale);
-  p.dweight = ptr_of(o.dweight), p.dbias = ptr_of(o.dbias);
+  set_bwd_output_ptrs(p, o);
   run_kernel("fused_adaln backward", [&] { adaln_bwd_cpu(p); });
-  return {o.dx, o.dshift, o.dscale, o.dweight, o.dbias};
-}
-
-// Meta: same checks, outputs with the right shapes and dtypes, no data.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_fwd_meta_kernel(
-    const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale,
-    const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias, double eps) {
-  adaln_check_inputs(x, shift, scale, weight, bias, eps);
-  AdalnFwdOut o = adaln_fwd_outputs(x);
-  return {o.y, o.mean, o.rstd};
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> adaln_bwd_meta_kernel(
-    const at::Tensor& dy, const at::Tensor& x, const at::Tensor& scale,
-    const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias,
-    const at::Tensor& mean, const at::Tensor& rstd, std::array<bool, 4> mask) {
-  const AdalnLayout lay = adaln_check_inputs(x, scale, scale, weight, bias, 0.0);
-  adaln_check_bwd_inputs(lay, dy, x, mean, rstd);
-  AdalnBwdOut o = adaln_bwd_outputs(x, scale, weight, bias, mask);
   return {o.dx, o.dshift, o.dscale, o.dweight, o.dbias};
 }
 
@@ -137,7 +131,3 @@ TORCH_LIBRARY_IMPL(adaptiveload, CPU, m) {
   m.impl("adaln_bwd", &adaptiveload::py::adaln_bwd_cpu_kernel);
 }
 
-TORCH_LIBRARY_IMPL(adaptiveload, Meta, m) {
-  m.impl("adaln_fwd", &adaptiveload::py::adaln_fwd_meta_kernel);
-  m.impl("adaln_bwd", &adaptiveload::py::adaln_bwd_meta_kernel);
-}

@@ -9,6 +9,8 @@
 #include <array>
 #include <tuple>
 
+#include "adaptiveload/kernels/adaln.h"
+
 namespace adaptiveload {
 namespace py {
 
@@ -18,7 +20,8 @@ using AdalnFwdSig = std::tuple<at::Tensor, at::Tensor, at::Tensor>(
     const at::Tensor&, const at::Tensor&, const at::Tensor&, const c10::optional<at::Tensor>&,
     const c10::optional<at::Tensor>&, double);
 // adaln_bwd(dy, x, scale, weight?, bias?, mean, rstd, output_mask[shift, scale, weight, bias])
-//   -> (dx, dshift, dscale, dweight, dbias); a gradient not asked for is undefined (None).
+//   -> (dx, dshift, dscale, dweight, dbias); a gradient not asked for (or for an absent
+//   weight / bias) is an empty [0] tensor.
 using AdalnBwdSig = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
     const at::Tensor&, const at::Tensor&, const at::Tensor&, const c10::optional<at::Tensor>&,
     const c10::optional<at::Tensor>&, const at::Tensor&, const at::Tensor&, std::array<bool, 4>);
@@ -38,10 +41,14 @@ struct AdalnFwdOut {
 AdalnFwdOut adaln_fwd_outputs(const at::Tensor& x);
 struct AdalnBwdOut {
   at::Tensor dx, dshift, dscale, dweight, dbias;
+  std::array<bool, 4> mask{};  // which of dshift, dscale, dweight, dbias are computed
 };
 AdalnBwdOut adaln_bwd_outputs(const at::Tensor& x, const at::Tensor& scale,
                               const c10::optional<at::Tensor>& weight,
                               const c10::optional<at::Tensor>& bias, std::array<bool, 4> mask);
+
+// Points the params' gradient outputs at `o`'s tensors, nullptr for those not computed.
+void set_bwd_output_ptrs(AdalnParams& p, const AdalnBwdOut& o);
 
 }  // namespace py
 }  // namespace adaptiveload

@@ -15,8 +15,6 @@ namespace adaptiveload {
 namespace py {
 namespace {
 
-void* ptr_of(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
-
 void check_cuda_limits(const AdalnLayout& lay) {
   TORCH_CHECK_VALUE(lay.dim <= adaln_cuda_max_dim(), "fused_adaln: D = ", lay.dim,
                     " exceeds the CUDA kernels' limit of ", adaln_cuda_max_dim());
@@ -60,8 +58,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> adaln_bwd
   p.mean = const_cast<float*>(mean.data_ptr<float>()),
   p.rstd = const_cast<float*>(rstd.data_ptr<float>());
   p.dy = dy.data_ptr(), p.dx = o.dx.data_ptr();
-  p.dshift = ptr_of(o.dshift), p.dscale = ptr_of(o.dscale);
-  p.dweight = ptr_of(o.dweight), p.dbias = ptr_of(o.dbias);
+  set_bwd_output_ptrs(p, o);
   at::Tensor workspace;
   run_kernel("fused_adaln backward", [&] {
     const size_t bytes = adaln_bwd_cuda_workspace_bytes(p);

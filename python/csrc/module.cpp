@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "adaln_args.h"
 #include "adaptiveload/kernels/adaln.h"
 #include "adaptiveload/util/error.h"
 
@@ -45,6 +46,25 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     }
   });
   al::py::bind_planner(m);
+  // The op's input checks, for the fake kernel (adaptiveload/_fake.py) on concrete shapes:
+  // the same errors on fake and meta tensors as on real ones. No data is touched.
+  m.def(
+      "_adaln_check_fwd",
+      [](const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale,
+         const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias,
+         double eps) { al::py::adaln_check_inputs(x, shift, scale, weight, bias, eps); },
+      pybind11::arg("x"), pybind11::arg("shift"), pybind11::arg("scale"), pybind11::arg("weight"),
+      pybind11::arg("bias"), pybind11::arg("eps"));
+  m.def(
+      "_adaln_check_bwd",
+      [](const at::Tensor& dy, const at::Tensor& x, const at::Tensor& scale,
+         const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias,
+         const at::Tensor& mean, const at::Tensor& rstd) {
+        const auto lay = al::py::adaln_check_inputs(x, scale, scale, weight, bias, 0.0);
+        al::py::adaln_check_bwd_inputs(lay, dy, x, mean, rstd);
+      },
+      pybind11::arg("dy"), pybind11::arg("x"), pybind11::arg("scale"), pybind11::arg("weight"),
+      pybind11::arg("bias"), pybind11::arg("mean"), pybind11::arg("rstd"));
 #ifdef AL_WITH_CUDA
   m.attr("with_cuda") = true;
 #else

@@ -173,7 +173,8 @@ def test_meta_tensors_propagate_shapes(x_shape, mod_shape_, per_token):
         y.detach(), x.detach(), scale.detach(), w, None, mean, rstd, [True, True, True, False]
     )
     assert dx.shape == x.shape and dshift.shape == mod_shape_ and dscale.shape == mod_shape_
-    assert dw.shape == (x_shape[-1],) and db is None
+    # A gradient not asked for (here dbias, and there is no bias) is an empty [0] tensor.
+    assert dw.shape == (x_shape[-1],) and db.shape == (0,) and db.dtype == x.dtype
     # Errors are the same on meta tensors: shapes are checked before any data is touched.
     with pytest.raises(ValueError, match="scale"):
         torch.ops.adaptiveload.adaln_fwd(x, shift, torch.empty(3, 48, **meta), None, None, EPS)

@@ -1,0 +1,57 @@
+"""Fake (meta) kernels of torch.ops.adaptiveload.adaln_fwd / adaln_bwd, for torch.compile,
+torch.export, FakeTensor and meta tensors: output shapes and dtypes, no data.
+
+On concrete shapes they run the C++ op's own input checks (adaptiveload._C._adaln_check_*),
+so a bad input raises the same ValueError under compile and on the meta device as eagerly.
+Under symbolic shapes (dynamic=True) the checks are torch._check calls on the sizes.
+"""
+import torch
+
+from . import _C
+
+_OK_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+
+
+def _symbolic(*tensors):
+    return any(isinstance(s, torch.SymInt) for t in tensors if t is not None for s in t.shape)
+
+
+def _check_symbolic(x, shift, scale, weight, bias):
+    torch._check(x.dim() in (2, 3), lambda: f"fused_adaln: x has shape {list(x.shape)}; it must be [B, L, D] or [N, D]")
+    torch._check(shift.shape == scale.shape, lambda: "fused_adaln: shift and scale must have the same shape")
+    torch._check(scale.dim() in (2, 3), lambda: f"fused_adaln: scale has shape {list(scale.shape)}")
+    torch._check(scale.shape[-1] == x.shape[-1], lambda: "fused_adaln: scale's last dimension must be D = x.shape[-1]")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None:
+            torch._check(t.dim() == 1 and t.shape[0] == x.shape[-1], lambda: f"fused_adaln: {name} must be [D]")
+    for name, t in (("x", x), ("scale", scale), ("weight", weight), ("bias", bias)):
+        if t is not None:
+            torch._check(t.dtype in _OK_DTYPES, lambda: f"fused_adaln: {name} has unsupported dtype {t.dtype}")
+
+
+@torch.library.register_fake("adaptiveload::adaln_fwd")
+def _adaln_fwd_fake(x, shift, scale, weight, bias, eps):
+    if _symbolic(x, shift, scale, weight, bias):
+        _check_symbolic(x, shift, scale, weight, bias)
+    else:
+        _C._adaln_check_fwd(x, shift, scale, weight, bias, eps)
+    stats = x.shape[:-1]
+    return x.new_empty(x.shape), x.new_empty(stats, dtype=torch.float32), x.new_empty(stats, dtype=torch.float32)
+
+
+@torch.library.register_fake("adaptiveload::adaln_bwd")
+def _adaln_bwd_fake(dy, x, scale, weight, bias, mean, rstd, output_mask):
+    if _symbolic(dy, x, scale, weight, bias, mean, rstd):
+        _check_symbolic(x, scale, scale, weight, bias)
+        torch._check(dy.shape == x.shape, lambda: "fused_adaln backward: grad_output must have x's shape")
+    else:
+        _C._adaln_check_bwd(dy, x, scale, weight, bias, mean, rstd)
+
+    def none():
+        return x.new_empty((0,))
+
+    dshift = scale.new_empty(scale.shape) if output_mask[0] else none()
+    dscale = scale.new_empty(scale.shape) if output_mask[1] else none()
+    dweight = weight.new_empty(weight.shape) if output_mask[2] and weight is not None else none()
+    dbias = bias.new_empty(bias.shape) if output_mask[3] and bias is not None else none()
+    return x.new_empty(x.shape), dshift, dscale, dweight, dbias
