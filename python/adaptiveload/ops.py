@@ -29,7 +29,19 @@ def fused_adaln(
     weight, bias: optional [D], applied to the normalised x before the modulation
       (LayerNorm's elementwise affine).
     Statistics and arithmetic are fp32; y has x's dtype. Non-contiguous inputs are copied.
-    Raises ValueError naming the argument for a wrong shape or dtype, RuntimeError for
-    inputs on different devices.
+    Raises TypeError naming the argument for a non-tensor (or a non-number eps), ValueError
+    for a wrong shape, dtype or eps, RuntimeError for inputs on different devices.
     """
+    # Types first, where the argument's name is known (the op sees only its schema).
+    for name, t, what in (("x", x, "[B, L, D] or [N, D]"), ("shift", shift, "the modulation"),
+                          ("scale", scale, "the modulation")):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"fused_adaln: {name} must be a torch.Tensor ({what}), got {type(t).__name__}")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise TypeError(f"fused_adaln: {name} must be a torch.Tensor [D] or None, got {type(t).__name__}")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+        raise TypeError(f"fused_adaln: eps must be a number in [0, 1e30), got {type(eps).__name__} {eps!r}")
+    if not (eps >= 0 and eps < 1e30):  # the op's range; False for NaN
+        raise ValueError(f"fused_adaln: eps must be a finite number in [0, 1e30), got {eps!r}")
     return torch.ops.adaptiveload.adaln_fwd(x, shift, scale, weight, bias, float(eps))[0]
