@@ -3,6 +3,7 @@ from typing import Optional
 
 import torch
 
+from . import _checks
 from .ops import fused_adaln
 
 
@@ -23,12 +24,11 @@ class AdaLayerNormModulate(torch.nn.Module):
         dtype: Optional[torch.dtype] = None,
     ):
         super().__init__()
-        if dim < 1:
-            raise ValueError(f"AdaLayerNormModulate: dim must be >= 1, got {dim}")
-        self.dim = dim
-        self.eps = eps
-        self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
+        where = "AdaLayerNormModulate: "
+        self.dim = _checks.integer(dim, where + "dim", 1, 2**31 - 1, " (the hidden size D)")
+        self.eps = _checks.real(eps, where + "eps", 0.0, 1e30, hint=" (fused_adaln's range)", hi_open=True)
+        self.elementwise_affine = _checks.flag(elementwise_affine, where + "elementwise_affine")
+        if self.elementwise_affine:
             self.weight = torch.nn.Parameter(torch.ones(dim, device=device, dtype=dtype))
             self.bias = torch.nn.Parameter(torch.zeros(dim, device=device, dtype=dtype))
         else:
@@ -36,7 +36,9 @@ class AdaLayerNormModulate(torch.nn.Module):
             self.register_parameter("bias", None)
 
     def forward(self, x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-        if x.shape[-1] != self.dim:
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"AdaLayerNormModulate: x must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() == 0 or x.shape[-1] != self.dim:
             raise ValueError(
                 f"AdaLayerNormModulate(dim={self.dim}): x has shape {list(x.shape)}; "
                 f"its last dimension must be {self.dim}"

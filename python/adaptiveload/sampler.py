@@ -8,7 +8,9 @@ micro-batches in step order; `steps()` yields them grouped by step with the step
 sample and token counts, which is what a training loop needs to accumulate gradients over
 a rank's micro-batches and normalise the loss. See docs/python.md.
 """
-import os
+import math
+import numbers
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional
@@ -16,12 +18,21 @@ from typing import Any, Dict, Iterator, List, Optional
 import torch
 from torch.utils.data import Sampler
 
-from . import _C
+from . import _C, _checks
 from ._manifest import load_manifest
 
 STATE_FORMAT = "adaptiveload-sampler"
 STATE_VERSION = 1
 MIN_OBSERVATIONS = 8  # rank-steps observed before the first refit
+MIN_FIT_TOKEN_COUNTS = 3  # distinct token counts the cost fit needs (a*S + b*S^2 + c0)
+# Ranges of the options, as the core and the CLI have them (planner.h, cli/plan_options.cpp).
+MAX_WORLD_SIZE = 1 << 20
+MAX_SEED = 2**64 - 1
+MAX_INT64 = 2**63 - 1  # epochs and steps are int64 in the core
+MAX_MEM_BUDGET = 10**15  # tokens
+MAX_COMP_BUDGET = 1e300
+MAX_STEP_SECONDS = 1e9  # the core's largest cost of one sample
+COST_MODELS = ("analytic", "power", "profile")
 
 
 @dataclass(frozen=True)
@@ -34,6 +45,16 @@ class PlannedStep:
     global_samples: int  # samples of the step over all ranks, padded repeats included
     global_tokens: int  # video tokens of those samples (for per-token loss normalisation)
     padded_samples: int  # of global_samples, repeats added by the end-of-epoch policy
+
+
+def _whole(v: Any, where: str, lo: int, hi: int, hint: str) -> int:
+    """A whole number given as an int or an integral float (4e4), in [lo, hi]."""
+    if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+        return _checks.integer(v, where, lo, hi, hint)
+    x = _checks.real(v, where, lo, hi, hint=hint)
+    if not x.is_integer():
+        raise ValueError(f"{where} must be a whole number in [{lo}, {hi}]{hint}, got {v!r}")
+    return int(x)
 
 
 def _dist_rank_world() -> (int, int):
@@ -84,49 +105,64 @@ class AdaptiveBatchSampler(Sampler):
         on_oversize: str = "error",
         adapt_every: Optional[int] = None,
     ):
-        super().__init__(None)
+        # Sampler.__init__ takes data_source in torch 1.x and nothing in 2.x; it stores
+        # nothing either way, so it is not called.
+        # Every argument is checked before anything is planned; each error names it.
+        where = "AdaptiveBatchSampler: "
         dist_rank, dist_world = _dist_rank_world()
-        self.world_size = int(dist_world if world_size is None else world_size)
-        self.rank = int(dist_rank if rank is None else rank)
-        if self.world_size < 1:
-            raise ValueError(f"world_size must be >= 1, got {self.world_size}")
-        if not 0 <= self.rank < self.world_size:
-            raise ValueError(f"rank must be in [0, world_size) = [0, {self.world_size}), got {self.rank}")
-        if int(seed) < 0 or int(seed) >= 2**64:
-            raise ValueError(f"seed must be in [0, 2**64), got {seed}")
-        if mem_budget is not None and int(mem_budget) < 1:
-            raise ValueError(f"mem_budget must be a positive number of tokens or None (auto), got {mem_budget}")
-        if comp_budget is not None and not float(comp_budget) > 0:
-            raise ValueError(f"comp_budget must be positive or None (auto), got {comp_budget}")
-        if on_oversize not in ("error", "skip"):
-            raise ValueError(f"on_oversize must be 'error' or 'skip', got {on_oversize!r}")
-        self.strategy = strategy
-        self.seed = int(seed)
-        self.drop_last = bool(drop_last)
+        self.world_size = _checks.integer(
+            dist_world if world_size is None else world_size, where + "world_size", 1, MAX_WORLD_SIZE,
+            " (ranks; the CLI's limit too)")
+        self.rank = _checks.integer(dist_rank if rank is None else rank, where + "rank", 0, self.world_size - 1,
+                                    f" (0 <= rank < world_size = {self.world_size})")
+        self.seed = _checks.integer(seed, where + "seed", 0, MAX_SEED, " (0 <= seed < 2**64)")
+        self.strategy = _checks.string(strategy, where + "strategy", "a strategy name (balanced, dual, "
+                                       "equal_tokens, fixed)")
+        if self.strategy == "all":
+            raise ValueError(where + "strategy='all' compares strategies in `adaptiveload plan`; a sampler "
+                             "runs one: balanced, dual, equal_tokens or fixed")
+        self.drop_last = _checks.flag(drop_last, where + "drop_last")
+        checkpointing = _checks.flag(checkpointing, where + "checkpointing")
+        mem_tokens = 0 if mem_budget is None else _whole(mem_budget, where + "mem_budget", 1, MAX_MEM_BUDGET,
+                                                          " (tokens per micro-batch, or None = auto)")
+        comp = 0.0 if comp_budget is None else _checks.real(
+            comp_budget, where + "comp_budget", 0.0, MAX_COMP_BUDGET, lo_open=True, hint=" (or None = auto)")
+        _checks.choice(on_bad_row, where + "on_bad_row", ("error", "skip"))
+        _checks.choice(on_oversize, where + "on_oversize", ("error", "skip"))
+        profile = _checks.optional_file(profile or None, where + "profile")
+        if cost_model is not None:
+            _checks.choice(cost_model, where + "cost_model", COST_MODELS)
+            if cost_model == "profile" and profile is None:
+                raise ValueError(where + "cost_model='profile' needs profile=<file from adaptiveload calibrate>")
+        if adapt_every is not None:
+            adapt_every = _checks.integer(adapt_every, where + "adapt_every", 1, MAX_INT64,
+                                          " (steps between refits, or None = off)")
         self._options = dict(
-            model=model,
-            device=device,
-            grid=grid,
+            model=_checks.name_or_path(model, where + "model", "model preset"),
+            device=_checks.name_or_path(device, where + "device", "device preset"),
+            grid=_checks.name_or_path(grid, where + "grid", "bucket grid preset"),
             cost_model=cost_model or ("profile" if profile else "analytic"),
-            profile=os.fspath(profile) if profile else "",
-            checkpointing=bool(checkpointing),
+            profile=profile or "",
+            checkpointing=checkpointing,
             seed=self.seed,
-            mem_budget_tokens=int(mem_budget or 0),
-            comp_budget=float(comp_budget or 0.0),
-            end_policy="drop" if drop_last else "pad",
+            mem_budget_tokens=mem_tokens,
+            comp_budget=comp,
+            end_policy="drop" if self.drop_last else "pad",
             oversize=on_oversize,
         )
-        if adapt_every is not None and int(adapt_every) < 1:
-            raise ValueError(f"adapt_every must be a positive number of steps or None, got {adapt_every}")
-        self.adapt_every = int(adapt_every) if adapt_every else None
+        self.adapt_every = adapt_every
         self._observations: List[tuple] = []  # ([(tokens, batch), ...], seconds) per rank-step
+        self._observed_steps: set = set()  # global steps of the epoch observed so far
         self._observed_since = 0  # steps observed since the last re-plan
         self.adaptations: List[Dict[str, Any]] = []  # {"step": ..., fit summary} per re-plan
         self._manifest = load_manifest(manifest, on_bad_row)
+        if self._manifest.total_rows == 0 and (isinstance(manifest, Mapping) or manifest in ([], ())):
+            raise ValueError(where + "the manifest (an empty list or dict of columns) has no rows: nothing to plan")
         self._planners: Dict[int, "_C.Planner"] = {}
         self.epoch = 0
         self._generation = 0  # bumped when the position is reset; stale iterators stop
-        self._start_epoch()
+        self._moved: Dict[int, tuple] = {}  # generation -> why and where the position moved on
+        self._start_epoch(0)
 
     # --- planning ---------------------------------------------------------------------
 
@@ -146,37 +182,78 @@ class AdaptiveBatchSampler(Sampler):
             p = self._planners[budget_world_size] = _C.Planner(self._manifest, cfg)
         return p
 
-    def _start_epoch(self) -> None:
-        self._budget_world = self.world_size
-        self._observations = []
-        self._observed_since = 0
+    def _start_epoch(self, epoch: int, reason: str = "") -> None:
+        """Positions the sampler at the start of `epoch` (planned for the current world size).
+        Plans first and changes the state only once that succeeded."""
         planner = self._planner(self.world_size)
-        self._resume(planner, planner.initial_state(self.strategy, self.world_size, self.epoch), 0)
+        state = planner.initial_state(self.strategy, self.world_size, epoch)
+        plan, first_step, st = self._prepare(planner, state)
+        self._apply(epoch, self.world_size, plan, first_step, st, 0, reason)
 
-    def _resume(self, planner: "_C.Planner", state_json: str, offset: int, new_cost: str = "") -> None:
+    def _prepare(self, planner: "_C.Planner", state_json: str, new_cost: str = "") -> tuple:
+        """(plan, first_step, parsed state) continuing `state_json`; changes nothing."""
         plan, first_step, new_json = planner.resume(state_json, self.world_size, new_cost)
-        st = _C.parse_state(new_json)
+        return plan, int(first_step), _C.parse_state(new_json)
+
+    def _apply(self, epoch: int, budget_world: int, plan: "_C.Plan", first_step: int, st: Dict[str, Any],
+               offset: int, reason: str) -> None:
+        """Makes a prepared plan the current position. `reason` (e.g. "set_epoch(3)") moves the
+        position somewhere else: iterations still running then raise at their next step
+        instead of ending quietly; "" continues them (a re-plan at the current step)."""
+        self._next_epoch = None  # set again by load_state_dict of a finished epoch
+        if reason:
+            self._invalidate(reason)
+            self._observations, self._observed_steps, self._observed_since = [], set(), 0
+        self.epoch = epoch
+        self._budget_world = budget_world
         self._plan = plan
         self._counts = plan.rank_counts(self.rank)
         self._fingerprint = st["fingerprint"]
         self._segments = [list(s) for s in st["segments"]]
         self._steps_before = sum(s[1] for s in self._segments[:-1])
-        self._step = int(first_step)
+        self._step = first_step
         self._offset = int(offset)
         self._restart = False  # True once an iteration reached the end: the next one restarts
+
+    def _invalidate(self, reason: str) -> None:
+        """Ends the current generation of iterators. Those that still had work raise at their
+        next step, naming `reason`: an epoch is never cut short quietly."""
+        running = hasattr(self, "_plan") and not self._restart and self._step < self._plan.num_steps
+        where = f"at step {self.step} of {self.num_steps}" if hasattr(self, "_plan") else ""
+        self._moved[self._generation] = (reason, self.epoch, where, len(self) if running else 0, running)
         self._generation += 1
+
+    def _check_generation(self, gen: int, pending: Optional[bool] = None) -> bool:
+        """True while iterators of generation `gen` may continue. False once the position
+        moved; raises instead if the iterator still had work: iter() / steps() when the shared
+        position was not at the end, schedule() when it had steps left (`pending`)."""
+        if self._generation == gen:
+            return True
+        reason, epoch, where, left, running = self._moved[gen]
+        if pending if pending is not None else running:
+            what = "a schedule()" if pending is not None else "an iteration"
+            lost = f"; {left} micro-batch(es) of rank {self.rank} were not handed out" if left else ""
+            raise RuntimeError(
+                f"AdaptiveBatchSampler: {reason} was called while {what} over epoch {epoch} was running "
+                f"({where}{lost}), so it cannot continue. Call set_epoch() and load_state_dict() between "
+                "iterations (before `for ... in sampler`, steps() or schedule()), then iterate again."
+            )
+        return False
 
     # --- epochs and positions -----------------------------------------------------------
 
     def set_epoch(self, epoch: int) -> None:
         """Selects the epoch the next iteration plans. The same epoch as the current one keeps
-        the position (so set_epoch after load_state_dict resumes); another starts it afresh."""
+        the position (so set_epoch after load_state_dict resumes); another starts it afresh.
+        Call it between iterations: an iteration still running when the epoch changes raises
+        RuntimeError at its next step (its remaining micro-batches would be lost)."""
+        if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral):
+            raise TypeError(f"set_epoch: epoch must be an integer >= 0, got {type(epoch).__name__} {epoch!r}")
+        if not 0 <= epoch <= MAX_INT64:
+            raise ValueError(f"set_epoch: epoch must be >= 0 and < 2**63 (the core's int64), got {epoch}")
         epoch = int(epoch)
-        if epoch < 0:
-            raise ValueError(f"epoch must be >= 0, got {epoch}")
         if epoch != self.epoch:
-            self.epoch = epoch
-            self._start_epoch()
+            self._start_epoch(epoch, f"set_epoch({epoch})")
 
     @property
     def num_steps(self) -> int:
@@ -201,12 +278,14 @@ class AdaptiveBatchSampler(Sampler):
         return sum(self._counts[self._step:]) - self._offset
 
     def _begin_iteration(self) -> int:
-        if self._restart:
+        if self._restart and getattr(self, "_next_epoch", None) is not None:
+            self._start_epoch(self._next_epoch, "a new iteration")
+        elif self._restart:
             if len(self._segments) > 1:
-                self._start_epoch()
+                self._start_epoch(self.epoch, "a new iteration")
             else:
+                self._invalidate("a new iteration")
                 self._step, self._offset, self._restart = 0, 0, False
-                self._generation += 1
         return self._generation
 
     # --- online adaptation ----------------------------------------------------------------
@@ -223,34 +302,81 @@ class AdaptiveBatchSampler(Sampler):
 
     def observe_step(self, step: int, rank_seconds: List[float]) -> Optional[Dict[str, Any]]:
         """Records the measured compute seconds of every rank in global step `step` (the
-        same list on every rank). With adapt_every set, once that many steps are recorded
-        (and at least MIN_OBSERVATIONS rank-steps) and the position is at the step boundary
-        after `step`, refits the cost model (a*S + b*S^2 + c0; overhead and small-batch
-        efficiency kept from the planner's model) to every observation of the epoch
-        and re-plans the rest of the epoch; returns the fit summary then, else None."""
-        t = int(step) - self._steps_before
-        if not 0 <= t < self._plan.num_steps:
-            raise ValueError(f"observe_step: step {step} is not in the current plan")
-        if len(rank_seconds) != self.world_size:
-            raise ValueError(f"observe_step: need {self.world_size} rank times, got {len(rank_seconds)}")
+        same list on every rank, in rank order; a step that has run, each once). With
+        adapt_every set, once that many steps are recorded (and at least MIN_OBSERVATIONS
+        rank-steps at MIN_FIT_TOKEN_COUNTS token counts) and the position is at the step
+        boundary after `step`, refits the cost model (a*S + b*S^2 + c0; overhead and
+        small-batch efficiency kept from the planner's model) to every observation of the
+        epoch and re-plans the rest of the epoch; returns the fit summary then, else None.
+        A running steps() / iter() loop continues with the re-planned steps.
+
+        Raises ValueError (and records nothing) for a step outside the current plan, one
+        not yet handed out or already observed, or a time that is not a finite number of
+        seconds in (0, 1e9], naming the step and the rank: one bad measurement never
+        reaches the fit."""
+        where = "observe_step"
+        if isinstance(step, bool) or not isinstance(step, numbers.Integral):
+            raise TypeError(f"{where}: step must be an integer (a global step index), got {type(step).__name__} "
+                            f"{step!r}")
+        step = int(step)
+        first, done = self._steps_before, self.step
+        if not first <= step < min(done, self.num_steps):
+            if first <= step < self.num_steps:
+                why = f"step {step} has not been handed out yet (the next step is {done})"
+            else:
+                why = f"step {step} is not in the current plan (its steps are {first}..{self.num_steps - 1}"
+                why += ", the earlier ones before a re-plan)" if first else ")"
+            raise ValueError(f"{where}: {why}; pass a step that ran, after running it")
+        if step in self._observed_steps:
+            raise ValueError(f"{where}: step {step} was already observed in this epoch; observe each step once")
+        where = f"observe_step(step={step})"
+        if isinstance(rank_seconds, (str, bytes)) or not hasattr(rank_seconds, "__len__"):
+            raise TypeError(f"{where}: rank_seconds must be a list of {self.world_size} numbers (every rank's "
+                            f"seconds, see gather_step_time), got {type(rank_seconds).__name__}")
+        times = rank_seconds.tolist() if hasattr(rank_seconds, "tolist") else list(rank_seconds)
+        if len(times) != self.world_size:
+            raise ValueError(f"{where}: rank_seconds must hold one time per rank, {self.world_size}, "
+                             f"got {len(times)}")
+        secs = [
+            _checks.real(v, f"{where}: rank {r}'s compute seconds", 0.0, MAX_STEP_SECONDS, lo_open=True,
+                         hint=" (a measured time; an invalid one is rejected rather than fitted)")
+            for r, v in enumerate(times)
+        ]
+        t = step - self._steps_before
         planner = self._planner(self._budget_world)
-        for r, secs in enumerate(rank_seconds):
+        new = []
+        for r, sec in enumerate(secs):
             mbs = [(planner.row_geometry(mb[0])[3], len(mb)) for mb in self._plan.rank_step(t, r)]
-            self._observations.append((mbs, float(secs)))
+            new.append((mbs, sec))
+        observations = self._observations + new
+        # Nothing has changed so far; from here the observation counts as recorded.
+        self._observations = observations
+        self._observed_steps.add(step)
         self._observed_since += 1
         if not self.adapt_every or self._observed_since < self.adapt_every:
             return None
-        if len(self._observations) < MIN_OBSERVATIONS:
+        if len(observations) < MIN_OBSERVATIONS:
             return None  # a few rank-steps cannot pin the model down yet
+        if len({S for mbs, _ in observations for S, _ in mbs}) < MIN_FIT_TOKEN_COUNTS:
+            return None  # three coefficients need three token counts: wait for more buckets
         if self._step != t + 1 or self._offset != 0 or self._step >= self._plan.num_steps:
             return None  # adapt only at the boundary right after the observed step, before the end
         # The overhead and small-batch efficiency stay the planner's: only how cost grows with
         # S (a, b, c0) is refitted, which a few steps of mixed buckets do determine.
-        cost, summary = _C.fit_observations(self._observations, planner.cost_overhead_s,
-                                            planner.cost_half_efficiency_tokens)
-        core = self.state_dict()["core"]
-        self._resume(planner, core, 0, cost)
-        summary = dict(summary, step=int(step) + 1)
+        try:
+            cost, summary = _C.fit_observations(observations, planner.cost_overhead_s,
+                                                planner.cost_half_efficiency_tokens)
+            plan, first_step, st = self._prepare(planner, self.state_dict()["core"], cost)
+        except ValueError as e:
+            # The measurements are valid and kept; only this refit is skipped, and the next
+            # one (after adapt_every more steps) uses them with the new ones.
+            self._observed_since = 0
+            warnings.warn(f"{where}: online adaptation skipped the refit after step {step} "
+                          f"({len(observations)} rank-step observations), the plan is unchanged: {e}",
+                          RuntimeWarning, stacklevel=2)
+            return None
+        self._apply(self.epoch, self._budget_world, plan, first_step, st, 0, "")
+        summary = dict(summary, step=step + 1)
         self.adaptations.append(summary)
         self._observed_since = 0  # the fit keeps every observation of the epoch
         return summary
@@ -260,14 +386,19 @@ class AdaptiveBatchSampler(Sampler):
         return PlannedStep(self.epoch, self._steps_before + t, micro_batches, samples, tokens, padded)
 
     # iter(sampler) and steps() start (or restart) the iteration when called, not at the
-    # first next(), so state_dict() right after them is exact.
+    # first next(), so state_dict() right after them is exact. They read the current plan at
+    # every step, so a re-plan by observe_step continues them; set_epoch / load_state_dict
+    # during them make them raise (see _invalidate).
 
     def __iter__(self) -> Iterator[List[int]]:
         return self._micro_batches(self._begin_iteration())
 
     def _micro_batches(self, gen: int) -> Iterator[List[int]]:
-        plan = self._plan
-        while self._generation == gen and self._step < plan.num_steps:
+        while self._check_generation(gen):
+            plan = self._plan
+            if self._step >= plan.num_steps:
+                self._restart = True
+                return
             t = self._step
             mbs = plan.rank_step(t, self.rank)
             if self._offset >= len(mbs):
@@ -281,8 +412,6 @@ class AdaptiveBatchSampler(Sampler):
             if self._step >= plan.num_steps:
                 self._restart = True
             yield mb
-        if self._generation == gen:
-            self._restart = True
 
     def steps(self) -> Iterator[PlannedStep]:
         """Per global step: this rank's micro-batches plus the step's global sample and token
@@ -292,35 +421,46 @@ class AdaptiveBatchSampler(Sampler):
         return self._steps(self._begin_iteration())
 
     def _steps(self, gen: int) -> Iterator[PlannedStep]:
-        plan = self._plan
-        while self._generation == gen and self._step < plan.num_steps:
+        while self._check_generation(gen):
+            plan = self._plan
+            if self._step >= plan.num_steps:
+                self._restart = True
+                return
             t = self._step
             mbs = plan.rank_step(t, self.rank)[self._offset:]
             self._step, self._offset = t + 1, 0
             if self._step >= plan.num_steps:
                 self._restart = True
             yield self._step_info(t, mbs)
-        if self._generation == gen:
-            self._restart = True
 
     def schedule(self) -> Iterator[PlannedStep]:
         """The steps the next iteration will yield, as steps() would give them, without moving
         the position: for a DataLoader(batch_sampler=sampler) loop, which pulls micro-batches
         through iter(sampler) (and, with workers, ahead of training). Call it before
         iter(loader); take len(step.micro_batches) batches from the loader per step, and
-        checkpoint with state_dict(step=step.step + 1)."""
+        checkpoint with state_dict(step=step.step + 1). It follows a re-plan by observe_step
+        from the step the re-plan starts at, and raises if set_epoch / load_state_dict move
+        the position while it still has steps to give."""
         if self._restart:
             self._begin_iteration()
-        plan, rank, first, offset = self._plan, self.rank, self._step, self._offset
-        epoch, before = self.epoch, self._steps_before
+        gen, rank, epoch = self._generation, self.rank, self.epoch
+        plan0, before0, first, offset0 = self._plan, self._steps_before, self.step, self._offset
 
-        def gen():
-            for t in range(first, plan.num_steps):
+        def steps():
+            plan, before = plan0, before0
+            g, offset = first, offset0  # the next global step and its first micro-batch
+            while self._check_generation(gen, pending=g < before + plan.num_steps):
+                if self._plan is not plan and g >= self._steps_before:
+                    plan, before = self._plan, self._steps_before  # re-planned from step `before`
+                t = g - before
+                if t >= plan.num_steps:
+                    return
                 mbs = plan.rank_step(t, rank)
                 samples, tokens, padded = plan.step_info(t)
-                yield PlannedStep(epoch, before + t, mbs[offset:] if t == first else mbs, samples, tokens, padded)
+                yield PlannedStep(epoch, g, mbs[offset:], samples, tokens, padded)
+                g, offset = g + 1, 0
 
-        return gen()
+        return steps()
 
     # --- state --------------------------------------------------------------------------
 
@@ -336,6 +476,9 @@ class AdaptiveBatchSampler(Sampler):
         segs = [list(s) for s in self._segments]
         offset = self._offset
         if step is not None:
+            if isinstance(step, bool) or not isinstance(step, numbers.Integral):
+                raise TypeError(f"state_dict: step must be an integer (a global step index) or None, "
+                                f"got {type(step).__name__} {step!r}")
             done = int(step) - self._steps_before
             if not 0 <= done <= self._plan.num_steps:
                 raise ValueError(
@@ -360,11 +503,13 @@ class AdaptiveBatchSampler(Sampler):
         iteration yields exactly the remaining micro-batches. With another world size
         (elastic), the samples not yet trained are planned anew for it: none lost, none
         repeated (a step that was only partly handed out is planned again, as its optimizer
-        step never ran). Raises ValueError for a corrupted state or one saved for another
-        manifest, options, strategy or seed."""
+        step never ran). A state saved at the end of epoch e leaves nothing to iterate; the
+        iteration after that one repeats epoch e, or runs the later epoch set_epoch() had
+        chosen before the load (set_epoch after the load starts it at once). Raises ValueError for a corrupted state or one saved for
+        another manifest, options, strategy or seed."""
         if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
             raise ValueError(f"not an adaptiveload sampler state (no 'format': {STATE_FORMAT!r})")
-        if state.get("version") != STATE_VERSION:
+        if isinstance(state.get("version"), bool) or state.get("version") != STATE_VERSION:
             raise ValueError(
                 f"sampler state version {state.get('version')!r} is not supported (this build reads {STATE_VERSION})"
             )
@@ -375,6 +520,9 @@ class AdaptiveBatchSampler(Sampler):
         for name, v in (("step_offset", offset), ("world_size", saved_world), ("rank", saved_rank)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError(f"sampler state: {name!r} must be a non-negative integer, got {v!r}")
+        if not 1 <= saved_world <= MAX_WORLD_SIZE or saved_rank >= saved_world:
+            raise ValueError(f"sampler state: world_size {saved_world} and rank {saved_rank} must satisfy "
+                             f"0 <= rank < world_size <= {MAX_WORLD_SIZE}")
         st = _C.parse_state(core)  # ValueError if corrupted
         if st["strategy"] != self.strategy:
             raise ValueError(
@@ -392,27 +540,25 @@ class AdaptiveBatchSampler(Sampler):
                 f"sampler state was saved mid-step by rank {saved_rank} and cannot position rank {self.rank}; "
                 "save each rank's own state, or save at a step boundary"
             )
-        old_epoch = self.epoch
-        self.epoch = int(st["epoch"])
-        try:
-            self._budget_world = int(st["segments"][0][0])
-            self._resume(self._planner(st["segments"][0][0]), core, offset)
-        except Exception:
-            self.epoch = old_epoch
-            self._start_epoch()
-            raise
-        if self._step < self._plan.num_steps:
-            count = self._counts[self._step]
-        else:
-            count = 0
+        # Plan the restored position completely before changing anything: a state that
+        # fails here leaves the sampler where it was.
+        first_world = int(st["segments"][0][0])
+        plan, first_step, new_st = self._prepare(self._planner(first_world), core)
+        count = plan.rank_counts(self.rank)[first_step] if first_step < plan.num_steps else 0
         if offset > count or (offset and offset == count):
-            n = offset
-            self.epoch = old_epoch
-            self._start_epoch()
             raise ValueError(
-                f"sampler state: step_offset {n} is not inside the step (rank {self.rank} has {count} "
+                f"sampler state: step_offset {offset} is not inside the step (rank {self.rank} has {count} "
                 "micro-batches in it)"
             )
+        # A state that finished an earlier epoch than the one set_epoch() chose: nothing is
+        # left to iterate, and the iteration after that runs the chosen epoch. torchdata's
+        # StatefulDataLoader restores the state at the first iter(loader) after
+        # load_state_dict, i.e. after the loop's set_epoch(next epoch), and primes its
+        # prefetch from the restored position before it starts the next epoch.
+        finished = first_step >= plan.num_steps and not offset
+        later = self.epoch if finished and int(st["epoch"]) < self.epoch else None
+        self._apply(int(st["epoch"]), first_world, plan, first_step, new_st, offset, "load_state_dict()")
+        self._next_epoch = later
 
     # --- introspection ------------------------------------------------------------------
 
@@ -457,7 +603,10 @@ class AdaptiveBatchSampler(Sampler):
     def sample_geometry(self, row: int) -> tuple:
         """(frames, height, width) of the bucket a manifest row trains at (latents are
         [16, 1 + (frames - 1) / 4, height / 8, width / 8] for Wan's VAE)."""
-        return tuple(self._planner(self.world_size).row_geometry(int(row))[:3])
+        if self.total_rows == 0:
+            raise ValueError("sample_geometry: the manifest has no rows")
+        row = _checks.integer(row, "sample_geometry: row", 0, self.total_rows - 1, " (a manifest row id)")
+        return tuple(self._planner(self.world_size).row_geometry(row)[:3])
 
     def predicted_rank_times(self) -> List[List[float]]:
         """The planner's predicted compute seconds of every rank in every step of the current
