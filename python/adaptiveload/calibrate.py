@@ -15,6 +15,7 @@ and the paper's best single exponent for comparison) is written as a profile tha
 """
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -31,7 +32,7 @@ SHAPES = {
 }
 
 
-def parse_args(argv=None):
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="adaptiveload calibrate", description=__doc__.split("\n\n")[0])
     p.add_argument("--config", default="tiny", choices=sorted(wan_dit.CONFIGS))
     p.add_argument("--layers", type=int, help="override the number of blocks (the fit scales per layer count)")
@@ -45,7 +46,48 @@ def parse_args(argv=None):
     p.add_argument("--fused", action="store_true", help="use the fused adaLN kernel in the model")
     p.add_argument("--out", "-o", default="profile.json")
     p.add_argument("--measurements-out", help="also write the raw measurements (JSONL)")
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv=None):
+    return parser().parse_args(argv)
+
+
+def check_args(p: argparse.ArgumentParser, args) -> torch.device:
+    """The device to measure on; exits with a usage error (status 2) naming the option for a
+    device this machine does not have or a value out of range, before any work starts."""
+    try:
+        device = torch.device(args.device)
+    except (RuntimeError, ValueError):
+        p.error(f"--device {args.device!r} is not a device; use cpu or cuda[:N]")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            why = ("this PyTorch was built without CUDA" if torch.version.cuda is None
+                   else "no GPU is visible to this PyTorch (driver, CUDA_VISIBLE_DEVICES)")
+            p.error(f"--device {args.device}: CUDA is not available here: {why}; measure with --device cpu, "
+                    "or run on the GPU machine")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            p.error(f"--device {args.device}: this machine has {torch.cuda.device_count()} GPU(s), "
+                    f"cuda:0..cuda:{torch.cuda.device_count() - 1}")
+    elif device.type != "cpu":
+        p.error(f"--device {args.device}: only cpu and cuda[:N] are supported")
+    for name, v in (("--max-batch", args.max_batch), ("--reps", args.reps), ("--layers", args.layers)):
+        if v is not None and v < 1:
+            p.error(f"{name} must be >= 1, got {v}")
+    if not (0 < args.memory_fraction <= 1):  # False for NaN
+        p.error(f"--memory-fraction must be in (0, 1], got {args.memory_fraction}")
+    for name, path in (("--out", args.out), ("--measurements-out", args.measurements_out)):
+        folder = os.path.dirname(os.path.abspath(path)) if path else None
+        if folder and not (os.path.isdir(folder) and os.access(folder, os.W_OK)):
+            p.error(f"{name} {path}: cannot write into {folder}")
+    return device
+
+
+def fit(points, model: str, device_name: str):
+    """(profile JSON, summary) of the core's fit to measurements [{tokens, batch, time_s,
+    peak_bytes}]: seconds per sample a*S + b*S^2 + c0, micro-batch overhead, small-batch
+    efficiency, memory M_static + B(m0 + m1 S) when peak_bytes are given."""
+    return _C.fit_profile(points, model, device_name)
 
 
 def measure(model, c, shape, batch, device, reps):
@@ -85,8 +127,9 @@ def is_oom(e: BaseException) -> bool:
 
 
 def main(argv=None):
-    args = parse_args(argv)
-    device = torch.device(args.device)
+    p = parser()
+    args = p.parse_args(argv)
+    device = check_args(p, args)
     c = wan_dit.config(args.config, args.layers)
     torch.manual_seed(0)
     model = wan_dit.WanDiT(c, fused_adaln=args.fused, checkpointing=args.checkpointing).to(device)
@@ -124,7 +167,11 @@ def main(argv=None):
             for pt in points:
                 f.write(json.dumps(pt) + "\n")
     name = args.device_name or (torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu")
-    profile, summary = _C.fit_profile(points, args.model or c.preset, name)
+    try:
+        profile, summary = fit(points, args.model or c.preset, name)
+    except ValueError as e:  # too few usable measurements (every shape out of memory, say)
+        print(f"adaptiveload calibrate: error: cannot fit the {len(points)} measurement(s): {e}", file=sys.stderr)
+        return None
     with open(args.out, "w") as f:
         f.write(profile + "\n")
     print(f"fit of {summary['points']} measurements: seconds per sample = {summary['a']:.4g}*S + "

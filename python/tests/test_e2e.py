@@ -5,13 +5,17 @@ import collections
 import json
 import math
 import os
+import random
+import re
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
 
 import adaptiveload
+from adaptiveload import calibrate
 from adaptiveload.models import wan_dit
 from conftest import DATASETS, HERE, REPO, require_datasets, torchrun
 
@@ -109,29 +113,86 @@ def test_loss_decreases_on_a_fixed_batch():
     assert sum(losses[-5:]) / 5 < 0.7 * sum(losses[:5]) / 5, losses
 
 
-def test_calibration_on_cpu_fits_its_measurements(tmp_path):
-    from adaptiveload import calibrate
-
-    prof = tmp_path / "profile.json"
-    summary = calibrate.main(["--config", "tiny", "--device", "cpu", "--out", str(prof), "--max-batch", "4",
-                              "--reps", "5"])
-    assert summary["median_rel_error"] < 0.15, summary
-    p = json.loads(prof.read_text())
-    assert p["format"] == "adaptiveload-profile" and p["fit"]["points"] >= 12
-    # The sampler and the planner accept it.
-    s = adaptiveload.AdaptiveBatchSampler(MANIFESTS, model="tiny-dit", device="cpu", grid="tiny", profile=str(prof),
-                                          world_size=2, rank=0, mem_budget=4096)
-    assert s.num_steps > 0
-    res = subprocess.run([os.path.join(REPO, "build", "cli", "adaptiveload"), "plan", "-m", MANIFESTS[0],
-                          "--model", "tiny-dit", "--grid", "tiny", "--device", "cpu", "--profile", str(prof), "-q"],
-                         capture_output=True, text=True)
-    if res.returncode == 127 or not os.path.exists(os.path.join(REPO, "build", "cli", "adaptiveload")):
+def cli_plans_with(prof):
+    """Runs `adaptiveload plan --profile prof` with the repository's CLI; skips if not built."""
+    cli = os.path.join(REPO, "build", "cli", "adaptiveload")
+    if not os.path.exists(cli):
         pytest.skip("CLI not built")
+    res = subprocess.run([cli, "plan", "-m", MANIFESTS[0], "--model", "tiny-dit", "--grid", "tiny", "--device", "cpu",
+                          "--profile", str(prof), "-q"], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert "cost model profile" in res.stdout
 
 
+# The tiny sweep of adaptiveload.calibrate: its token counts, and batches 1, 2, 4 (--max-batch 4).
+TINY_TOKENS = [(1 + (f - 1) // 4) * (h // 16) * (w // 16) for f, h, w in calibrate.SHAPES["tiny"]]
+TINY_BATCHES = [1, 2, 4]
+
+
+def test_calibration_fit_recovers_a_known_model(tmp_path):
+    """The fit, on measurements generated from a known cost and memory model with 3% noise
+    (a loaded machine's timings would test the machine, not the fit)."""
+    truth = dict(a=2e-5, b=1e-7, c0=5e-4, overhead_s=2e-3, half=64.0, static_bytes=3e8, m0=2e6, m1=4e4)
+
+    def seconds(S, B):
+        return truth["overhead_s"] + (truth["a"] * S + truth["b"] * S * S + truth["c0"]) * (B + truth["half"] / S)
+
+    rng = random.Random(0)
+    points = [{"tokens": S, "batch": B, "time_s": seconds(S, B) * (1 + 0.03 * (2 * rng.random() - 1)),
+               "peak_bytes": truth["static_bytes"] + B * (truth["m0"] + truth["m1"] * S)}
+              for S in TINY_TOKENS for B in TINY_BATCHES]
+    profile, summary = calibrate.fit(points, "tiny-dit", "cpu")
+    assert summary["points"] == len(points) == 18
+    assert summary["median_rel_error"] < 0.15, summary
+    for S in TINY_TOKENS:  # the fitted model predicts the noiseless truth
+        for B in TINY_BATCHES:
+            fit = summary["overhead_s"] + (summary["a"] * S + summary["b"] * S * S + summary["c0"]) * (
+                B + summary["half_efficiency_tokens"] / S)
+            assert abs(fit - seconds(S, B)) / seconds(S, B) < 0.06, (S, B, fit, seconds(S, B))
+    assert summary["has_memory"]
+    for k in ("static_bytes", "m0", "m1"):  # peak memory is exact (no noise): so is its fit
+        assert abs(summary[k] - truth[k]) / truth[k] < 0.02, (k, summary)
+    prof = tmp_path / "profile.json"
+    prof.write_text(profile + "\n")
+    p = json.loads(prof.read_text())
+    assert p["format"] == "adaptiveload-profile" and p["fit"]["points"] == 18
+    s = adaptiveload.AdaptiveBatchSampler(MANIFESTS, model="tiny-dit", device="cpu", grid="tiny", profile=str(prof),
+                                          world_size=2, rank=0, mem_budget=4096)
+    assert s.num_steps > 0
+    cli_plans_with(prof)
+
+
+def test_calibration_on_cpu_measures_the_sweep_and_writes_a_usable_profile(tmp_path):
+    """The real measuring run. Its timings are whatever this machine gives under its load, so
+    it asserts the work done (every point of the sweep, measured once) and a usable profile,
+    not how well the times fit (test_calibration_fit_recovers_a_known_model does that)."""
+    prof, meas = tmp_path / "profile.json", tmp_path / "measurements.jsonl"
+    summary = calibrate.main(["--config", "tiny", "--device", "cpu", "--out", str(prof), "--max-batch", "4",
+                              "--reps", "2", "--measurements-out", str(meas)])
+    points = [json.loads(line) for line in meas.read_text().splitlines()]
+    assert sorted((pt["tokens"], pt["batch"]) for pt in points) == sorted(
+        (S, B) for S in TINY_TOKENS for B in TINY_BATCHES)
+    assert all(math.isfinite(pt["time_s"]) and pt["time_s"] > 0 for pt in points)
+    assert summary["points"] == len(points)
+    for k in ("a", "b", "c0", "overhead_s", "half_efficiency_tokens", "median_rel_error", "max_rel_error"):
+        assert math.isfinite(summary[k]) and summary[k] >= 0, (k, summary)
+    p = json.loads(prof.read_text())
+    assert p["format"] == "adaptiveload-profile" and p["fit"]["points"] == len(points)
+    # The sampler and the planner accept it.
+    s = adaptiveload.AdaptiveBatchSampler(MANIFESTS, model="tiny-dit", device="cpu", grid="tiny", profile=str(prof),
+                                          world_size=2, rank=0, mem_budget=4096)
+    assert s.num_steps > 0
+    cli_plans_with(prof)
+
+
 def test_online_adaptation_replans_and_trains_every_sample_once(tmp_path):
+    """Real training and timing with a refit after every step. The fitted model and so the
+    re-planned rest of the epoch depend on this machine's speed; what does not is asserted:
+    a refit at every step boundary from the first one with enough observations, coefficients
+    that are usable, and every sample trained exactly once across the re-plans. (How well a
+    refit finds the cost model is test_hardening.test_adaptation_to_a_known_cost_model.)"""
+    from adaptiveload import sampler as sampler_module
+
     # A small slice of the real manifests, trained for a whole epoch with a refit after every step.
     small = tmp_path / "small.csv"
     with open(MANIFESTS[0]) as f:
@@ -140,15 +201,31 @@ def test_online_adaptation_replans_and_trains_every_sample_once(tmp_path):
         rows += f.read().splitlines()[1:201]
     small.write_text("\n".join(rows) + "\n")
     log, out = tmp_path / "ids.jsonl", tmp_path / "out.json"
-    (r,) = train_dit.main(["--config", "tiny", "--device", "cpu", "--threads", "2", "-m", str(small),
-                           "--strategy", "balanced", "--world-size", "3", "--steps", "1000", "--warmup", "0",
-                           "--adapt-every", "1", "--log-samples", str(log), "--out", str(out)])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        (r,) = train_dit.main(["--config", "tiny", "--device", "cpu", "--threads", "2", "-m", str(small),
+                               "--strategy", "balanced", "--world-size", "3", "--steps", "1000", "--warmup", "0",
+                               "--adapt-every", "1", "--log-samples", str(log), "--out", str(out)])
     check_summary(r)
-    assert len(r["adaptations"]) >= 2, r["adaptations"]
-    for a in r["adaptations"]:
-        assert a["median_rel_error"] < 0.5 and a["a"] >= 0 and a["b"] >= 0
-    got = collections.Counter(i for line in open(log) for i in json.loads(line)["ids"])
     s = adaptiveload.AdaptiveBatchSampler(str(small), model="tiny-dit", device="cpu", grid="tiny", world_size=3,
                                           rank=0, mem_budget=4096, checkpointing=False)
+    # The first refit: after the first step with MIN_OBSERVATIONS rank-steps at 3 or more token
+    # counts, read off the initial plan (which no timing changes).
+    seen, k0 = set(), None
+    for k, _ in enumerate(s.steps()):
+        seen.update(s._planner(3).row_geometry(mb[0])[3] for rank in range(3) for mb in s._plan.rank_step(k, rank))
+        if (k + 1) * 3 >= sampler_module.MIN_OBSERVATIONS and len(seen) >= 3:
+            k0 = k
+            break
+    steps = r["measured"]["steps"]  # the whole (re-planned) epoch ran: --steps exceeds it
+    assert k0 is not None and k0 + 1 < steps
+    skipped = sorted(int(re.search(r"after step (\d+)", str(w.message)).group(1)) + 1 for w in caught
+                     if "skipped the refit" in str(w.message))
+    refits = [a["step"] for a in r["adaptations"]]
+    assert sorted(refits + skipped) == list(range(k0 + 1, steps)), (k0, steps, refits, skipped)
+    assert len(r["adaptations"]) >= 1, skipped
+    for a in r["adaptations"]:
+        assert math.isfinite(a["median_rel_error"]) and a["a"] >= 0 and a["b"] >= 0
+    got = collections.Counter(i for line in open(log) for i in json.loads(line)["ids"])
     assert sorted(got) == s.planned_rows()
     assert set(got.values()) == {1}, "a sample was trained twice across re-plans"

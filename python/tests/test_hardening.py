@@ -3,19 +3,27 @@ AdaptiveBatchSampler, its methods, fused_adaln and AdaLayerNormModulate is fed w
 NaN, infinities, negative and huge values; each must raise TypeError / ValueError naming the
 argument, and a failed call must change no state. Also: yes/no options given as words, a
 set_epoch inside a running loop (an error, never a silently shortened epoch), bad step times
-in online adaptation (rejected, naming step and rank; adaptation goes on), and online
-adaptation against times generated from a known cost model (no wall-clock timing)."""
+in online adaptation (rejected, naming step and rank; adaptation goes on), online
+adaptation against times generated from a known cost model (no wall-clock timing), and
+`calibrate` on a machine without CUDA or without the package (an error saying what to do,
+never a traceback)."""
 import collections
 import math
+import os
 import random
 import re
+import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+import adaptiveload
 from adaptiveload import AdaptiveBatchSampler, fused_adaln
 from adaptiveload.nn import AdaLayerNormModulate
+from conftest import REPO
 
 NAN, INF = float("nan"), float("inf")
 
@@ -496,3 +504,98 @@ def test_adalayernorm_module_forward_checks():
     with pytest.raises(TypeError, match="fused_adaln: shift"):
         m(X, None, MOD)
     assert math.isfinite(m(X, MOD, MOD).sum().item())
+
+
+# --- calibrate: errors that say what to do, not tracebacks ----------------------------------
+
+PKG_ROOT = os.path.dirname(os.path.dirname(adaptiveload.__file__))
+# The CLI under test: AL_CLI, else the repository's build.
+CLI = os.environ.get("AL_CLI") or os.path.join(REPO, "build", "cli", "adaptiveload")
+needs_cli = pytest.mark.skipif(not os.path.exists(CLI), reason=f"CLI not built ({CLI}; set AL_CLI)")
+no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+
+
+def script(path, body):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def python_with_the_package(tmp_path):
+    """An interpreter that imports this build of the package (as the project's .venv does)."""
+    return script(tmp_path / "with" / "python", f'PYTHONPATH="{PKG_ROOT}" exec "{sys.executable}" "$@"')
+
+
+def python_without_the_package(tmp_path):
+    """An interpreter without site-packages or PYTHONPATH: `import adaptiveload` fails."""
+    return script(tmp_path / "without" / "python", f'exec "{sys.executable}" -S -E "$@"')
+
+
+def run_cli(args, **env):
+    e = {k: v for k, v in os.environ.items() if k not in ("AL_PYTHON", "ADAPTIVELOAD_PYTHON", "PYTHONPATH")}
+    e.update(env)
+    return subprocess.run(args, env=e, capture_output=True, text=True, timeout=300)
+
+
+@no_cuda
+def test_calibrate_without_cuda_is_a_clear_error():
+    res = run_cli([sys.executable, "-m", "adaptiveload.calibrate", "--device", "cuda"], PYTHONPATH=PKG_ROOT)
+    assert res.returncode == 2, res.stderr
+    assert "--device cuda: CUDA is not available" in res.stderr and "--device cpu" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("args,pattern", [
+    (["--device", "tpu"], "--device 'tpu' is not a device"),
+    (["--device", "cpu", "--reps", "0"], "--reps must be >= 1"),
+    (["--device", "cpu", "--max-batch", "0"], "--max-batch must be >= 1"),
+    (["--device", "cpu", "--layers", "-1"], "--layers must be >= 1"),
+    (["--device", "cpu", "--memory-fraction", "nan"], "--memory-fraction must be in"),
+    (["--device", "cpu", "--memory-fraction", "1.5"], "--memory-fraction must be in"),
+    (["--device", "cpu", "--out", "/nonexistent/dir/profile.json"], "--out /nonexistent/dir/profile.json: cannot"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_calibrate_checks_its_options_before_measuring(args, pattern, capsys):
+    from adaptiveload import calibrate
+
+    with pytest.raises(SystemExit) as e:
+        calibrate.main(args)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and pattern in err, err
+
+
+@needs_cli
+@no_cuda
+def test_cli_calibrate_runs_AL_PYTHON_and_passes_its_error_on(tmp_path):
+    py = python_with_the_package(tmp_path)
+    res = run_cli([CLI, "calibrate", "--", "--device", "cuda"], AL_PYTHON=py)
+    assert res.returncode == 2, res.stderr
+    assert f"measuring with {py} (from AL_PYTHON)" in res.stderr
+    assert "CUDA is not available" in res.stderr and "Traceback" not in res.stderr
+
+
+@needs_cli
+def test_cli_calibrate_says_how_to_set_up_the_python(tmp_path):
+    py = python_without_the_package(tmp_path)
+    res = run_cli([CLI, "calibrate", "--", "--device", "cpu"], AL_PYTHON=py)
+    assert res.returncode == 2, res.stderr
+    assert f"{py} cannot import the adaptiveload package" in res.stderr
+    assert "scripts/python_env.sh" in res.stderr and "AL_PYTHON=/path/to/python" in res.stderr
+    assert "Traceback" not in res.stderr
+    res = run_cli([CLI, "calibrate"], AL_PYTHON=str(tmp_path / "no-such-python"))
+    assert res.returncode == 2 and "AL_PYTHON=" in res.stderr and "is not an executable file" in res.stderr
+
+
+@needs_cli
+def test_cli_calibrate_finds_the_project_environment_beside_it(tmp_path):
+    """<repo>/build/cli/adaptiveload runs <repo>/.venv/bin/python (not python3 from PATH), and
+    its exit status is the command's."""
+    repo = tmp_path / "repo"
+    exe = repo / "build" / "cli" / "adaptiveload"
+    exe.parent.mkdir(parents=True)
+    shutil.copy(CLI, exe)
+    venv_python = script(repo / ".venv" / "bin" / "python", 'echo "venv python $1 ... $3 $4 $5 $6 $7 $8"; exit 3')
+    res = run_cli([str(exe), "calibrate", "--", "--device", "cpu"])
+    assert res.returncode == 3, res.stderr
+    assert f"measuring with {venv_python} (the project's environment beside this executable)" in res.stderr
+    assert res.stdout.startswith("venv python -c ... --out profile.json --model wan2.1-1.3b --device cpu")
