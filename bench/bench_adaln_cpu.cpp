@@ -4,7 +4,7 @@
 //    bf16, f16, f32) against the fp64 reference on small awkward shapes, exits 1 on a failure;
 // 2. per configuration, measures the copy bandwidth of this machine on the same bytes
 //    (memcpy x -> y, split over the same OpenMP threads as the kernel), then times the
-//    kernel on each path: warm-up, `--reps` repetitions, median;
+//    kernel on each path: warm-up, `--reps` repetitions, median (and the fastest, in JSON);
 // 3. prints one line per (shape, B, dtype, mode) with, for each path, ms, effective GB/s
 //    (bytes that must move: fwd reads x and writes y, bwd reads x, dy and writes dx) and the
 //    fraction of the copy bandwidth, then the path adaln_fwd_cpu / adaln_bwd_cpu dispatch to
@@ -65,8 +65,14 @@ double now_ms() {
       .count();
 }
 
+// Median and fastest of `reps` timed calls after one warm-up. On a shared machine the
+// fastest repetition is the one least disturbed by other processes.
+struct Timing {
+  double median_ms = 0, min_ms = 0;
+};
+
 template <typename F>
-double median_ms(F&& f, int reps) {
+Timing time_ms(F&& f, int reps) {
   f();  // warm-up
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
@@ -75,7 +81,7 @@ double median_ms(F&& f, int reps) {
     t.push_back(now_ms() - a);
   }
   std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return {t[t.size() / 2], t.front()};
 }
 
 // Page-aligned, first-touched by the same static thread partition the kernels use.
@@ -264,7 +270,8 @@ int main(int argc, char** argv) {
           p.rstd = static_cast<float*>(rstd.p);
           adaln_set_contiguous_strides(p);
           adaln_fwd_cpu(p);  // saved stats for the backward
-          const double copy_ms = median_ms([&] { parallel_copy(out.p, x.p, tbytes); }, reps);
+          const double copy_ms =
+              time_ms([&] { parallel_copy(out.p, x.p, tbytes); }, reps).median_ms;
           const double copy_gbps = 2.0 * double(tbytes) / (copy_ms * 1e6);
           Mem dy(bwd ? tbytes : 1), ds(size_t(B * D) * 4), dt(size_t(B * D) * 4);
           if (bwd) {
@@ -280,8 +287,9 @@ int main(int argc, char** argv) {
           std::vector<double> ms(paths.size());
           for (size_t k = 0; k < paths.size(); ++k) {
             const CpuSimd path = paths[k];
-            ms[k] = bwd ? median_ms([&] { adaln_bwd_cpu(p, path); }, reps)
-                        : median_ms([&] { adaln_fwd_cpu(p, path); }, reps);
+            const Timing tk = bwd ? time_ms([&] { adaln_bwd_cpu(p, path); }, reps)
+                                  : time_ms([&] { adaln_fwd_cpu(p, path); }, reps);
+            ms[k] = tk.median_ms;
             const double gbps = double(moved) / (ms[k] * 1e6), frac = gbps / copy_gbps;
             std::printf(" | %9.3f %7.2f %4.0f%%", ms[k], gbps, 100 * frac);
             std::fflush(stdout);
@@ -291,10 +299,10 @@ int main(int argc, char** argv) {
                 "{\"bench\":\"adaln_cpu\",\"shape\":\"%s\",\"B\":%lld,\"rows\":%lld,\"D\":%lld,"
                 "\"dtype\":\"%s\",\"mod_dtype\":\"f32\",\"mode\":\"%s\",\"simd\":\"%s\","
                 "\"dispatched\":\"%s\",\"ms\":%.4f,\"gbps\":%.3f,\"copy_gbps\":%.3f,"
-                "\"frac_copy\":%.4f,\"threads\":%d,\"reps\":%d}",
+                "\"frac_copy\":%.4f,\"ms_min\":%.4f,\"threads\":%d,\"reps\":%d}",
                 sh->name, (long long)B, (long long)N, (long long)D, dn.c_str(), mode.c_str(),
                 cpu_simd_name(path), cpu_simd_name(dispatched), ms[k], gbps, copy_gbps, frac,
-                omp_get_max_threads(), reps);
+                tk.min_ms, omp_get_max_threads(), reps);
             json.push_back(line);
           }
           // The dispatched path's time over the fastest path's (1.00: dispatch picked the best).

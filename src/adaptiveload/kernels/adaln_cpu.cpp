@@ -40,7 +40,8 @@ const RowKernels& kernels_for(CpuSimd path) {
   static const RowKernels avx512 = adaln_cpu::avx512_kernels();
   if (!cpu_simd_supported(path))
     throw std::invalid_argument(std::string("adaln CPU SIMD path ") + cpu_simd_name(path) +
-                                " is not supported on this CPU (check cpu_simd_supported())");
+                                " is not supported by this CPU or build; pass a path for which "
+                                "cpu_simd_supported() is true, or call the dispatching overload");
   return path == CpuSimd::Avx512 ? avx512 : path == CpuSimd::Avx2 ? avx2 : scalar;
 }
 
