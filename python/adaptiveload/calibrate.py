@@ -18,10 +18,11 @@ import json
 import os
 import sys
 import time
+from collections.abc import Mapping
 
 import torch
 
-from . import _C
+from . import _C, _checks
 from .models import wan_dit
 
 # (frames, height, width) shapes of the sweep: images, short and long clips, two resolutions.
@@ -86,8 +87,25 @@ def check_args(p: argparse.ArgumentParser, args) -> torch.device:
 def fit(points, model: str, device_name: str):
     """(profile JSON, summary) of the core's fit to measurements [{tokens, batch, time_s,
     peak_bytes}]: seconds per sample a*S + b*S^2 + c0, micro-batch overhead, small-batch
-    efficiency, memory M_static + B(m0 + m1 S) when peak_bytes are given."""
-    return _C.fit_profile(points, model, device_name)
+    efficiency, memory M_static + B(m0 + m1 S) when peak_bytes are given. Raises TypeError /
+    ValueError naming the point and field of a malformed measurement."""
+    checked = []
+    for i, pt in enumerate(points):
+        where = f"calibrate.fit: measurement {i}"
+        if not isinstance(pt, Mapping):
+            raise TypeError(f"{where} must be a dict with tokens, batch, time_s (and peak_bytes), got "
+                            f"{type(pt).__name__}")
+        missing = [k for k in ("tokens", "batch", "time_s") if k not in pt]
+        if missing:
+            raise ValueError(f"{where} has no {', '.join(missing)}")
+        peak = pt.get("peak_bytes")
+        checked.append({
+            "tokens": _checks.integer(pt["tokens"], f"{where}: tokens", 1, 2**62),
+            "batch": _checks.integer(pt["batch"], f"{where}: batch", 1, 2**62),
+            "time_s": _checks.real(pt["time_s"], f"{where}: time_s", 0.0, 1e9, lo_open=True),
+            "peak_bytes": None if peak is None else _checks.real(peak, f"{where}: peak_bytes", 0.0, 1e18),
+        })
+    return _C.fit_profile(checked, model, device_name)
 
 
 def measure(model, c, shape, batch, device, reps):

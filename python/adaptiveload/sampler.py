@@ -68,8 +68,9 @@ class AdaptiveBatchSampler(Sampler):
 
     manifest: CSV / JSONL path, list of paths, list of dicts or dict of columns
       (path, num_frames, height, width, fps; empty fps = image).
-    model, device, grid: preset names (see presets/); strategy: 'balanced', 'dual',
-      'equal_tokens' or 'fixed'.
+    model, device, grid: preset names (see presets/) or JSON files; grid None = the model
+      preset's own grid (as the CLI's --grid); strategy: 'balanced', 'dual', 'equal_tokens'
+      or 'fixed'.
     world_size, rank: default from torch.distributed when initialised, else 1 and 0.
     drop_last: the end-of-epoch policy: False pads the last step with repeats of early
       samples so every rank has work (flagged in padded_samples), True drops that step.
@@ -97,7 +98,7 @@ class AdaptiveBatchSampler(Sampler):
         drop_last: bool = False,
         mem_budget: Optional[int] = None,
         comp_budget: Optional[float] = None,
-        grid: str = "wan",
+        grid: Optional[str] = None,
         on_bad_row: str = "error",
         checkpointing: bool = True,
         profile: Optional[str] = None,
@@ -140,7 +141,7 @@ class AdaptiveBatchSampler(Sampler):
         self._options = dict(
             model=_checks.name_or_path(model, where + "model", "model preset"),
             device=_checks.name_or_path(device, where + "device", "device preset"),
-            grid=_checks.name_or_path(grid, where + "grid", "bucket grid preset"),
+            grid="" if grid is None else _checks.name_or_path(grid, where + "grid", "bucket grid preset"),
             cost_model=cost_model or ("profile" if profile else "analytic"),
             profile=profile or "",
             checkpointing=checkpointing,

@@ -84,7 +84,7 @@ BAD_CONSTRUCTOR_ARGS = [
     ("model", "no-such-model", ValueError), ("model", "", ValueError), ("model", None, TypeError),
     ("model", 3, TypeError),
     ("device", "no-such-device", ValueError), ("device", None, TypeError),
-    ("grid", "no-such-grid", ValueError), ("grid", None, TypeError),
+    ("grid", "no-such-grid", ValueError), ("grid", "", ValueError), ("grid", 3, TypeError),
     ("cost_model", "nope", ValueError), ("cost_model", "profile", ValueError), ("cost_model", 3, TypeError),
     ("profile", "/nonexistent/profile.json", FileNotFoundError), ("profile", 3, TypeError),
     ("adapt_every", 0, ValueError), ("adapt_every", -1, ValueError), ("adapt_every", 2**63, ValueError),
@@ -107,6 +107,15 @@ def test_constructor_rejects_bad_arguments_by_name(arg, value, exc):
 def test_world_size_up_to_the_cli_limit_plans_without_running_out_of_memory():
     s = AdaptiveBatchSampler(ROWS[:3], world_size=2**20, rank=2**20 - 1)
     assert s.world_size == 2**20 and s.num_steps >= 1
+
+
+def test_grid_defaults_to_the_model_presets_own():
+    for model, grid in (("tiny-dit", "tiny"), ("wan2.1-1.3b", "wan"), ("cogvideox-5b", "cogvideox")):
+        kw = dict(model=model, device="cpu" if model == "tiny-dit" else "h200", mem_budget=None,
+                  on_oversize="skip", on_bad_row="skip")
+        assert core_options(sampler(**kw)) == core_options(sampler(**kw, grid=grid)), model
+    assert core_options(sampler(model="tiny-dit", device="cpu", mem_budget=None)) != core_options(
+        sampler(model="tiny-dit", device="cpu", mem_budget=None, grid="wan"))
 
 
 def test_an_empty_manifest_is_an_error():
@@ -599,3 +608,25 @@ def test_cli_calibrate_finds_the_project_environment_beside_it(tmp_path):
     assert res.returncode == 3, res.stderr
     assert f"measuring with {venv_python} (the project's environment beside this executable)" in res.stderr
     assert res.stdout.startswith("venv python -c ... --out profile.json --model wan2.1-1.3b --device cpu")
+
+
+GOOD_POINT = {"tokens": 60, "batch": 2, "time_s": 0.01, "peak_bytes": None}
+
+
+@pytest.mark.parametrize("field,value,exc", [
+    ("tokens", 0, ValueError), ("tokens", 1.5, TypeError), ("tokens", None, TypeError), ("batch", -1, ValueError),
+    ("batch", True, TypeError), ("time_s", NAN, ValueError), ("time_s", 0.0, ValueError), ("time_s", -1, ValueError),
+    ("time_s", INF, ValueError), ("time_s", "0.1", TypeError), ("peak_bytes", NAN, ValueError),
+    ("peak_bytes", -1, ValueError), ("peak_bytes", "1", TypeError),
+], ids=repr)
+def test_calibrate_fit_names_the_bad_measurement(field, value, exc):
+    from adaptiveload import calibrate
+
+    points = [dict(GOOD_POINT, tokens=S) for S in (6, 60, 120, 300)]
+    points[2] = dict(points[2], **{field: value})
+    with pytest.raises(exc, match=rf"measurement 2: {field}"):
+        calibrate.fit(points, "tiny-dit", "cpu")
+    with pytest.raises(ValueError, match="measurement 0 has no time_s"):
+        calibrate.fit([{"tokens": 6, "batch": 1}], "tiny-dit", "cpu")
+    with pytest.raises(TypeError, match="measurement 0 must be a dict"):
+        calibrate.fit([(6, 1, 0.1)], "tiny-dit", "cpu")
