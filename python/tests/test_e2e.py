@@ -80,7 +80,8 @@ def test_torchrun_two_processes_balanced(tmp_path):
     cmd += [os.path.join(REPO, "examples", "train_dit.py")] + TINY + [
         "--strategy", "balanced", "--steps", str(steps), "--warmup", "0", "--threads", "1",
         "--out", str(out), "--log-samples", str(log)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    # The timeout only guards against a hang: a loaded machine is slow, not wrong.
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (r,) = json.loads(out.read_text())
     check_summary(r)

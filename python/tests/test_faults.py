@@ -60,6 +60,8 @@ def worker(argv):
     ap.add_argument("--run-dir", required=True)
     ap.add_argument("--attempt", type=int, required=True)
     ap.add_argument("--sleep", type=float, default=0.0)
+    ap.add_argument("--hold-at", type=int, default=-1,
+                    help="in this step, once every rank logged it and before it is committed, wait to be killed")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -97,6 +99,13 @@ def worker(argv):
         log.flush()
         os.fsync(log.fileno())
         dist.barrier()  # every rank's log of this step is on disk before the commit
+        if st.step == a.hold_at:
+            # The kill lands here, however fast or slow the machine is: mid-epoch, with this
+            # step logged by every rank but not committed (so it must not count as trained).
+            if rank == 0:
+                open(os.path.join(a.run_dir, "holding"), "w").close()
+            while True:
+                time.sleep(1)
         if rank == 0:
             tmp = ckpt + ".tmp"
             torch.save(
@@ -138,31 +147,29 @@ def write_manifest(path, rows=520, seed=3):
                 w.writerow([f"i{i}.jpg", 1, rng.choice([360, 480, 720, 1024]), rng.choice([480, 640, 1024]), ""])
 
 
-def torchrun(nproc, run_dir, manifest, attempt, sleep=0.0, kill_at_step=None, timeout=120):
-    """Runs the worker under torchrun; with kill_at_step, SIGKILLs the whole process group
-    (agent and workers) as soon as the committed checkpoint reaches that step."""
+def torchrun(nproc, run_dir, manifest, attempt, sleep=0.0, kill_at_step=None, timeout=900):
+    """Runs the worker under torchrun; with kill_at_step, the workers hold in that step after
+    logging it and before committing it, and the whole process group (agent and workers) is
+    SIGKILLed then. `timeout` only guards against a hang (a loaded machine is slow, not wrong)."""
     cmd, env = run_under_torchrun(nproc, os.path.join(run_dir, f"torchrun_a{attempt}"))
     cmd += [os.path.abspath(__file__), "--manifest", manifest, "--run-dir", run_dir, "--attempt", str(attempt),
             "--sleep", str(sleep)]
+    if kill_at_step is not None:
+        cmd += ["--hold-at", str(kill_at_step)]
     out = open(os.path.join(run_dir, f"torchrun_a{attempt}.out"), "w")
     proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    ckpt = os.path.join(run_dir, "ckpt.pt")
     deadline = time.time() + timeout
     killed = False
     try:
         while proc.poll() is None:
             if time.time() > deadline:
                 raise AssertionError(f"torchrun attempt {attempt} timed out")
-            if kill_at_step is not None and os.path.exists(ckpt):
-                try:
-                    done = torch.load(ckpt)["steps_done"]
-                except Exception:  # being replaced right now: read it next time
-                    done = -1
-                if done >= kill_at_step:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    killed = True
-                    proc.wait()
-                    break
+            if kill_at_step is not None and os.path.exists(os.path.join(run_dir, "holding")):
+                os.killpg(proc.pid, signal.SIGKILL)
+                killed = True
+                proc.wait()
+                os.remove(os.path.join(run_dir, "holding"))
+                break
             time.sleep(0.005)
     finally:
         if proc.poll() is None:
@@ -216,7 +223,7 @@ def killed_run(tmp_path_factory):
     assert steps >= 12, steps
     run = base / "killed"
     run.mkdir()
-    killed, text = torchrun(2, str(run), manifest, attempt=0, sleep=0.1, kill_at_step=steps // 3)
+    killed, text = torchrun(2, str(run), manifest, attempt=0, kill_at_step=steps // 3)
     assert killed and not (run / "done").exists(), "the run finished before the kill: " + text[-2000:]
     done = torch.load(run / "ckpt.pt")["steps_done"]
     assert steps // 3 <= done < steps
