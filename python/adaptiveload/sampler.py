@@ -8,6 +8,7 @@ micro-batches in step order; `steps()` yields them grouped by step with the step
 sample and token counts, which is what a training loop needs to accumulate gradients over
 a rank's micro-batches and normalise the loss. See docs/python.md.
 """
+import dataclasses
 import math
 import numbers
 import warnings
@@ -45,6 +46,9 @@ class PlannedStep:
     global_samples: int  # samples of the step over all ranks, padded repeats included
     global_tokens: int  # video tokens of those samples (for per-token loss normalisation)
     padded_samples: int  # of global_samples, repeats added by the end-of-epoch policy
+    # Per micro-batch of micro_batches: True when it is such a repeat (a trainer may skip or
+    # down-weight it; the step's other ranks still run theirs, so skip its loss, not the step).
+    padded_micro_batches: List[bool] = dataclasses.field(default_factory=list)
 
 
 def _whole(v: Any, where: str, lo: int, hi: int, hint: str) -> int:
@@ -294,12 +298,21 @@ class AdaptiveBatchSampler(Sampler):
     @staticmethod
     def gather_step_time(seconds: float) -> List[float]:
         """This rank's compute seconds of a step -> every rank's, in rank order
-        (torch.distributed.all_gather_object when initialised, else [seconds])."""
+        (torch.distributed.all_gather_object when initialised, else [seconds]). It never
+        raises before the collective (a rank that raised would leave the others waiting in
+        it): a value that is not a number is sent as NaN, which observe_step then rejects on
+        every rank alike, naming this rank."""
+        try:
+            value = float(seconds)
+        except (TypeError, ValueError):
+            value = math.nan
+        if isinstance(seconds, bool):
+            value = math.nan
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             out = [None] * torch.distributed.get_world_size()
-            torch.distributed.all_gather_object(out, float(seconds))
+            torch.distributed.all_gather_object(out, value)
             return [float(x) for x in out]
-        return [float(seconds)]
+        return [value]
 
     def observe_step(self, step: int, rank_seconds: List[float]) -> Optional[Dict[str, Any]]:
         """Records the measured compute seconds of every rank in global step `step` (the
@@ -382,9 +395,10 @@ class AdaptiveBatchSampler(Sampler):
         self._observed_since = 0  # the fit keeps every observation of the epoch
         return summary
 
-    def _step_info(self, t: int, micro_batches: List[List[int]]) -> PlannedStep:
+    def _step_info(self, t: int, offset: int) -> PlannedStep:
         samples, tokens, padded = self._plan.step_info(t)
-        return PlannedStep(self.epoch, self._steps_before + t, micro_batches, samples, tokens, padded)
+        return PlannedStep(self.epoch, self._steps_before + t, self._plan.rank_step(t, self.rank)[offset:], samples,
+                           tokens, padded, self._plan.rank_step_padded(t, self.rank)[offset:])
 
     # iter(sampler) and steps() start (or restart) the iteration when called, not at the
     # first next(), so state_dict() right after them is exact. They read the current plan at
@@ -427,12 +441,12 @@ class AdaptiveBatchSampler(Sampler):
             if self._step >= plan.num_steps:
                 self._restart = True
                 return
-            t = self._step
-            mbs = plan.rank_step(t, self.rank)[self._offset:]
+            t, offset = self._step, self._offset
+            info = self._step_info(t, offset)
             self._step, self._offset = t + 1, 0
             if self._step >= plan.num_steps:
                 self._restart = True
-            yield self._step_info(t, mbs)
+            yield info
 
     def schedule(self) -> Iterator[PlannedStep]:
         """The steps the next iteration will yield, as steps() would give them, without moving
@@ -456,9 +470,9 @@ class AdaptiveBatchSampler(Sampler):
                 t = g - before
                 if t >= plan.num_steps:
                     return
-                mbs = plan.rank_step(t, rank)
+                mbs, flags = plan.rank_step(t, rank), plan.rank_step_padded(t, rank)
                 samples, tokens, padded = plan.step_info(t)
-                yield PlannedStep(epoch, g, mbs[offset:], samples, tokens, padded)
+                yield PlannedStep(epoch, g, mbs[offset:], samples, tokens, padded, flags[offset:])
                 g, offset = g + 1, 0
 
         return steps()

@@ -373,6 +373,41 @@ def test_observe_step_checks_step_and_list():
         s.observe_step(0, [0.5, 0.25])
 
 
+def test_gather_step_time_passes_a_non_number_on_as_nan_for_observe_step_to_reject():
+    s = sampler(adapt_every=1)
+    next(iter(s.steps()))
+    for bad in (None, "fast", True, torch.tensor([1.0, 2.0])):
+        times = AdaptiveBatchSampler.gather_step_time(bad)
+        assert len(times) == 1 and math.isnan(times[0]), bad
+        with pytest.raises(ValueError, match=r"step=0\): rank 0's compute seconds"):
+            s.observe_step(0, times)
+    assert AdaptiveBatchSampler.gather_step_time(torch.tensor(0.25)) == [0.25]
+
+
+@pytest.mark.parametrize("strategy", ["balanced", "equal_tokens"])
+@pytest.mark.parametrize("world_size", [8, 13])
+def test_planned_steps_mark_the_padded_micro_batches(world_size, strategy):
+    """The padded repeats of the end-of-epoch policy, per micro-batch, in steps() and
+    schedule() alike: exactly the step's padded count, and exactly the repeated samples."""
+    rows = ROWS[:5]  # fewer samples than ranks: the step is completed with repeats
+    kw = dict(KW, strategy=strategy, world_size=world_size)
+    per_rank = [list(AdaptiveBatchSampler(rows, rank=r, **kw).steps()) for r in range(world_size)]
+    for r in range(world_size):
+        assert list(AdaptiveBatchSampler(rows, rank=r, **kw).schedule()) == per_rank[r]
+    seen, total = collections.Counter(), 0
+    for steps in zip(*per_rank):
+        marked = 0
+        for st in steps:
+            assert len(st.padded_micro_batches) == len(st.micro_batches)
+            marked += sum(len(mb) for mb, p in zip(st.micro_batches, st.padded_micro_batches) if p)
+            seen.update(i for mb, p in zip(st.micro_batches, st.padded_micro_batches) if not p for i in mb)
+        assert marked == steps[0].padded_samples
+        total += marked
+    s = AdaptiveBatchSampler(rows, **kw)
+    assert sorted(seen) == s.planned_rows() and set(seen.values()) == {1}  # unmarked: each sample once
+    assert total == sum(st.padded_samples for st in per_rank[0]) > 0
+
+
 # --- set_epoch / load_state_dict inside a running loop --------------------------------------
 
 
