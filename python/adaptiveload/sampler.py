@@ -303,10 +303,8 @@ class AdaptiveBatchSampler(Sampler):
         it): a value that is not a number is sent as NaN, which observe_step then rejects on
         every rank alike, naming this rank."""
         try:
-            value = float(seconds)
-        except (TypeError, ValueError):
-            value = math.nan
-        if isinstance(seconds, bool):
+            value = math.nan if isinstance(seconds, bool) else float(seconds)
+        except (TypeError, ValueError, RuntimeError):  # RuntimeError: a tensor of several values
             value = math.nan
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             out = [None] * torch.distributed.get_world_size()
@@ -324,10 +322,11 @@ class AdaptiveBatchSampler(Sampler):
         epoch and re-plans the rest of the epoch; returns the fit summary then, else None.
         A running steps() / iter() loop continues with the re-planned steps.
 
-        Raises ValueError (and records nothing) for a step outside the current plan, one
-        not yet handed out or already observed, or a time that is not a finite number of
-        seconds in (0, 1e9], naming the step and the rank: one bad measurement never
-        reaches the fit."""
+        Raises TypeError / ValueError (and records nothing) for a step outside the current
+        plan, one not yet handed out or already observed, or a time that is not a finite
+        number of seconds in (0, 1e9], naming the step and the rank: one bad measurement
+        never reaches the fit. A refit the core cannot make is skipped with a RuntimeWarning
+        (the measurements are kept for the next one)."""
         where = "observe_step"
         if isinstance(step, bool) or not isinstance(step, numbers.Integral):
             raise TypeError(f"{where}: step must be an integer (a global step index), got {type(step).__name__} "
