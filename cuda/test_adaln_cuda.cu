@@ -4,7 +4,8 @@
 //
 // Two ways to build it:
 //   - with gtest (AL_CUDA_TEST_GTEST defined; cuda/CMakeLists.txt): every test SKIPs
-//     cleanly (GTEST_SKIP) when there is no usable GPU;
+//     cleanly (GTEST_SKIP) when there is no usable GPU; `--small` as below. The same
+//     build runs on the CPU under tests/cuda_emu (ctest cuda_emu.*, cuda_emu_asan.*);
 //   - standalone (scripts/gpu_check.sh, where GTest is not installed): a plain main() that
 //     runs every test, prints "PASS name" / "FAIL name" / "SKIP name", and exits 0 when
 //     nothing failed. `--filter=substr` runs only the tests whose name contains substr;
@@ -255,6 +256,14 @@ TEST_P(AdalnCuda, Run) {
 
 INSTANTIATE_TEST_SUITE_P(adaln, AdalnCuda, testing::ValuesIn(kTests),
                          [](const testing::TestParamInfo<CudaTest>& i) { return std::string(i.param.name); });
+
+// gtest's flags plus `--small` (the reduced matrix, as in the standalone build).
+int main(int argc, char** argv) {
+  testing::InitGoogleTest(&argc, argv);
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--small") == 0) g_small = true;
+  return RUN_ALL_TESTS();
+}
 
 #else
 
