@@ -75,11 +75,16 @@ class AdaptiveBatchSampler(Sampler):
     model, device, grid: preset names (see presets/) or JSON files; grid None = the model
       preset's own grid (as the CLI's --grid); strategy: 'balanced', 'dual', 'equal_tokens'
       or 'fixed'.
-    world_size, rank: default from torch.distributed when initialised, else 1 and 0.
+    world_size, rank: default from torch.distributed when initialised, else 1 and 0;
+      1 <= world_size <= 2**20 (the CLI's limit), 0 <= rank < world_size.
+    seed: 0 <= seed < 2**64 (the CLI's --seed range).
     drop_last: the end-of-epoch policy: False pads the last step with repeats of early
       samples so every rank has work (flagged in padded_samples), True drops that step.
-    mem_budget: token budget per micro-batch (M_mem), None = the largest that fits memory.
-    comp_budget: compute budget (M_comp, S^p units), None = automatic.
+    drop_last, checkpointing: True / False, 1 / 0, or the CLI's words on/off, true/false,
+      yes/no (any case); anything else raises.
+    mem_budget: token budget per micro-batch (M_mem, a whole number up to 1e15), None = the
+      largest that fits memory.
+    comp_budget: compute budget (M_comp, S^p units, finite and > 0), None = automatic.
     on_bad_row: 'error' raises ValueError at the first bad manifest row, 'skip' leaves bad
       rows out (listed in `bad_rows`). on_oversize likewise for samples too big to fit.
     profile: a calibrated cost profile file (cost_model defaults to 'profile' then).
@@ -87,6 +92,7 @@ class AdaptiveBatchSampler(Sampler):
       cost model to the measured per-rank step times and re-plan the rest of the epoch with
       it. Every rank must observe the same times for the same steps (all-gathered; see
       gather_step_time), so every rank applies the same update at the same step.
+    Every argument is checked before anything is planned: TypeError / ValueError naming it.
     """
 
     def __init__(
