@@ -11,6 +11,10 @@
 #   scripts/gpu_check.sh                 build, test, sanitize, bench
 #   scripts/gpu_check.sh --compile-only  build for sm_90 (no GPU needed) and stop
 #   scripts/gpu_check.sh --quick         bench only Wan 1.3B 480p bf16 B=1
+#   scripts/gpu_check.sh --preflight     here, on the CPU: in a copy of exactly what travels
+#                                        (tracked files + .deps, no ../shared), check that
+#                                        no header comes from a Debian -dev package, then
+#                                        --compile-only there; run before using a GPU
 # Environment: NVCC (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc), CXX (g++),
 # BUILD_DIR (default: build-gpu-check in the repo root), BENCH_ARGS (extra bench flags).
 set -uo pipefail
@@ -21,11 +25,13 @@ CXX="${CXX:-g++}"
 NVCC="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
 COMPILE_ONLY=0
 QUICK=0
+PREFLIGHT=0
 for a in "$@"; do
   case "$a" in
     --compile-only) COMPILE_ONLY=1 ;;
     --quick) QUICK=1 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    --preflight) PREFLIGHT=1 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "unknown argument: $a" >&2; exit 2 ;;
   esac
 done
@@ -35,6 +41,31 @@ die() { printf '[gpu_check] ERROR: %s\n' "$*" >&2; exit 1; }
 
 [ -x "$NVCC" ] || die "nvcc not found (set NVCC=/path/to/nvcc or put it on PATH)"
 command -v "$CXX" >/dev/null || die "$CXX not found (set CXX)"
+KERNEL_CPP=("$ROOT"/src/adaptiveload/kernels/*.cpp)  # the CPU reference and paths the tests link
+CUDA_CU=(adaln_cuda test_adaln_cuda bench_adaln_cuda)
+
+if [ "$PREFLIGHT" = 1 ]; then
+  # shellcheck source=lib/preflight.sh
+  . "$ROOT/scripts/lib/preflight.sh"
+  T0=$(date +%s)
+  COPY="$(preflight_copy "$ROOT")"
+  log "preflight: copy of what travels in $COPY ($(du -sh "$COPY" | cut -f1); ../shared absent: $([ -e "$COPY/../shared" ] && echo NO || echo yes))"
+  ok=1
+  preflight_headers "$CXX" "-std=c++17 -fopenmp -I$COPY/src" "$COPY"/src/adaptiveload/kernels/*.cpp || ok=0
+  cu_files=()
+  for f in "${CUDA_CU[@]}"; do cu_files+=("$COPY/cuda/$f.cu"); done
+  preflight_headers "$NVCC" "-std=c++17 -I$COPY/src -I$COPY/cuda" "${cu_files[@]}" || ok=0
+  [ "$ok" = 1 ] && log "preflight: headers: none from a Debian -dev package" || log "preflight: headers: FAIL"
+  if BUILD_DIR="$COPY/build-gpu-check" bash "$COPY/scripts/gpu_check.sh" --compile-only; then
+    log "preflight: --compile-only in the copy: PASS"
+  else
+    log "preflight: --compile-only in the copy: FAIL"; ok=0
+  fi
+  log "preflight: $([ $ok = 1 ] && echo PASS || echo FAIL) in $(( $(date +%s) - T0 )) s"
+  [ "$ok" = 1 ] && rm -rf "$(dirname "$COPY")"
+  [ "$ok" = 1 ]
+  exit $?
+fi
 
 # --- target architecture --------------------------------------------------------------
 if [ "$COMPILE_ONLY" = 1 ]; then
@@ -57,11 +88,12 @@ CXXFLAGS="-std=c++17 -O3 -march=native -fopenmp -Wall -Wextra -I$ROOT/src"
 NVFLAGS="-std=c++17 -O3 -gencode arch=compute_${ARCH},code=sm_${ARCH} -Xcompiler -Wall,-Wextra -I$ROOT/src -I$ROOT/cuda"
 pids=()
 objs=()
-for f in adaln_params adaln_ref adaln_cpu adaln_check; do
-  "$CXX" $CXXFLAGS -c "$ROOT/src/adaptiveload/kernels/$f.cpp" -o "$BUILD_DIR/$f.o" > "$BUILD_DIR/$f.log" 2>&1 &
+for src in "${KERNEL_CPP[@]}"; do
+  f="$(basename "$src" .cpp)"
+  "$CXX" $CXXFLAGS -c "$src" -o "$BUILD_DIR/$f.o" > "$BUILD_DIR/$f.log" 2>&1 &
   pids+=($!); objs+=("$BUILD_DIR/$f.o")
 done
-for f in adaln_cuda test_adaln_cuda bench_adaln_cuda; do
+for f in "${CUDA_CU[@]}"; do
   "$NVCC" $NVFLAGS -c "$ROOT/cuda/$f.cu" -o "$BUILD_DIR/$f.o" > "$BUILD_DIR/$f.log" 2>&1 &
   pids+=($!)
 done
@@ -92,13 +124,23 @@ if [ -n "$SAN" ] && [ -x "$SAN" ]; then
   san_result=""
   # memcheck: out-of-bounds / misaligned accesses; racecheck: shared-memory hazards (the
   # team reductions and the backward's shared-memory combine).
+  # --error-exitcode 3: exit 3 means the tool found errors in our kernels. Any other failure
+  # (the driver or a container refusing the tool, a time-out) is the tool not running, which
+  # is reported as such and does not fail the check.
   for tool in memcheck racecheck; do
     log "compute-sanitizer $tool (small run)"
-    if timeout 150 "$SAN" --tool "$tool" --error-exitcode 3 "$BUILD_DIR/test_adaln_cuda" --small > "$BUILD_DIR/sanitizer_$tool.out" 2>&1; then
+    timeout 150 "$SAN" --tool "$tool" --error-exitcode 3 "$BUILD_DIR/test_adaln_cuda" --small > "$BUILD_DIR/sanitizer_$tool.out" 2>&1
+    rc=$?
+    if [ $rc = 0 ]; then
       san_result+="$tool clean; "
-    else
+    elif [ $rc = 3 ] || grep -qE 'ERROR SUMMARY: [1-9]' "$BUILD_DIR/sanitizer_$tool.out"; then
       san_result+="$tool ERRORS (see $BUILD_DIR/sanitizer_$tool.out); "
       status=1
+    elif grep -qE '^(FAIL) ' "$BUILD_DIR/sanitizer_$tool.out"; then
+      san_result+="$tool: the tests failed under it (see $BUILD_DIR/sanitizer_$tool.out); "
+      status=1
+    else
+      san_result+="$tool REFUSED by this machine (rc $rc: $(grep -m1 -iE 'error|unable|not supported|permission' "$BUILD_DIR/sanitizer_$tool.out" | cut -c1-120)); "
     fi
     tail -n 15 "$BUILD_DIR/sanitizer_$tool.out"
   done

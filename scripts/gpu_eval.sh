@@ -3,22 +3,101 @@
 # machine's PyTorch (CUDA), calibrates the Wan-2.1-1.3B-dims model (few layers) on this GPU,
 # then runs equal_tokens / dual / balanced with the fused adaLN kernel off and on, W ranks
 # emulated on the one GPU, on the Taichi-HD + COCO manifests, and prints the table.
-# Budget: under 8 minutes on an H200. Needs no network and no Debian -dev packages when
-# .deps/include holds the vendored headers (scripts/vendor_headers.sh; carry `.deps`).
+# Budget: under 8 minutes on an H200. Needs no network, no Debian -dev packages and no
+# ../shared: run scripts/gpu_prepare.sh here first and carry `.deps` (vendored headers,
+# manifests, wheels for Python 3.12).
 #
 #   scripts/gpu_eval.sh [--cpu-smoke]     --cpu-smoke: the same steps with the tiny model on CPU
+#   scripts/gpu_eval.sh --preflight       here, on the CPU: in a copy of exactly what travels
+#                                         (tracked files + .deps, no ../shared), check headers
+#                                         (none from a Debian -dev package), manifests, the
+#                                         carried wheels against a Python 3.12, the scripts'
+#                                         syntax and entry points; run before using a GPU
 # Steps are spread over the epoch (--spread) so a short run sees the data set's mix of buckets.
-# Environment: LAYERS (4), WORLD (8), STEPS (4), MEM_BUDGET (80000 tokens), OUT (out/gpu_eval)
+# Environment: LAYERS (4), WORLD (8), STEPS (4), MEM_BUDGET (80000 tokens), OUT (out/gpu_eval),
+# AL_DATASETS (../shared/datasets when it exists, else .deps/datasets), PYTHON (python3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t0=$(date +%s)
 OUT=${OUT:-out/gpu_eval}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
-DATASETS=${AL_DATASETS:-../shared/datasets}
+if [ -z "${AL_DATASETS:-}" ] && [ -d ../shared/datasets ]; then
+  DATASETS=../shared/datasets
+else
+  DATASETS=${AL_DATASETS:-.deps/datasets}
+fi
 MANIFESTS=(-m "$DATASETS/taichi_hd.csv" -m "$DATASETS/coco2017_val_images.csv")
+for f in taichi_hd.csv coco2017_val_images.csv; do
+  [ -f "$DATASETS/$f" ] || { echo "gpu_eval: manifest $DATASETS/$f not found: run scripts/gpu_prepare.sh here and carry .deps, or set AL_DATASETS" >&2; exit 2; }
+done
+
+if [ "${1:-}" = "--preflight" ]; then
+  # shellcheck source=lib/preflight.sh
+  . scripts/lib/preflight.sh
+  VPY=${PYTHON:-.venv/bin/python}
+  COPY="$(preflight_copy "$PWD")"
+  echo "preflight: copy of what travels in $COPY ($(du -sh "$COPY" | cut -f1); ../shared absent: $([ -e "$COPY/../shared" ] && echo NO || echo yes))"
+  ok=1
+  [ -d "$COPY/.deps/include/nlohmann" ] || { echo "preflight: .deps/include missing: run scripts/gpu_prepare.sh" >&2; ok=0; }
+  for f in taichi_hd.csv coco2017_val_images.csv; do
+    [ -f "$COPY/.deps/datasets/$f" ] || { echo "preflight: .deps/datasets/$f missing: run scripts/gpu_prepare.sh" >&2; ok=0; }
+  done
+  # The extension's sources with setup.py's include path (vendored headers, torch's, Python's).
+  inc="-I$COPY/src -I$COPY/python/csrc -I$COPY/.deps/include"
+  inc+=" $("$VPY" -c "from torch.utils.cpp_extension import include_paths; import sysconfig; print(' '.join('-I'+p for p in include_paths() + [sysconfig.get_paths()['include']]))")"
+  srcs=("$COPY"/src/adaptiveload/*/*.cpp "$COPY"/python/csrc/*.cpp)
+  if preflight_headers g++ "-std=c++17 -fopenmp -DAL_WITH_CUDA=1 $inc -I/usr/local/cuda/include -I$COPY/cuda" "${srcs[@]}"; then
+    echo "preflight: headers of ${#srcs[@]} extension sources: none from a Debian -dev package"
+  else
+    echo "preflight: headers: FAIL"; ok=0
+  fi
+  # The carried wheels against a Python 3.12 like the GPU machine's (numpy is the machine's own).
+  PY312=${PY312:-}
+  for c in python3.12 "$(pyenv root 2>/dev/null)"/versions/3.12*/bin/python3.12; do
+    [ -z "$PY312" ] && "$c" --version >/dev/null 2>&1 && PY312="$c"
+  done
+  if [ -n "$PY312" ]; then
+    venv="$(dirname "$COPY")/py312"
+    "$PY312" -m venv "$venv" && "$venv/bin/python" -m pip install -q --disable-pip-version-check numpy >/dev/null 2>&1
+    if "$venv/bin/python" -m pip install -q --disable-pip-version-check --dry-run --no-index \
+        --find-links "$COPY/.deps/wheels" diffusers==0.42.1 &&
+       "$venv/bin/python" -m pip install -q --disable-pip-version-check --dry-run --no-index --no-deps \
+        --find-links "$COPY/.deps/wheels" -r "$COPY/requirements/gpu-wheels.txt"; then
+      echo "preflight: carried wheels: every pin present for Python 3.12, diffusers resolves from them"
+    else
+      echo "preflight: carried wheels: FAIL (run scripts/gpu_prepare.sh)"; ok=0
+    fi
+    if "$venv/bin/python" -m py_compile $(find "$COPY/python/adaptiveload" "$COPY/examples" -name '*.py'); then
+      echo "preflight: Python sources compile under $("$PY312" --version)"
+    else
+      ok=0
+    fi
+  else
+    echo "preflight: no python3.12 here (set PY312=/path/to/python3.12): the carried wheels cannot be checked"; ok=0
+  fi
+  for cmd in "examples/compare.py --help" "examples/train_dit.py --help" "-m adaptiveload.calibrate --help"; do
+    # shellcheck disable=SC2086
+    if (cd "$COPY" && "$OLDPWD/$VPY" $cmd >/dev/null 2>"$COPY/entry.err"); then :; else
+      echo "preflight: '$cmd' fails:"; head -5 "$COPY/entry.err"; ok=0
+    fi
+  done
+  echo "preflight: entry points run (--help) from the copy; the datasets resolve to $(cd "$COPY" && [ -d ../shared/datasets ] && echo ../shared/datasets || echo .deps/datasets)"
+  echo "preflight: $([ $ok = 1 ] && echo PASS || echo FAIL) in $(($(date +%s) - t0)) s"
+  [ "$ok" = 1 ] && rm -rf "$(dirname "$COPY")"
+  [ "$ok" = 1 ]
+  exit $?
+fi
+
+# Carried wheels (diffusers, Liger-Kernel), installed beside the work tree, not into the system.
+if [ -d .deps/wheels ] && [ "${1:-}" != "--cpu-smoke" ]; then
+  "$PY" -m pip install -q --disable-pip-version-check --no-index --no-deps --find-links .deps/wheels \
+    --target .deps/site -r requirements/gpu-wheels.txt > "$OUT/wheels.log" 2>&1 ||
+    echo "gpu_eval: installing the carried wheels failed (log: $OUT/wheels.log); going on without them" >&2
+  export PYTHONPATH="$PWD/.deps/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
 if [ "${1:-}" = "--cpu-smoke" ]; then
-  PY=${PYTHON:-/usr/bin/python3}
+  PY=${PYTHON:-.venv/bin/python}
   MODEL=(--config tiny --device cpu --threads 2)
   CAL=(--config tiny --device cpu --max-batch 4)
   RUN=(--world-size 4 --steps 4 --warmup 1 --spread)

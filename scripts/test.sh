@@ -1,12 +1,98 @@
 #!/usr/bin/env bash
-# Quick start: set up a fresh machine, build everything, run the whole test suite:
-# the C++ tests (ctest, incl. the CUDA tests, which skip without a GPU) and the Python
-# package's tests (pytest, against Debian's CPU PyTorch).
-set -euo pipefail
+# Quick start: set up a fresh machine, build everything, run the whole test suite. Every
+# stage runs even when an earlier one failed (a later stage that needs a failed one reports
+# that), and the summary at the end gives each stage's result and time:
+#   deps        Debian packages (scripts/install_deps.sh)
+#   build       C++ core, CLI, tests, benchmarks, CUDA kernels when nvcc exists (scripts/build.sh)
+#   ctest       the C++ tests, incl. the CUDA kernels on the CPU emulation (tests/cuda_emu)
+#   python-env  .venv with PyTorch 2.x from PyPI and the package, CUDA binding compiled
+#               when torch is a CUDA build and nvcc exists (scripts/python_env.sh)
+#   pytest      the Python tests (python/tests)
+#   reliability ASan+UBSan suite, TSan adaLN tests, fuzzing (scripts/reliability.sh)
+#   gpu-preflight  what a GPU run carries, checked here (scripts/gpu_prepare.sh, then
+#               gpu_check.sh --preflight and gpu_eval.sh --preflight)
+# Exit status: 0 when every stage passed.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-scripts/install_deps.sh
-scripts/build.sh
-ctest --test-dir build --output-on-failure -j2
-scripts/python_env.sh
-.venv/bin/python -m pytest python/tests -q -p no:cacheprovider
-scripts/reliability.sh  # ASan+UBSan suite, TSan adaLN tests, 60 s per fuzz target (docs/testing.md)
+T_ALL=$(date +%s)
+names=()
+results=()
+times=()
+
+stage() {  # stage NAME COMMAND...
+  local name="$1" t0 rc
+  shift
+  echo
+  echo "==================== [test.sh] $name: $* ===================="
+  t0=$(date +%s)
+  "$@"
+  rc=$?
+  names+=("$name")
+  times+=($(($(date +%s) - t0)))
+  if [ $rc = 0 ]; then results+=(PASS); else results+=("FAIL (exit $rc)"); fi
+  echo "[test.sh] $name: ${results[-1]} in ${times[-1]} s"
+  return $rc
+}
+
+passed() {  # passed NAME: did that stage pass?
+  local i
+  for i in "${!names[@]}"; do [ "${names[$i]}" = "$1" ] && [ "${results[$i]}" = PASS ] && return 0; done
+  return 1
+}
+
+skip() {  # skip NAME REASON
+  names+=("$1")
+  results+=("NOT RUN ($2)")
+  times+=(0)
+  echo "[test.sh] $1: not run: $2"
+}
+
+python_cuda_report() {
+  # The CUDA binding must be compiled where torch is a CUDA build and nvcc exists (CI).
+  .venv/bin/python - <<'EOF'
+import shutil, os, torch
+import adaptiveload._C as c
+nvcc = shutil.which("nvcc") or os.path.exists("/usr/local/cuda/bin/nvcc")
+print(f"torch {torch.__version__} (CUDA {torch.version.cuda}); nvcc {'found' if nvcc else 'not found'}; "
+      f"adaptiveload._C built with CUDA kernels: {c.with_cuda} (archs {os.environ.get('TORCH_CUDA_ARCH_LIST', '8.0;9.0+PTX')}); "
+      f"GPU visible: {torch.cuda.is_available()}")
+raise SystemExit(0 if c.with_cuda or not (torch.version.cuda and nvcc) else 1)
+EOF
+}
+
+stage deps scripts/install_deps.sh
+stage build scripts/build.sh
+if passed build; then
+  stage ctest ctest --test-dir build --output-on-failure -j2
+else
+  skip ctest "the build failed"
+fi
+if stage python-env scripts/python_env.sh; then
+  stage python-cuda-build python_cuda_report
+  torch_cuda=$(.venv/bin/python -c "import torch; print(int(bool(torch.version.cuda)))" 2>/dev/null || echo 0)
+  if [ "$torch_cuda" = 1 ] && { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; }; then
+    export AL_REQUIRE_CUDA_BUILD=1  # python/tests/test_torch2.py: the CUDA binding must be there
+  fi
+  stage pytest .venv/bin/python -m pytest python/tests -q -p no:cacheprovider --durations=15
+else
+  skip pytest "the Python environment failed"
+fi
+if passed build; then
+  stage reliability scripts/reliability.sh # ASan+UBSan suite, TSan adaLN tests, 60 s per fuzz target
+else
+  skip reliability "the build failed"
+fi
+gpu_preflight() {
+  scripts/gpu_prepare.sh && scripts/gpu_check.sh --preflight && scripts/gpu_eval.sh --preflight
+}
+stage gpu-preflight gpu_preflight
+
+echo
+echo "==================== [test.sh] summary ($(($(date +%s) - T_ALL)) s) ===================="
+status=0
+for i in "${!names[@]}"; do
+  printf '  %-18s %-28s %6s s\n' "${names[$i]}" "${results[$i]}" "${times[$i]}"
+  [ "${results[$i]}" = PASS ] || status=1
+done
+echo "[test.sh] $([ $status = 0 ] && echo "every stage PASS" || echo "some stage FAILED")"
+exit $status
