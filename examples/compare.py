@@ -1,22 +1,28 @@
 #!/usr/bin/env python3
-"""Runs equal_tokens, dual and balanced with the fused adaLN kernel off and on, on the same
-manifest and model, and writes one table (Markdown and JSON): measured imbalance, throughput,
-peak memory and speedup over equal_tokens, the planner's prediction beside each, and the
-paper's figures as a reference row.
+"""Runs equal_tokens, dual and balanced (--strategies all adds fixed) with the fused adaLN
+kernel off and on, on the same manifest and model, and writes one table (Markdown and JSON):
+measured imbalance, throughput, peak memory and speedup over equal_tokens, the planner's
+prediction beside each, and the paper's figures for reference.
 
   python examples/compare.py --config tiny --world-size 4 --steps 6 --out-dir out/compare
   python examples/compare.py --config wan2.1-1.3b --layers 4 --device cuda --out-dir out/compare
-Other options are train_dit.py's.
+Whole epochs of a fixed subset, repeated, calibrated first (medians and ranges of the measured
+figures beside the prediction; the paper's figures in a table of their own):
+  python examples/compare.py --model diffusers-wan --config tiny --strategies all --epoch --subset 100 \\
+      --repeat 3 --calibrate --threads 1 -m taichi_hd.csv -m coco2017_val_images.csv
+Other options are train_dit.py's (--model wan-dit, our own DiT, is the default).
 """
 import argparse
 import json
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import train_dit  # noqa: E402
 
 STRATEGIES = ["equal_tokens", "dual", "balanced"]
+ALL_STRATEGIES = ["equal_tokens", "fixed", "dual", "balanced"]
 
 
 def table(results):
@@ -65,25 +71,171 @@ def markdown(rows, meta):
     return "\n".join(out) + "\n"
 
 
+def calibrate_profile(targs, path: str, max_batch: int, reps: int) -> dict:
+    """Measures train_dit's model (--model, --config, --layers, --device, --checkpointing;
+    fused kernel on) over adaptiveload.calibrate's sweep of shapes, timed with the clock the
+    runs use (--clock), and writes the core's fit to `path`: the profile every run of this
+    comparison then plans with."""
+    import torch
+    from adaptiveload import _C, calibrate
+    from adaptiveload.models import wan_dit
+
+    a = train_dit.parse_args(targs)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    device = torch.device(a.device)
+    c = wan_dit.config(a.config, a.layers)
+    torch.manual_seed(a.seed)
+    model = train_dit.build_model(a.model, c, True, a.checkpointing).to(device)
+    amp = device.type == "cuda"
+    points = []
+    for frames, height, width in calibrate.SHAPES[a.config]:
+        f = 1 + (frames - 1) // 4
+        batch = 1
+        while batch <= max_batch:
+            x0 = torch.randn(batch, c.in_channels, f, height // 8, width // 8, device=device)
+            ctx = torch.randn(batch, c.text_len, c.text_dim, device=device)
+            times = []
+            for i in range(reps + 1):  # the first is a warm-up
+                with train_dit.Timer(device, a.clock) as tm:
+                    with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
+                        loss = wan_dit.flow_matching_loss(model, x0, ctx).mean()
+                    loss.backward()
+                model.zero_grad(set_to_none=True)
+                if i:
+                    times.append(tm.elapsed())
+            # the fastest repetition: interference from other work only adds time
+            points.append({"tokens": f * (height // 16) * (width // 16), "batch": batch, "time_s": min(times),
+                           "peak_bytes": None})
+            batch *= 2
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    profile, summary = _C.fit_profile(points, c.preset, name)
+    with open(path, "w") as f:
+        f.write(profile + "\n")
+    print(f"calibrated {a.model} ({a.config}, {c.layers} layers) on {name}: {len(points)} points, fit error median "
+          f"{100 * summary['median_rel_error']:.1f}%, max {100 * summary['max_rel_error']:.1f}%; wrote {path}",
+          flush=True)
+    return summary
+
+
+def median(v):
+    v = sorted(v)
+    n = len(v)
+    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+
+
+def summarize(repeats):
+    """repeats: one list of train_dit results per repetition -> one row per (strategy, kernel)
+    with the measured figures' median, min and max over the repetitions and the prediction
+    (the same plan and profile in every repetition, so one value)."""
+    rows = []
+    for i, r0 in enumerate(repeats[0]):
+        runs = [rep[i] for rep in repeats]
+        assert all((r["strategy"], r["fused_adaln"]) == (r0["strategy"], r0["fused_adaln"]) for r in runs)
+        idle = [r["measured"]["imbalance"] for r in runs]
+        sps = [r["measured"]["throughput_samples_per_s"] for r in runs]
+        rows.append({
+            "strategy": r0["strategy"], "fused_adaln": r0["fused_adaln"], "repeats": len(runs),
+            "steps": r0["measured"]["steps"], "samples": r0["measured"]["samples"], "plan_steps": r0["plan_steps"],
+            "imbalance_median": median(idle), "imbalance_min": min(idle), "imbalance_max": max(idle),
+            "imbalance_runs": idle, "imbalance_predicted": r0["predicted"]["imbalance"],
+            "samples_per_s_median": median(sps), "samples_per_s_min": min(sps), "samples_per_s_max": max(sps),
+            "samples_per_s_runs": sps, "samples_per_s_predicted": r0["predicted"]["throughput_samples_per_s"],
+            "time_s_median": median([r["measured"]["time_s"] for r in runs]),
+        })
+    base = {r["fused_adaln"]: r["samples_per_s_median"] for r in rows if r["strategy"] == "equal_tokens"}
+    for r in rows:
+        b = base.get(r["fused_adaln"])
+        r["speedup_vs_equal_tokens"] = r["samples_per_s_median"] / b if b else None
+    return rows
+
+
+def markdown_repeated(rows, meta):
+    pct = lambda v: f"{100 * v:.1f}%"  # noqa: E731
+    out = [f"# Whole epochs, measured: {meta}", "",
+           "Measured: the compute time of every emulated rank in every step (clock as above: CUDA events, "
+           "wall clock, or the thread's CPU time), median [min - max] over the repetitions. Predicted: the "
+           "planner's cost model (the profile it planned with) for the same plan, the same in every "
+           "repetition.", "",
+           "| strategy | fused adaLN | steps | idle fraction measured, median [min - max] | idle fraction "
+           "predicted | samples/s measured, median [min - max] | samples/s predicted | speedup vs "
+           "equal_tokens (measured median, same kernel) |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        sp = "-" if r["speedup_vs_equal_tokens"] is None else f"{r['speedup_vs_equal_tokens']:.2f}x"
+        out.append(f"| {r['strategy']} | {'on' if r['fused_adaln'] else 'off'} | {r['steps']} | "
+                   f"{pct(r['imbalance_median'])} [{pct(r['imbalance_min'])} - {pct(r['imbalance_max'])}] | "
+                   f"{pct(r['imbalance_predicted'])} | {r['samples_per_s_median']:.2f} "
+                   f"[{r['samples_per_s_min']:.2f} - {r['samples_per_s_max']:.2f}] | "
+                   f"{r['samples_per_s_predicted']:.2f} | {sp} |")
+    P = train_dit.PAPER
+    out += ["", "Reported by the paper (Wan 2.1 on GPUs; not measured here):", "",
+            "| figure | reported |", "|---|---|",
+            f"| imbalance, equal token length | {pct(P['imbalance_equal_tokens'])} |",
+            f"| imbalance, dual constraint | {pct(P['imbalance_dual'])} |",
+            f"| training throughput gain | +{pct(P['throughput_gain'])} |",
+            f"| peak VRAM utilization efficiency gain | +{pct(P['vram_efficiency_gain'])} |"]
+    return "\n".join(out) + "\n"
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out-dir", default="out/compare")
+    p.add_argument("--strategies", default=",".join(STRATEGIES),
+                   help=f"comma list, or 'all' ({','.join(ALL_STRATEGIES)}); default: %(default)s")
+    p.add_argument("--repeat", type=int, default=1, help="run every strategy x kernel setting N times "
+                   "(interleaved) and report the median and range of the measured figures")
+    p.add_argument("--calibrate", action="store_true", help="measure the model on this device first and plan "
+                   "every run with the fitted profile (written to OUT_DIR/profile.json); replaces --profile")
+    p.add_argument("--calibrate-max-batch", type=int, default=4)
+    p.add_argument("--calibrate-reps", type=int, default=3)
     args, rest = p.parse_known_args(argv)
-    targs = rest + ["--strategy", ",".join(STRATEGIES), "--fused", "both"]
-    results = train_dit.main(targs)
-    if int(os.environ.get("RANK", "0")) != 0:
-        return None
+    if args.repeat < 1:
+        p.error(f"--repeat must be >= 1, got {args.repeat}")
+    if args.calibrate and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        p.error("--calibrate measures in one process: calibrate first (python -m adaptiveload.calibrate, or this "
+                "script without torchrun), then pass --profile under torchrun")
+    strategies = ALL_STRATEGIES if args.strategies == "all" else [s.strip() for s in args.strategies.split(",")]
+    rank0 = int(os.environ.get("RANK", "0")) == 0
     os.makedirs(args.out_dir, exist_ok=True)
-    rows = table(results)
+    t0 = time.perf_counter()
+    calibration = None
+    if args.calibrate:
+        profile = os.path.join(args.out_dir, "profile.json")
+        calibration = calibrate_profile(rest, profile, args.calibrate_max_batch, args.calibrate_reps)
+        rest = rest + ["--profile", profile]
+    targs = rest + ["--strategy", ",".join(strategies), "--fused", "both"]
+    repeats = []
+    for i in range(args.repeat):
+        if args.repeat > 1 and rank0:
+            print(f"== repetition {i + 1}/{args.repeat} ({time.perf_counter() - t0:.0f} s)", flush=True)
+        repeats.append(train_dit.main(targs))
+    elapsed = time.perf_counter() - t0
+    if not rank0:
+        return None
+    results = repeats[0]
     r0 = results[0]
-    meta = (f"{r0['config']} ({r0['layers']} layers), {r0['world_size']} ranks {r0['mode']}, {r0['device']}, "
-            f"{r0['measured']['steps']} steps each")
+    span = (f"whole epochs of {r0['measured']['samples']} samples" if "--epoch" in targs
+            else f"{r0['measured']['steps']} steps each")
+    meta = (f"{r0['model']} {r0['config']} ({r0['layers']} layers), {r0['world_size']} ranks {r0['mode']}, "
+            f"{r0['device']} ({r0['clock']} clock), {span}")
+    out = {"meta": meta, "paper": train_dit.PAPER, "elapsed_s": elapsed, "calibration": calibration,
+           "argv": targs}
+    if args.repeat > 1:
+        rows = summarize(repeats)
+        meta += f", {args.repeat} repetitions, {elapsed:.0f} s in all"
+        md = markdown_repeated(rows, meta)
+        out.update(meta=meta, rows=rows, runs=results, repeats=repeats)
+    else:
+        rows = table(results)
+        md = markdown(rows, meta)
+        out.update(rows=rows, runs=results)
     with open(os.path.join(args.out_dir, "compare.json"), "w") as f:
-        json.dump({"meta": meta, "rows": rows, "runs": results, "paper": train_dit.PAPER}, f, indent=2)
-    md = markdown(rows, meta)
+        json.dump(out, f, indent=2)
     with open(os.path.join(args.out_dir, "compare.md"), "w") as f:
         f.write(md)
     print(md)
+    print(f"compare: {elapsed:.0f} s", flush=True)
     return rows
 
 

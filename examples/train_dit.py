@@ -3,6 +3,10 @@
 AdaptiveBatchSampler, and measure what DESIGN.md's metrics say: imbalance, throughput, peak
 memory — beside the planner's prediction for the same steps.
 
+Models (--model): wan-dit, our own (adaptiveload.models.wan_dit); diffusers-wan, diffusers'
+WanTransformer3DModel built from the same dimensions with random weights (--config
+wan2.1-1.3b is Wan 2.1 T2V 1.3B's config), its adaLN fused by adaptiveload.diffusers.
+
 Two modes:
   emulated ranks (default): one process, one device; each global step runs every emulated
       rank's micro-batches in turn, timing each rank (CUDA events on GPU, wall clock on CPU);
@@ -13,10 +17,12 @@ Two modes:
 
 Examples:
   python examples/train_dit.py --config tiny --strategy balanced --world-size 4 --steps 6
+  python examples/train_dit.py --model diffusers-wan --config tiny --fused both --epoch --subset 200
   torchrun --nproc_per_node 8 examples/train_dit.py --config wan2.1-1.3b --layers 4 --device cuda
 The summary (one JSON object per strategy x kernel setting) goes to --out and stdout.
 """
 import argparse
+import csv
 import json
 import os
 import sys
@@ -33,6 +39,8 @@ except ImportError:  # running from a source checkout with the extension built i
 
 from adaptiveload.models import wan_dit
 
+MODELS = ["wan-dit", "diffusers-wan"]
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_MANIFESTS = [os.path.join(HERE, "..", "data", "demo_manifest.csv")]
 PAPER = {"imbalance_equal_tokens": 0.39, "imbalance_dual": 0.189, "throughput_gain": 0.272, "vram_efficiency_gain": 0.227}
@@ -41,6 +49,8 @@ PAPER = {"imbalance_equal_tokens": 0.39, "imbalance_dual": 0.189, "throughput_ga
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--manifest", "-m", action="append", help="manifest file(s); default: the built-in demo set")
+    p.add_argument("--model", default="wan-dit", choices=MODELS, help="wan-dit: our Wan-style DiT; diffusers-wan: "
+                   "diffusers' WanTransformer3DModel with the same dimensions (default: %(default)s)")
     p.add_argument("--config", default="tiny", choices=sorted(wan_dit.CONFIGS), help="model dimensions")
     p.add_argument("--layers", type=int, help="override the number of blocks")
     p.add_argument("--strategy", default="balanced", help="equal_tokens, fixed, dual, balanced, or a comma list")
@@ -48,6 +58,10 @@ def parse_args(argv=None):
     p.add_argument("--world-size", "-w", type=int, default=4, help="emulated ranks (ignored under torchrun)")
     p.add_argument("--steps", type=int, default=8, help="global steps to run per strategy (after warm-up)")
     p.add_argument("--warmup", type=int, default=1, help="global steps run first and not measured")
+    p.add_argument("--epoch", action="store_true", help="run the whole epoch (every planned step; --steps is "
+                   "ignored); the --warmup steps are run before it, from the same plan, and not measured")
+    p.add_argument("--subset", type=int, help="use a fixed subset of N rows of each manifest: rows "
+                   "floor(k * rows / N), k = 0..N-1 (default: all rows)")
     p.add_argument("--spread", action="store_true", help="run the steps spread evenly over the epoch (every "
                    "k-th step) instead of the first ones, so a short run sees the epoch's mix of buckets")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -58,6 +72,8 @@ def parse_args(argv=None):
     p.add_argument("--checkpointing", action="store_true", help="activation checkpointing in every block")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    p.add_argument("--clock", default="wall", choices=["wall", "thread"], help="CPU timing: wall clock, or this "
+                   "thread's CPU time (with --threads 1; leaves out other processes on a shared machine)")
     p.add_argument("--adapt-every", type=int, help="online adaptation: refit the cost model to the measured "
                    "per-rank step times every N steps and re-plan the rest of the epoch")
     p.add_argument("--lr", type=float, default=1e-4)
@@ -68,24 +84,27 @@ def parse_args(argv=None):
 
 
 class Timer:
-    """Times a region on the device: CUDA events on GPU, perf_counter on CPU."""
+    """Times a region on the device: CUDA events on GPU; on CPU perf_counter (clock "wall") or
+    the calling thread's CPU time (clock "thread": with --threads 1 torch computes forward and
+    backward on this thread, so time other processes take from a shared machine is left out)."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, clock: str = "wall"):
         self.cuda = device.type == "cuda"
+        self.now = time.thread_time if clock == "thread" else time.perf_counter
 
     def __enter__(self):
         if self.cuda:
             self.a, self.b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             self.a.record()
         else:
-            self.t0 = time.perf_counter()
+            self.t0 = self.now()
         return self
 
     def __exit__(self, *exc):
         if self.cuda:
             self.b.record()
         else:
-            self.seconds = time.perf_counter() - self.t0
+            self.seconds = self.now() - self.t0
 
     def elapsed(self) -> float:
         if self.cuda:
@@ -129,6 +148,65 @@ def make_batch(sampler, rows: List[int], c: wan_dit.WanDiTConfig, device, dtype,
     return x0, ctx
 
 
+def diffusers_wan_config(c: wan_dit.WanDiTConfig) -> dict:
+    """WanTransformer3DModel's config with c's dimensions: for wan2.1-1.3b, the config of
+    Wan 2.1 T2V 1.3B (12 heads of 128, ffn 8960, umT5 text 4096 wide, cross-attention norm)."""
+    return dict(patch_size=tuple(c.patch), num_attention_heads=c.heads, attention_head_dim=c.dim // c.heads,
+                in_channels=c.in_channels, out_channels=c.in_channels, text_dim=c.text_dim, freq_dim=c.freq_dim,
+                ffn_dim=c.ffn_dim, num_layers=c.layers, cross_attn_norm=True, qk_norm="rms_norm_across_heads",
+                eps=c.eps, rope_max_seq_len=1024)
+
+
+def _adaptiveload_diffusers():
+    try:
+        from adaptiveload import diffusers as al_diffusers
+    except ImportError:  # an installed adaptiveload older than the module: the checkout's copy
+        adaptiveload.__path__.append(os.path.join(HERE, "..", "python", "adaptiveload"))
+        from adaptiveload import diffusers as al_diffusers
+    return al_diffusers
+
+
+class DiffusersWan(torch.nn.Module):
+    """diffusers' WanTransformer3DModel (random weights) called as WanDiT is: (x [B, C, f, h, w]
+    latents, t [B] in [0, 1000), context [B, L, text_dim]) -> [B, C, f, h, w]."""
+
+    def __init__(self, c: wan_dit.WanDiTConfig, fused_adaln: bool = False, checkpointing: bool = False):
+        super().__init__()
+        from diffusers import WanTransformer3DModel
+
+        self.inner = WanTransformer3DModel(**diffusers_wan_config(c))
+        if checkpointing:
+            self.inner.enable_gradient_checkpointing()
+        if fused_adaln:
+            _adaptiveload_diffusers().use_fused_adaln(self.inner)
+
+    def forward(self, x, t, context):
+        return self.inner(x, t, context, return_dict=False)[0]
+
+
+def build_model(name: str, c: wan_dit.WanDiTConfig, fused: bool, checkpointing: bool) -> torch.nn.Module:
+    if name == "diffusers-wan":
+        return DiffusersWan(c, fused_adaln=fused, checkpointing=checkpointing)
+    return wan_dit.WanDiT(c, fused_adaln=fused, checkpointing=checkpointing)
+
+
+def load_subset(paths: List[str], n: int) -> List[dict]:
+    """A fixed subset: n rows of each manifest (CSV or JSONL), rows floor(k * rows / n)."""
+    if n < 1:
+        raise ValueError(f"--subset must be >= 1, got {n}")
+    out = []
+    for path in paths:
+        with open(path, newline="") as f:
+            if path.endswith((".jsonl", ".json")):
+                rows = [json.loads(line) for line in f if line.strip()]
+            else:
+                rows = list(csv.DictReader(f))
+        k = min(n, len(rows))
+        if k:
+            out.extend(rows[i * len(rows) // k] for i in range(k))
+    return out
+
+
 def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: int) -> dict:
     device = torch.device(args.device)
     ddp = dist_world > 1
@@ -138,6 +216,8 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
     planner_device = args.planner_device or ("h200" if device.type == "cuda" else "cpu")
     mem_budget = args.mem_budget or (4096 if args.config == "tiny" else None)
     manifests = args.manifest or DEFAULT_MANIFESTS
+    if args.subset:
+        manifests = load_subset(manifests, args.subset)
     samplers = [
         adaptiveload.AdaptiveBatchSampler(
             manifests, model=c.preset, device=planner_device, grid=grid, strategy=strategy, world_size=W, rank=r,
@@ -146,14 +226,30 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
         for r in ([dist_rank] if ddp else range(W))
     ]
     torch.manual_seed(args.seed)
-    model = wan_dit.WanDiT(c, fused_adaln=fused, checkpointing=args.checkpointing).to(device)
+    model = build_model(args.model, c, fused, args.checkpointing).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
     amp = device.type == "cuda"
     dtype = torch.float32
     gen = torch.Generator().manual_seed(args.seed + 1000 * dist_rank)
-    steps_iters = [s.steps() for s in samplers]
     total_steps = samplers[0].num_steps
+    warmup_in_loop = args.warmup
     run_steps = args.warmup + args.steps
+    if args.epoch:
+        # Warm-up on the epoch's first steps (schedule() does not move the samplers), then every step.
+        warm = [s.schedule() for s in samplers]
+        for _ in range(min(args.warmup, total_steps)):
+            steps = [next(it) for it in warm]
+            for s, st in zip(samplers, steps):
+                for mb in st.micro_batches:
+                    x0, ctx = make_batch(s, mb, c, device, dtype, gen)
+                    with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
+                        loss = wan_dit.flow_matching_loss(model, x0, ctx).sum() / st.global_samples
+                    loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        del warm
+        warmup_in_loop, run_steps = 0, 2**62  # until the epoch ends (a re-plan may change its step count)
+    steps_iters = [s.steps() for s in samplers]
     times, extra, peaks, pred = [], [], [], []
     samples = tokens = 0
     # One log per process (ranks of a torchrun job append to their own file).
@@ -179,7 +275,7 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
             t_rank = 0.0
             for mb in st.micro_batches:
                 x0, ctx = make_batch(s, mb, c, device, dtype, gen)
-                with Timer(device) as tm:
+                with Timer(device, args.clock) as tm:
                     with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
                         loss = wan_dit.flow_matching_loss(model, x0, ctx).sum() / st.global_samples
                     loss.backward()
@@ -188,7 +284,7 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
                     log.write(json.dumps({"strategy": strategy, "fused_adaln": fused, "epoch": st.epoch,
                                           "step": st.step, "rank": s.rank, "ids": mb}) + "\n")
             rank_times.append(t_rank)
-        with Timer(device) as tm:
+        with Timer(device, args.clock) as tm:
             if ddp:
                 grads = [p.grad for p in model.parameters() if p.grad is not None]
                 flat = torch.cat([g.flatten() for g in grads])
@@ -204,7 +300,7 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
             gathered = [None] * dist_world
             torch.distributed.all_gather_object(gathered, rank_times[0])
             rank_times = gathered
-        if t >= args.warmup:
+        if t >= warmup_in_loop:
             pred.append(predicted_times[steps[0].step - plan_first])
             times.append(rank_times)
             extra.append(sync_s)
@@ -232,11 +328,13 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
     return {
         "strategy": strategy,
         "fused_adaln": fused,
+        "model": args.model,
         "config": args.config,
         "layers": c.layers,
         "world_size": W,
         "mode": "ddp" if ddp else "emulated",
         "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
+        "clock": args.clock if device.type == "cpu" else "cuda events",
         "measured": measured,
         "predicted": predicted,
         "rank_times": times,
@@ -248,6 +346,8 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
 
 def main(argv=None) -> List[dict]:
     args = parse_args(argv)
+    if args.clock == "thread" and args.threads != 1:
+        sys.exit("train_dit.py: --clock thread times this thread only: use it with --threads 1")
     if args.threads:
         torch.set_num_threads(args.threads)
     dist_world = int(os.environ.get("WORLD_SIZE", "1"))

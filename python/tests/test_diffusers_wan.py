@@ -1,7 +1,8 @@
 """adaptiveload.diffusers.use_fused_adaln on diffusers' WanTransformer3DModel (random weights,
 a tiny config): outputs and every gradient (inputs and all parameters) against the unpatched
 model, in fp32, bf16 (diffusers' from_pretrained(torch_dtype=bfloat16) layout: bf16 weights,
-the _keep_in_fp32_modules in fp32) and fp32 weights under bf16 autocast; per-sample (Wan 2.1,
+the _keep_in_fp32_modules in fp32), bf16-cast (model.to(bfloat16): every weight bf16) and fp32
+weights under bf16 autocast; per-sample (Wan 2.1,
 timestep [B]) and per-token (Wan 2.2 TI2V, timestep [B, L]) modulation; with gradient
 checkpointing, and under torch.compile(fullgraph=True). Then the refusals, the undo, and
 examples/train_dit.py --model diffusers-wan.
@@ -43,7 +44,9 @@ TINY = dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=32, 
 LATENT = (2, 4, 3, 4, 6)
 TOKENS = 3 * 2 * 3
 TEXT_LEN = 8
-DTYPES = ["fp32", "bf16", "bf16-autocast"]
+# bf16: from_pretrained(torch_dtype=bf16)'s layout; bf16-cast: model.to(bf16), every weight bf16 (the
+# output norm's shift/scale are then bf16, and diffusers rounds 1 + scale to bf16: the patch must too).
+DTYPES = ["fp32", "bf16", "bf16-cast", "bf16-autocast"]
 FP32_TOL = 1e-5  # relative max error, fp32 patched vs unpatched
 BF16_ULP = 2.0**-8
 ERRORS = {}  # (dtype, modulation, mode) -> (output error, gradient error), printed at the end
@@ -52,6 +55,8 @@ ERRORS = {}  # (dtype, modulation, mode) -> (output error, gradient error), prin
 def make_model(dtype: str, seed: int = 0, **overrides) -> WanTransformer3DModel:
     torch.manual_seed(seed)
     model = WanTransformer3DModel(**{**TINY, **overrides})
+    if dtype == "bf16-cast":
+        model.to(torch.bfloat16)
     if dtype == "bf16":
         # what from_pretrained(torch_dtype=torch.bfloat16) loads: fp32 where a name component
         # is in _keep_in_fp32_modules (norm1..3, scale_shift_table, time_embedder, rope)
@@ -65,7 +70,7 @@ def make_model(dtype: str, seed: int = 0, **overrides) -> WanTransformer3DModel:
 
 def inputs(dtype: str, per_token: bool, upcast: bool = False, seed: int = 1):
     g = torch.Generator().manual_seed(seed)
-    io = torch.bfloat16 if dtype == "bf16" else torch.float32
+    io = torch.bfloat16 if dtype in ("bf16", "bf16-cast") else torch.float32
     x = torch.randn(LATENT, generator=g).to(io)
     t = torch.rand((LATENT[0], TOKENS) if per_token else (LATENT[0],), generator=g) * 1000
     ctx = torch.randn((LATENT[0], TEXT_LEN, TINY["text_dim"]), generator=g).to(io)
@@ -126,22 +131,23 @@ def count_op_calls(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("checkpointing", [False, True], ids=["eager", "checkpointing"])
 @pytest.mark.parametrize("per_token", [False, True], ids=["per-sample", "per-token"])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_matches_unpatched(dtype, per_token, checkpointing, monkeypatch):
+def test_matches_unpatched(dtype, per_token, monkeypatch):
+    """Eager, then with diffusers' gradient checkpointing on, against one unpatched run."""
     model = make_model(dtype)
     ref = run(model, dtype, per_token)
     ref32 = None if dtype == "fp32" else run(model, dtype, per_token, fp32_reference=True)
     al_diffusers.use_fused_adaln(model)
-    if checkpointing:
-        model.enable_gradient_checkpointing()
     calls = count_op_calls(monkeypatch)
-    got = run(model, dtype, per_token)
-    # 3 sites per block (norm1, norm2, norm3) + the output norm; checkpointing recomputes the blocks'
-    assert len(calls) == (3 * TINY["num_layers"]) * (2 if checkpointing else 1) + 1
-    compare(got, ref, dtype, (dtype, "per-token" if per_token else "per-sample",
-                              "checkpointing" if checkpointing else "eager"), ref32)
+    modulation = "per-token" if per_token else "per-sample"
+    compare(run(model, dtype, per_token), ref, dtype, (dtype, modulation, "eager"), ref32)
+    # 3 sites per block (norm1, norm2, norm3) + the output norm
+    assert len(calls) == 3 * TINY["num_layers"] + 1
+    model.enable_gradient_checkpointing()
+    calls.clear()
+    compare(run(model, dtype, per_token), ref, dtype, (dtype, modulation, "checkpointing"), ref32)
+    assert len(calls) == 2 * 3 * TINY["num_layers"] + 1  # the blocks' sites again in the recomputation
 
 
 COMPILE_CASES = ([(d, p) for d in DTYPES for p in (False, True)] if os.environ.get("AL_TEST_FULL") == "1"
@@ -152,11 +158,11 @@ COMPILE_CASES = ([(d, p) for d in DTYPES for p in (False, True)] if os.environ.g
                          ids=[f"{d}-{'per-token' if p else 'per-sample'}" for d, p in COMPILE_CASES])
 def test_compile_fullgraph_with_checkpointing(dtype, per_token):
     """torch.compile(fullgraph=True, backend="aot_eager"): no graph break, the fused op in the
-    graph at every site (7 for 2 blocks), and the same outputs and gradients as the unpatched
+    graph at every site (4 for the one block here), and the same outputs and gradients as the unpatched
     model in eager mode. aot_eager traces the joint forward/backward graph through the op's
     fake kernel without C++ code generation, which keeps this test to seconds on the CPU."""
     torch._dynamo.reset()
-    model = make_model(dtype)
+    model = make_model(dtype, num_layers=1)  # one block: the same graph per block, half the tracing
     ref = run(model, dtype, per_token)
     ref32 = None if dtype == "fp32" else run(model, dtype, per_token, fp32_reference=True)
     al_diffusers.use_fused_adaln(model).enable_gradient_checkpointing()
@@ -173,7 +179,7 @@ def test_compile_fullgraph_with_checkpointing(dtype, per_token):
     op = torch.ops.adaptiveload.adaln_fwd
     fused = [n for gm in graphs[0].modules() if isinstance(gm, torch.fx.GraphModule) for n in gm.graph.nodes
              if n.target in (op, op.default)]
-    assert len(fused) == 3 * TINY["num_layers"] + 1
+    assert len(fused) == 3 + 1
     compare(got, ref, dtype, (dtype, "per-token" if per_token else "per-sample", "compile+checkpointing"), ref32)
 
 
@@ -270,7 +276,10 @@ def test_train_dit_diffusers_wan_writes_summary(tmp_path):
     if not os.path.isfile(manifest):
         pytest.skip(f"{manifest} not found (set AL_DATASETS)")
     out = tmp_path / "summary.json"
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    # the subprocess imports the adaptiveload this test imported
+    pkg_root = os.path.dirname(os.path.dirname(adaptiveload.__file__))
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([pkg_root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     cmd = [sys.executable, os.path.join(REPO, "examples", "train_dit.py"), "--model", "diffusers-wan",
            "--config", "tiny", "-m", manifest, "--world-size", "4", "--steps", "2", "--warmup", "0",
            "--fused", "both", "--strategy", "balanced", "--threads", "1", "--out", str(out)]
@@ -281,6 +290,36 @@ def test_train_dit_diffusers_wan_writes_summary(tmp_path):
     for r in runs:
         assert r["world_size"] == 4 and r["measured"]["steps"] == 2 and r["measured"]["samples"] > 0
         assert len(r["rank_times"]) == 2 and all(len(t) == 4 and min(t) > 0 for t in r["rank_times"])
+
+
+def test_compare_summarizes_repetitions():
+    """compare.py --repeat: median and range of the measured figures per (strategy, kernel),
+    the prediction once, speedups from the medians; the paper's figures in their own table."""
+    sys.path.insert(0, os.path.join(REPO, "examples"))
+    try:
+        import compare
+    finally:
+        sys.path.pop(0)
+
+    def result(strategy, fused, idle, sps, pred_idle=0.1, pred_sps=50.0):
+        return {"strategy": strategy, "fused_adaln": fused, "plan_steps": 5,
+                "measured": {"imbalance": idle, "throughput_samples_per_s": sps, "steps": 5, "samples": 40,
+                             "time_s": 40 / sps},
+                "predicted": {"imbalance": pred_idle, "throughput_samples_per_s": pred_sps}}
+
+    repeats = [[result("equal_tokens", False, 0.30 + d, 100.0 + 10 * d), result("balanced", False, 0.05 + d, 150 + d)]
+               for d in (0.02, 0.0, 0.01)]
+    rows = compare.summarize(repeats)
+    eq, bal = rows
+    assert (eq["imbalance_median"], eq["imbalance_min"], eq["imbalance_max"]) == pytest.approx((0.31, 0.30, 0.32))
+    assert eq["samples_per_s_runs"] == pytest.approx([100.2, 100.0, 100.1])
+    assert eq["samples_per_s_median"] == pytest.approx(100.1)
+    assert bal["imbalance_predicted"] == 0.1 and bal["samples_per_s_predicted"] == 50.0 and bal["repeats"] == 3
+    assert bal["speedup_vs_equal_tokens"] == pytest.approx(150.01 / 100.1)
+    md = compare.markdown_repeated(rows, "test")
+    table, paper = md.split("Reported by the paper")
+    assert "| balanced | off | 5 | 6.0% [5.0% - 7.0%] | 10.0% | 150.01 [150.00 - 150.02] | 50.00 | 1.50x |" in table
+    assert "measured" in table and "predicted" in table and "39.0%" in paper and "39.0%" not in table
 
 
 def test_zz_print_errors():
