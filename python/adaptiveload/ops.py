@@ -1,15 +1,16 @@
 """The fused adaLN op: y = LayerNorm(x) * (1 + scale) + shift.
 
 The op lives in C++ (torch.ops.adaptiveload.adaln_fwd / adaln_bwd, registered with
-TORCH_LIBRARY: CPU, CUDA when built, Meta and Autograd kernels); this module is its
-Python face. Autograd is the C++ kernel's, so the op differentiates the same when called
-as torch.ops.adaptiveload.adaln_fwd directly.
+TORCH_LIBRARY: CPU, CUDA when built, and Autograd kernels; its fake kernel is in _fake.py);
+this module is its Python face. Autograd is the C++ kernel's, so the op differentiates the
+same when called as torch.ops.adaptiveload.adaln_fwd directly.
 """
 from typing import Optional
 
 import torch
 
 from . import _C  # noqa: F401  (registers the ops)
+from . import _fake  # noqa: F401  (registers their fake kernels)
 
 
 def fused_adaln(

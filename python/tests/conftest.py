@@ -35,9 +35,6 @@ def torchrun(nproc, log_dir, extra_paths=()):
     pkg_root = os.path.dirname(os.path.dirname(adaptiveload.__file__))
     env["PYTHONPATH"] = os.pathsep.join([pkg_root, *extra_paths] + [p for p in [env.get("PYTHONPATH")] if p])
     env["OMP_NUM_THREADS"] = "1"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", f"--nproc_per_node={nproc}"]
-    if sys.version_info >= (3, 11) and torch.__version__ < "2":
-        # torch 1.13's torchrun cannot parse its own default `--redirects 0 --tee 0` on Python
-        # 3.11 (IntFlag iteration no longer yields the zero member): name a stream explicitly.
-        cmd += ["--redirects", "2", "--tee", "2", "--log_dir", str(log_dir)]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", f"--nproc_per_node={nproc}",
+           "--log_dir", str(log_dir)]
     return cmd, env
