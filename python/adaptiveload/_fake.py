@@ -9,7 +9,7 @@ import torch
 
 from . import _C
 
-_OK_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+_OK_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)  # float64: CPU reference
 
 
 def _symbolic(*tensors):

@@ -39,11 +39,14 @@ std::string dtype_str(at::ScalarType t) {
   }
 }
 
-// float32 / bfloat16 / float16 -> DType; anything else is a ValueError naming `arg`.
+// float32 / bfloat16 / float16 / float64 -> DType; anything else is a ValueError naming `arg`.
+// float64 runs the fp64 reference (CPU only): for gradcheck, not for speed.
 DType to_dtype(const at::Tensor& t, const char* arg) {
   switch (t.scalar_type()) {
     case at::kFloat:
       return DType::F32;
+    case at::kDouble:
+      return DType::F64;
     case at::kBFloat16:
       return DType::BF16;
     case at::kHalf:
@@ -51,8 +54,8 @@ DType to_dtype(const at::Tensor& t, const char* arg) {
     default:
       TORCH_CHECK_VALUE(
           false, kOp, ": ", arg, " has dtype ", dtype_str(t.scalar_type()),
-          "; supported are float32, bfloat16 and float16 (the kernels compute in fp32 "
-          "but do not store fp64; cast with .float())");
+          "; supported are float32, bfloat16, float16 and (CPU, through the fp64 reference) "
+          "float64");
   }
   return DType::F32;  // not reached
 }

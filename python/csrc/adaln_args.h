@@ -44,6 +44,12 @@ inline const void* ptr_or_null(const c10::optional<at::Tensor>& t) {
 // A defined optional tensor made contiguous, or an absent one.
 c10::optional<at::Tensor> contiguous_or_none(const c10::optional<at::Tensor>& t);
 
+// True when any operand is float64: the CPU op then runs the fp64 reference, and the CUDA op
+// refuses (its kernels store fp32 / bf16 / fp16).
+inline bool adaln_uses_f64(const AdalnLayout& lay) {
+  return lay.x_dtype == DType::F64 || lay.mod_dtype == DType::F64 || lay.weight_dtype == DType::F64;
+}
+
 // Runs a kernel entry point, turning its std::invalid_argument into a Python ValueError.
 template <class F>
 void run_kernel(const char* what, F&& f) {

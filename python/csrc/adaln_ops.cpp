@@ -85,7 +85,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_fwd_cpu_kernel(
   p.x = x.data_ptr(), p.shift = shift.data_ptr(), p.scale = scale.data_ptr();
   p.weight = ptr_or_null(weight), p.bias = ptr_or_null(bias);
   p.y = o.y.data_ptr(), p.mean = o.mean.data_ptr<float>(), p.rstd = o.rstd.data_ptr<float>();
-  run_kernel("fused_adaln", [&] { adaln_fwd_cpu(p); });
+  run_kernel("fused_adaln", [&] { adaln_uses_f64(lay) ? adaln_fwd_ref(p) : adaln_fwd_cpu(p); });
   return {o.y, o.mean, o.rstd};
 }
 
@@ -107,7 +107,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> adaln_bwd
   p.rstd = const_cast<float*>(rstd.data_ptr<float>());
   p.dy = dy.data_ptr(), p.dx = o.dx.data_ptr();
   set_bwd_output_ptrs(p, o);
-  run_kernel("fused_adaln backward", [&] { adaln_bwd_cpu(p); });
+  run_kernel("fused_adaln backward", [&] { adaln_uses_f64(lay) ? adaln_bwd_ref(p) : adaln_bwd_cpu(p); });
   return {o.dx, o.dshift, o.dscale, o.dweight, o.dbias};
 }
 

@@ -120,10 +120,10 @@ def test_modulation_in_x_dtype_and_b1d_layout():
 
 
 def test_gradcheck_fp32():
-    """torch.autograd.gradcheck of the op's autograd kernel. The kernels store fp32/bf16/fp16
-    only (no fp64), so this runs in fp32 with finite-difference eps 1e-3 and tolerances
-    loosened to 1e-2: it checks that backward is the derivative of forward for every input
-    (x, shift, scale, weight, bias), not fp64-level accuracy (test above does accuracy)."""
+    """torch.autograd.gradcheck of the op's autograd kernel on the fast fp32 path (float64
+    inputs run the fp64 reference instead: test_torch2.test_gradcheck_fp64 checks those with
+    gradcheck's defaults). In fp32, finite-difference eps 1e-3 and tolerances 1e-2: backward
+    is the derivative of forward for every input (x, shift, scale, weight, bias)."""
     g = torch.Generator().manual_seed(3)
     for per_token in (False, True):
         shape = (2, 3, 8)
@@ -207,7 +207,12 @@ BAD_INPUTS = {  # name: (args, exception, message pattern)
     "x4d": ((r(2, 3, 4, 8), r(2, 8), r(2, 8)), ValueError, r"x has shape \[2, 3, 4, 8\]"),
     "mod_batch": ((r(2, 3, 8), r(3, 8), r(3, 8)), ValueError, r"scale and shift have shape \[3, 8\]"),
     "mod_mismatch": ((r(2, 3, 8), r(2, 8), r(2, 1, 8)), ValueError, r"shift has shape \[2, 8\] but scale"),
-    "fp64": ((r(2, 3, 8, dtype=torch.float64), r(2, 8), r(2, 8)), ValueError, "x has dtype float64"),
+    # float64 x is supported (the fp64 reference); a float64 modulation with float32 x is not
+    "mod_f64_x_f32": (
+        (r(2, 3, 8), r(2, 8, dtype=torch.float64), r(2, 8, dtype=torch.float64)),
+        ValueError,
+        "must be float32 or x's dtype",
+    ),
     "mod_f16_x_f32": (
         (r(2, 3, 8), r(2, 8, dtype=torch.half), r(2, 8, dtype=torch.half)),
         ValueError,

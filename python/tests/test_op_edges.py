@@ -125,11 +125,11 @@ def test_more_rows_than_a_cuda_grid_dimension(per_token):
     "x_dtype,mod_dtype,w_dtype,pattern",
     [
         (torch.int32, torch.float32, None, "x has dtype"),
-        (torch.float64, torch.float64, None, "x has dtype float64"),
-        (torch.float32, torch.float64, None, "scale has dtype float64"),
+        (torch.float16, torch.float64, None, "must be float32 or x's dtype"),  # float64 x is supported
+        (torch.float32, torch.float64, None, "must be float32 or x's dtype"),
         (torch.bfloat16, torch.float16, None, "must be float32 or x's dtype"),
         (torch.float32, torch.int64, None, "scale has dtype int64"),
-        (torch.float32, torch.float32, torch.float64, "weight"),
+        (torch.float32, torch.float32, torch.int32, "weight has dtype int32"),
     ],
 )
 def test_unsupported_dtypes_are_clear_errors(x_dtype, mod_dtype, w_dtype, pattern):

@@ -225,3 +225,37 @@ def test_ci_builds_the_cuda_binding():
     assert torch.version.cuda, "torch is not a CUDA build"
     assert shutil.which("nvcc") or os.path.exists("/usr/local/cuda/bin/nvcc"), "nvcc not found"
     assert _C.with_cuda, "adaptiveload._C was built without its CUDA kernels"
+
+
+FP64_LAYOUTS = ["per_sample", "per_token", "rows_one_sample", "odd_d"]
+
+
+@pytest.mark.parametrize("affine", [False, True], ids=["plain", "affine"])
+@pytest.mark.parametrize("layout", FP64_LAYOUTS)
+def test_gradcheck_fp64(layout, affine):
+    """float64 runs the fp64 reference end to end, so gradcheck runs as PyTorch's own ops are
+    checked: float64 inputs, default eps and tolerances, every input's gradient. (The saved
+    per-row mean / rstd are fp32, as in every dtype: their rounding is far inside the
+    default tolerances.)"""
+    x_shape, mod_shape = LAYOUTS[layout]
+    args = make(x_shape, mod_shape, dtype=torch.float64, mod_dtype=torch.float64, affine=affine, grad=True)
+    args = [a for a in args if a is not None]
+    assert torch.autograd.gradcheck(lambda *t: adaptiveload.fused_adaln(*t), args)
+
+
+def test_fp64_matches_the_eager_formula_to_fp64_precision():
+    x, shift, scale, w, b = make((3, 7, 29), (3, 7, 29), dtype=torch.float64, mod_dtype=torch.float64, affine=True)
+    y = adaptiveload.fused_adaln(x, shift, scale, w, b)
+    ref = torch.nn.functional.layer_norm(x, (29,), w, b, eps=EPS) * (1 + scale) + shift
+    assert y.dtype == torch.float64
+    torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
+    # float32 modulation with float64 x (the modulation may be float32 or x's dtype)
+    y32 = adaptiveload.fused_adaln(x, shift.float(), scale.float(), w, b)
+    ref32 = torch.nn.functional.layer_norm(x, (29,), w, b, eps=EPS) * (1 + scale.float().double()) + shift.float().double()
+    torch.testing.assert_close(y32, ref32, rtol=1e-12, atol=1e-12)
+
+
+def test_opcheck_fp64():
+    x, shift, scale, w, b = make((2, 5, 24), (2, 24), dtype=torch.float64, mod_dtype=torch.float64, affine=True,
+                                 grad=True)
+    torch.library.opcheck(torch.ops.adaptiveload.adaln_fwd.default, (x, shift, scale, w, b, EPS))

@@ -19,7 +19,10 @@
 
 namespace adaptiveload {
 
-enum class DType : int32_t { F32 = 0, BF16 = 1, F16 = 2 };
+// F64 is accepted by the reference only (adaln_*_ref): fp64 storage end to end, so that the
+// op can be checked with finite differences in float64 (torch.autograd.gradcheck). The fast
+// paths (CPU SIMD, CUDA) reject it in validate().
+enum class DType : int32_t { F32 = 0, BF16 = 1, F16 = 2, F64 = 3 };
 
 // Bytes per element, and "f32" / "bf16" / "f16".
 size_t dtype_size(DType t);
@@ -82,6 +85,8 @@ enum class AdalnPass { Fwd, Bwd };
 // checks only what both passes share. Every adaln_* entry point validates first.
 void validate(const AdalnParams& p);
 void validate(const AdalnParams& p, AdalnPass pass);
+// The same checks, accepting F64 storage too (the reference's).
+void validate_reference(const AdalnParams& p, AdalnPass pass);
 
 // CPU reference (simple loops, fp64 accumulation): the ground truth.
 void adaln_fwd_ref(const AdalnParams& p);

@@ -21,6 +21,8 @@ double round_to(DType t, double v) {
       return bf16_to_float(float_to_bf16(f));
     case DType::F16:
       return f16_to_float(float_to_f16(f));
+    case DType::F64:
+      return v;
   }
   return f;
 }
@@ -229,6 +231,8 @@ double Buffer::get(int64_t r, int64_t c) const {
       return bf16_to_float(reinterpret_cast<const uint16_t*>(bytes.data())[i]);
     case DType::F16:
       return f16_to_float(reinterpret_cast<const uint16_t*>(bytes.data())[i]);
+    case DType::F64:
+      return reinterpret_cast<const double*>(bytes.data())[i];
   }
   return 0;
 }
@@ -245,6 +249,9 @@ void Buffer::set(int64_t r, int64_t c, double v) {
       break;
     case DType::F16:
       reinterpret_cast<uint16_t*>(bytes.data())[i] = float_to_f16(f);
+      break;
+    case DType::F64:
+      reinterpret_cast<double*>(bytes.data())[i] = v;
       break;
   }
 }
@@ -270,6 +277,8 @@ double atol_fraction(DType t) {
       return 1.0 / 1024;
     case DType::F16:
       return 1.0 / 8192;
+    case DType::F64:
+      return 1e-12;
   }
   return 0;
 }

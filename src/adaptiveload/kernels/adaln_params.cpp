@@ -9,7 +9,7 @@
 
 namespace adaptiveload {
 
-size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
+size_t dtype_size(DType t) { return t == DType::F64 ? 8 : t == DType::F32 ? 4 : 2; }
 
 const char* dtype_name(DType t) {
   switch (t) {
@@ -19,6 +19,8 @@ const char* dtype_name(DType t) {
       return "bf16";
     case DType::F16:
       return "f16";
+    case DType::F64:
+      return "f64";
   }
   return "invalid";
 }
@@ -36,9 +38,12 @@ namespace {
 
 std::string num(int64_t v) { return std::to_string(v); }
 
-void check_dtype(DType t, const char* field) {
+void check_dtype(DType t, const char* field, bool allow_f64) {
   const int v = static_cast<int>(t);
-  if (v < 0 || v > 2) fail(field, "(" + std::to_string(v) + ") is not a DType (F32, BF16, F16)");
+  if (t == DType::F64 && !allow_f64)
+    fail(field, "is F64, which only the fp64 reference (adaln_fwd_ref / adaln_bwd_ref) stores; "
+                "the fast paths store F32, BF16 or F16");
+  if (v < 0 || v > 3) fail(field, "(" + std::to_string(v) + ") is not a DType (F32, BF16, F16, F64)");
 }
 
 // A [rows, dim] operand: needs a pointer and a row stride >= dim when it is not empty.
@@ -49,13 +54,13 @@ void check_matrix(const void* ptr, int64_t stride, int64_t rows, int64_t dim, co
   if (stride < dim) fail(stride_name, "(" + num(stride) + ") must be >= dim (" + num(dim) + ")");
 }
 
-void check_common(const AdalnParams& p) {
+void check_common(const AdalnParams& p, bool allow_f64 = false) {
   if (p.rows < 0) fail("rows", "(" + num(p.rows) + ") must be >= 0");
   if (p.dim < 0) fail("dim", "(" + num(p.dim) + ") must be >= 0");
   if (p.rows > 0 && p.dim == 0) fail("dim", "is 0 but rows is " + num(p.rows) + "; a row needs D >= 1");
-  check_dtype(p.x_dtype, "x_dtype");
-  check_dtype(p.mod_dtype, "mod_dtype");
-  check_dtype(p.weight_dtype, "weight_dtype");
+  check_dtype(p.x_dtype, "x_dtype", allow_f64);
+  check_dtype(p.mod_dtype, "mod_dtype", allow_f64);
+  check_dtype(p.weight_dtype, "weight_dtype", allow_f64);
   if (!std::isfinite(p.eps) || p.eps < 0.f) {
     std::ostringstream s;
     s << "(" << p.eps << ") must be finite and >= 0";
@@ -89,8 +94,18 @@ void validate(const AdalnParams& p) {
   check_shift(p);
 }
 
-void validate(const AdalnParams& p, AdalnPass pass) {
-  check_common(p);
+namespace {
+void validate_pass(const AdalnParams& p, AdalnPass pass, bool allow_f64);
+}  // namespace
+
+void validate(const AdalnParams& p, AdalnPass pass) { validate_pass(p, pass, false); }
+
+void validate_reference(const AdalnParams& p, AdalnPass pass) { validate_pass(p, pass, true); }
+
+namespace {
+
+void validate_pass(const AdalnParams& p, AdalnPass pass, bool allow_f64) {
+  check_common(p, allow_f64);
   const bool has_rows = p.rows > 0 && p.dim > 0;
   if (has_rows && (p.mean == nullptr || p.rstd == nullptr))
     fail(p.mean == nullptr ? "mean" : "rstd", "is null; the forward writes and the backward reads it");
@@ -111,5 +126,7 @@ void validate(const AdalnParams& p, AdalnPass pass) {
   if (p.dbias != nullptr && p.bias == nullptr)
     fail("dbias", "is set but bias is null (no bias, no bias gradient)");
 }
+
+}  // namespace
 
 }  // namespace adaptiveload

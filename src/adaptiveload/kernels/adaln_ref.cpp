@@ -18,13 +18,21 @@ double ld(const void* p, DType t, int64_t i) {
       return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
     case DType::F16:
       return f16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case DType::F64:
+      return static_cast<const double*>(p)[i];
   }
   return 0.0;
 }
 
 void st(void* p, DType t, int64_t i, double v) {
+  if (t == DType::F64) {
+    static_cast<double*>(p)[i] = v;
+    return;
+  }
   const float f = static_cast<float>(v);
   switch (t) {
+    case DType::F64:
+      break;  // stored above
     case DType::F32:
       static_cast<float*>(p)[i] = f;
       break;
@@ -43,7 +51,7 @@ int64_t mod_row(const AdalnParams& p, int64_t r) { return p.per_token ? r : r / 
 }  // namespace
 
 void adaln_fwd_ref(const AdalnParams& p) {
-  validate(p, AdalnPass::Fwd);
+  validate_reference(p, AdalnPass::Fwd);
   const int64_t D = p.dim;
   for (int64_t r = 0; r < p.rows; ++r) {
     const int64_t xo = r * p.x_stride;
@@ -71,7 +79,7 @@ void adaln_fwd_ref(const AdalnParams& p) {
 }
 
 void adaln_bwd_ref(const AdalnParams& p) {
-  validate(p, AdalnPass::Bwd);
+  validate_reference(p, AdalnPass::Bwd);
   const int64_t D = p.dim;
   const int64_t mod_rows = p.per_token ? p.rows : p.batch;
   // Per-sample sums over rows; per-token rows are written directly.
