@@ -35,9 +35,9 @@
 namespace adaptiveload {
 namespace {
 
-constexpr int kEpv = 8;          // elements per vector (16 bytes of 16-bit data)
-constexpr int kMaxVpt = 2;       // vectors per thread
-constexpr int kMaxTeam = 512;    // threads per row (and per block): 128 registers a thread
+constexpr int kEpv = 8;        // elements per vector (16 bytes of 16-bit data)
+constexpr int kMaxVpt = 2;     // vectors per thread
+constexpr int kMaxTeam = 512;  // threads per row (and per block): 128 registers a thread
 constexpr int kBlockTarget = 256;
 
 // ---------------------------------------------------------------- element conversions
@@ -65,7 +65,8 @@ __device__ __forceinline__ __half from_f<__half>(float v) {
 __device__ __forceinline__ float ld_any(const void* p, DType t, int64_t i) {
   if (t == DType::F32) return __ldg(static_cast<const float*>(p) + i);
   const unsigned short raw = __ldg(static_cast<const unsigned short*>(p) + i);
-  return t == DType::BF16 ? __bfloat162float(__ushort_as_bfloat16(raw)) : __half2float(__ushort_as_half(raw));
+  return t == DType::BF16 ? __bfloat162float(__ushort_as_bfloat16(raw))
+                          : __half2float(__ushort_as_half(raw));
 }
 __device__ __forceinline__ void st_any(void* p, DType t, int64_t i, float v) {
   if (t == DType::F32)
@@ -84,7 +85,8 @@ struct Vec8;
 template <>
 struct Vec8<float> {
   static __device__ __forceinline__ void load(const float* p, float (&v)[kEpv]) {
-    const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+    const float4 a = reinterpret_cast<const float4*>(p)[0],
+                 b = reinterpret_cast<const float4*>(p)[1];
     v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
   }
   static __device__ __forceinline__ void store(float* p, const float (&v)[kEpv]) {
@@ -166,7 +168,7 @@ struct Cfg {
   int64_t L = 0;    // rows per group (sample; all rows when per-token)
   int64_t cps = 0;  // chunks per group
   int64_t groups = 0;
-  int64_t K = 0;    // chunks in all
+  int64_t K = 0;  // chunks in all
 };
 
 // Sum over the ts threads of a team; all threads of the block must call it together.
@@ -203,7 +205,8 @@ struct Args {
 };
 
 // Rows [r0, r1) of chunk k.
-__device__ __forceinline__ void chunk_rows(const Cfg& c, int64_t k, int64_t& grp, int64_t& r0, int64_t& r1) {
+__device__ __forceinline__ void chunk_rows(const Cfg& c, int64_t k, int64_t& grp, int64_t& r0,
+                                           int64_t& r1) {
   grp = k / c.cps;
   r0 = grp * c.L + (k - grp * c.cps) * c.C;
   const int64_t end = (grp + 1) * c.L;
@@ -323,7 +326,7 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
   TM* dscale = static_cast<TM*>(p.dscale);
   TM* dshift = static_cast<TM*>(p.dshift);
   float* ws = static_cast<float*>(p.workspace);
-  const bool mod_acc = !p.per_token && a.off_s >= 0;
+  const bool acc = a.off_s >= 0;  // row reductions wanted (see ws_layout)
   int64_t col[VPT];
   int nv[VPT];
 #pragma unroll
@@ -331,29 +334,43 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
     col[i] = int64_t(i * ts + lane) * kEpv;
     nv[i] = D - col[i] < kEpv ? int(D - col[i]) : kEpv;
   }
-  float w[VPT][kEpv], b[VPT][kEpv];
-  if (AFFINE) {
+  // Weight, bias and the sample's 1 + scale stay in registers with one vector a thread.
+  // With two, they do not fit beside the accumulators under the 128-register cap of 512
+  // threads (ptxas spilled 520-570 bytes), so they are re-read for every row from the
+  // [D] / [B, D] operands, which stay in L1.
+  constexpr bool kRegs = VPT == 1 || !AFFINE;
+  auto load_wb = [&](int i, float(&wv)[kEpv], float(&bv)[kEpv]) {
 #pragma unroll
-    for (int i = 0; i < VPT; ++i)
+    for (int e = 0; e < kEpv; ++e) {
+      const bool in = e < nv[i];
+      wv[e] = in && p.weight ? ld_any(p.weight, p.weight_dtype, col[i] + e) : 1.f;
+      bv[e] = in && p.bias ? ld_any(p.bias, p.weight_dtype, col[i] + e) : 0.f;
+    }
+  };
+  float w[kRegs ? VPT : 1][kEpv], b[kRegs ? VPT : 1][kEpv];
+  if constexpr (AFFINE && kRegs) {
 #pragma unroll
-      for (int e = 0; e < kEpv; ++e) {
-        const bool in = e < nv[i];
-        w[i][e] = in && p.weight ? ld_any(p.weight, p.weight_dtype, col[i] + e) : 1.f;
-        b[i][e] = in && p.bias ? ld_any(p.bias, p.weight_dtype, col[i] + e) : 0.f;
-      }
+    for (int i = 0; i < VPT; ++i) load_wb(i, w[i], b[i]);
   }
   unsigned phase = 0;  // alternates the team_sum slot across every row of every chunk
   for (int64_t k = blockIdx.x; k < c.K; k += gridDim.x) {
     int64_t grp, r0, r1;
     chunk_rows(c, k, grp, r0, r1);
-    float s1[VPT][kEpv];  // 1 + scale of this chunk's sample (per-sample)
-    float acc_s[VPT][kEpv], acc_t[VPT][kEpv], acc_w[VPT][kEpv], acc_b[VPT][kEpv];
+    float s1[kRegs ? VPT : 1][kEpv];  // 1 + scale of this chunk's sample (per-sample)
+    // Two accumulators cover every reduction over rows: with g = dy (per-sample) or
+    // g = dn = dy (1 + scale) (per-token), acc1 = sum g and acc2 = sum g * xhat. The
+    // finalize derives dshift = S1, dscale = w S2 + b S1, dbias = sum_b (1 + s_b) S1_b,
+    // dweight = sum_b (1 + s_b) S2_b (per-sample), or dbias = S1, dweight = S2 (per-token).
+    float acc1[VPT][kEpv], acc2[VPT][kEpv];
 #pragma unroll
     for (int i = 0; i < VPT; ++i)
 #pragma unroll
       for (int e = 0; e < kEpv; ++e) {
-        s1[i][e] = (!p.per_token && e < nv[i]) ? 1.f + to_f(scale[grp * p.scale_stride + col[i] + e]) : 0.f;
-        acc_s[i][e] = acc_t[i][e] = acc_w[i][e] = acc_b[i][e] = 0.f;
+        if constexpr (kRegs)
+          s1[i][e] = (!p.per_token && e < nv[i])
+                         ? 1.f + to_f(scale[grp * p.scale_stride + col[i] + e])
+                         : 0.f;
+        acc1[i][e] = acc2[i][e] = 0.f;
       }
     for (int64_t it = 0; it < c.R; ++it) {
       const int64_t r = r0 + team + it * c.rpb;
@@ -361,36 +378,47 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
       const float mean = valid ? p.mean[r] : 0.f, rstd = valid ? p.rstd[r] : 0.f;
       float xh[VPT][kEpv], g[VPT][kEpv], dxh[VPT][kEpv];
       float q[2] = {0.f, 0.f};  // sum dxhat, sum dxhat * xhat
-#pragma unroll
-      for (int i = 0; i < VPT; ++i) {
-        const int n = valid ? nv[i] : 0;
-        float xv[kEpv], sv[kEpv];
-        load8<T, VEC>(x + r * p.x_stride + col[i], n, xv);
-        load8<T, VEC>(dy + r * p.dy_stride + col[i], n, g[i]);
+      // 1 + scale and weight / bias of vector i of row r
+      auto mod = [&](int i, int n, float(&sv)[kEpv], float(&wv)[kEpv], float(&bv)[kEpv]) {
         if (p.per_token) {
           load8<TM, VEC>(scale + r * p.scale_stride + col[i], n, sv);
 #pragma unroll
           for (int e = 0; e < kEpv; ++e) sv[e] += 1.f;
-        } else {
+        } else if constexpr (kRegs) {
 #pragma unroll
           for (int e = 0; e < kEpv; ++e) sv[e] = s1[i][e];
+        } else {
+#pragma unroll
+          for (int e = 0; e < kEpv; ++e)
+            sv[e] = e < nv[i] ? 1.f + to_f(scale[grp * p.scale_stride + col[i] + e]) : 0.f;
         }
+        if constexpr (AFFINE && kRegs) {
+#pragma unroll
+          for (int e = 0; e < kEpv; ++e) wv[e] = w[i][e], bv[e] = b[i][e];
+        } else if constexpr (AFFINE) {
+          load_wb(i, wv, bv);
+        }
+      };
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) {
+        const int n = valid ? nv[i] : 0;
+        float xv[kEpv], sv[kEpv], wv[kEpv], bv[kEpv];
+        load8<T, VEC>(x + r * p.x_stride + col[i], n, xv);
+        load8<T, VEC>(dy + r * p.dy_stride + col[i], n, g[i]);
+        mod(i, n, sv, wv, bv);
         float nrm[kEpv];
 #pragma unroll
         for (int e = 0; e < kEpv; ++e) {
           xh[i][e] = e < n ? (xv[e] - mean) * rstd : 0.f;
-          nrm[e] = AFFINE ? xh[i][e] * w[i][e] + b[i][e] : xh[i][e];
+          nrm[e] = AFFINE ? xh[i][e] * wv[e] + bv[e] : xh[i][e];
           const float dn = g[i][e] * sv[e];
-          dxh[i][e] = AFFINE ? dn * w[i][e] : dn;
+          dxh[i][e] = AFFINE ? dn * wv[e] : dn;
           q[0] += dxh[i][e];
           q[1] += dxh[i][e] * xh[i][e];
-          if (AFFINE) {
-            acc_w[i][e] += dn * xh[i][e];
-            acc_b[i][e] += dn;
-          }
-          if (mod_acc) {
-            acc_s[i][e] += g[i][e] * nrm[e];
-            acc_t[i][e] += g[i][e];
+          if (acc) {
+            const float ga = p.per_token ? dn : g[i][e];
+            acc1[i][e] += ga;
+            acc2[i][e] += ga * xh[i][e];
           }
         }
         if (p.per_token && n > 0) {
@@ -415,7 +443,7 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
       }
     }
     // One partial row per chunk and slot: teams combine in team order.
-    auto flush = [&](const float (&acc)[VPT][kEpv], int64_t off) {
+    auto flush = [&](const float(&acc)[VPT][kEpv], int64_t off) {
       if (off < 0) return;
       float* dst = ws + off + k * D;
       if (c.rpb == 1) {
@@ -439,21 +467,55 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
         dst[j] = s;
       }
     };
-    if (mod_acc) {
-      flush(acc_s, a.off_s);
-      flush(acc_t, a.off_t);
+    if (acc) {
+      flush(acc1, a.off_t);
+      flush(acc2, a.off_s);
     }
-    if (AFFINE) {
-      flush(acc_w, a.off_w);
-      flush(acc_b, a.off_b);
+  }
+}
+
+// Per-sample finalize: S1 = sum of the cps partial rows of sample g in slot p1, S2 in p2
+// (row order, 16 fixed phases). Writes dshift = S1, dscale = w S2 + b S1 and, when
+// dweight / dbias are wanted, m1 = (1 + scale) S1 and m2 = (1 + scale) S2 as fp32 [B, D]
+// rows that adaln_finalize_kernel then sums over the samples.
+__global__ void adaln_finalize_sample_kernel(const float* p1, const float* p2, int64_t cps,
+                                             int64_t groups, int64_t D, const AdalnParams p,
+                                             float* m1, float* m2) {
+  __shared__ float sm[2][16][33];
+  const int64_t j = int64_t(blockIdx.x) * 32 + threadIdx.x;
+  for (int64_t g = blockIdx.y; g < groups; g += gridDim.y) {
+    float s[2] = {0.f, 0.f};
+    if (j < D)
+      for (int64_t k = threadIdx.y; k < cps; k += 16) {
+        s[0] += p1[(g * cps + k) * D + j];
+        s[1] += p2[(g * cps + k) * D + j];
+      }
+    sm[0][threadIdx.y][threadIdx.x] = s[0];
+    sm[1][threadIdx.y][threadIdx.x] = s[1];
+    __syncthreads();
+    if (threadIdx.y == 0 && j < D) {
+      float t1 = 0.f, t2 = 0.f;
+      for (int i = 0; i < 16; ++i) t1 += sm[0][i][threadIdx.x], t2 += sm[1][i][threadIdx.x];
+      if (p.dshift) st_any(p.dshift, p.mod_dtype, g * p.dshift_stride + j, t1);
+      if (p.dscale) {
+        const float w = p.weight ? ld_any(p.weight, p.weight_dtype, j) : 1.f;
+        const float b = p.bias ? ld_any(p.bias, p.weight_dtype, j) : 0.f;
+        st_any(p.dscale, p.mod_dtype, g * p.dscale_stride + j, w * t2 + b * t1);
+      }
+      if (m1) {
+        const float s1 = 1.f + ld_any(p.scale, p.mod_dtype, g * p.scale_stride + j);
+        m1[g * D + j] = s1 * t1;
+        m2[g * D + j] = s1 * t2;
+      }
     }
+    __syncthreads();
   }
 }
 
 // out[g][j] = sum over the nk partial rows of group g, in row order. Block (32, 16): a
 // tile of 32 columns (coalesced), 16 row phases combined in a fixed order.
-__global__ void adaln_finalize_kernel(const float* part, int64_t nk, int64_t groups, int64_t D, void* out,
-                                      DType out_dtype, int64_t out_stride) {
+__global__ void adaln_finalize_kernel(const float* part, int64_t nk, int64_t groups, int64_t D,
+                                      void* out, DType out_dtype, int64_t out_stride) {
   __shared__ float sm[16][33];
   const int64_t j = int64_t(blockIdx.x) * 32 + threadIdx.x;
   for (int64_t g = blockIdx.y; g < groups; g += gridDim.y) {
@@ -475,7 +537,19 @@ __global__ void adaln_finalize_kernel(const float* part, int64_t nk, int64_t gro
 
 void check_launch(const char* what) {
   const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) throw std::runtime_error(std::string("adaln CUDA: ") + what + ": " + cudaGetErrorString(e));
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("adaln CUDA: ") + what + ": " + cudaGetErrorString(e));
+}
+
+// An error left pending by earlier CUDA work would otherwise be reported as the failure
+// of this call's first launch: take it now (cudaGetLastError clears it) and say whose it is.
+void check_pending(const char* call) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    throw std::runtime_error(
+        std::string("adaln CUDA: ") + call +
+        ": a CUDA error from earlier work was pending before the launch (not raised by adaLN): " +
+        cudaGetErrorString(e));
 }
 
 int pow2_ceil(int v) {
@@ -519,15 +593,18 @@ Cfg make_cfg(const AdalnParams& p, bool bwd) {
 
 void check_cuda_limits(const AdalnParams& p) {
   if (p.dim > adaln_cuda_max_dim())
-    throw std::invalid_argument("AdalnParams.dim (" + std::to_string(p.dim) + ") exceeds the CUDA kernels' limit of " +
+    throw std::invalid_argument("AdalnParams.dim (" + std::to_string(p.dim) +
+                                ") exceeds the CUDA kernels' limit of " +
                                 std::to_string(adaln_cuda_max_dim()));
   if (p.mod_dtype != DType::F32 && p.mod_dtype != p.x_dtype)
     throw std::invalid_argument(std::string("AdalnParams.mod_dtype (") + dtype_name(p.mod_dtype) +
-                                ") must be f32 or equal to x_dtype (" + dtype_name(p.x_dtype) + ") for the CUDA kernels");
+                                ") must be f32 or equal to x_dtype (" + dtype_name(p.x_dtype) +
+                                ") for the CUDA kernels");
 }
 
 bool aligned16(const void* ptr, int64_t stride, size_t es) {
-  return ptr == nullptr || (reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (stride * int64_t(es)) % 16 == 0);
+  return ptr == nullptr ||
+         (reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (stride * int64_t(es)) % 16 == 0);
 }
 
 bool vec_ok(const AdalnParams& p, bool bwd) {
@@ -541,23 +618,30 @@ bool vec_ok(const AdalnParams& p, bool bwd) {
   if (p.per_token) {
     ok = ok && aligned16(p.scale, p.scale_stride, em);
     if (!bwd) ok = ok && aligned16(p.shift, p.shift_stride, em);
-    if (bwd) ok = ok && aligned16(p.dscale, p.dscale_stride, em) && aligned16(p.dshift, p.dshift_stride, em);
+    if (bwd)
+      ok = ok && aligned16(p.dscale, p.dscale_stride, em) &&
+           aligned16(p.dshift, p.dshift_stride, em);
   }
   return ok;
 }
 
-// Workspace slot offsets (floats) for the requested reductions; returns the total floats.
-int64_t ws_layout(const AdalnParams& p, const Cfg& c, int64_t& off_s, int64_t& off_t, int64_t& off_w,
-                  int64_t& off_b) {
+// Workspace slot offsets (floats); returns the total floats. off_t / off_s: the kernel's
+// two accumulators, one fp32 partial row per chunk each ([K, D]); off_b / off_w (per-sample
+// with dweight or dbias): (1 + scale) S1 and (1 + scale) S2 per sample ([B, D]).
+int64_t ws_layout(const AdalnParams& p, const Cfg& c, int64_t& off_s, int64_t& off_t,
+                  int64_t& off_w, int64_t& off_b) {
   int64_t n = 0;
   const int64_t slot = c.K * p.dim;
   off_s = off_t = off_w = off_b = -1;
-  if (!p.per_token && (p.dscale || p.dshift)) {
-    off_s = n, n += slot;
+  const bool affine_red = p.dweight || p.dbias;
+  if (p.per_token ? affine_red : (affine_red || p.dscale || p.dshift)) {
     off_t = n, n += slot;
+    off_s = n, n += slot;
   }
-  if (p.dweight) off_w = n, n += slot;
-  if (p.dbias) off_b = n, n += slot;
+  if (!p.per_token && affine_red) {
+    off_b = n, n += p.batch * p.dim;
+    off_w = n, n += p.batch * p.dim;
+  }
   return n;
 }
 
@@ -628,13 +712,16 @@ void dispatch(const AdalnParams& p, Fn&& fn) {
       else
         fn(__half(), __half());
       break;
+    default:  // validate() admits only the three above on this path
+      break;
   }
 }
 
-void finalize(const float* part, int64_t nk, int64_t groups, int64_t D, void* out, DType t, int64_t stride,
-              cudaStream_t st) {
+void finalize(const float* part, int64_t nk, int64_t groups, int64_t D, void* out, DType t,
+              int64_t stride, cudaStream_t st) {
   if (out == nullptr || groups == 0 || D == 0) return;
-  const dim3 grid(unsigned((D + 31) / 32), unsigned(std::min<int64_t>(groups, 65535))), block(32, 16);
+  const dim3 grid(unsigned((D + 31) / 32), unsigned(std::min<int64_t>(groups, 65535))),
+      block(32, 16);
   adaln_finalize_kernel<<<grid, block, 0, st>>>(part, nk, groups, D, out, t, stride);
   check_launch("finalize kernel");
 }
@@ -647,6 +734,7 @@ void adaln_fwd_cuda(const AdalnParams& p, void* stream) {
   validate(p, AdalnPass::Fwd);
   check_cuda_limits(p);
   if (p.rows == 0 || p.dim == 0) return;
+  check_pending("adaln_fwd_cuda");
   Args a{p, make_cfg(p, false), -1, -1, -1, -1};
   const cudaStream_t st = static_cast<cudaStream_t>(stream);
   dispatch(p, [&](auto t, auto tm) { launch_fwd<decltype(t), decltype(tm)>(a, st); });
@@ -664,18 +752,32 @@ void adaln_bwd_cuda(const AdalnParams& p, void* stream) {
   Args a{p, make_cfg(p, true), -1, -1, -1, -1};
   const size_t need = size_t(ws_layout(p, a.c, a.off_s, a.off_t, a.off_w, a.off_b)) * sizeof(float);
   if (need > 0 && (p.workspace == nullptr || p.workspace_bytes < need))
-    throw std::invalid_argument("AdalnParams.workspace: needs " + std::to_string(need) + " bytes (got " +
-                                std::to_string(p.workspace_bytes) + (p.workspace ? "" : ", null") +
+    throw std::invalid_argument("AdalnParams.workspace: needs " + std::to_string(need) +
+                                " bytes (got " + std::to_string(p.workspace_bytes) +
+                                (p.workspace ? "" : ", null") +
                                 "); size it with adaln_bwd_cuda_workspace_bytes()");
+  check_pending("adaln_bwd_cuda");
   const cudaStream_t st = static_cast<cudaStream_t>(stream);
-  if (a.c.K > 0) dispatch(p, [&](auto t, auto tm) { launch_bwd<decltype(t), decltype(tm)>(a, st); });
-  const float* ws = static_cast<const float*>(p.workspace);
-  if (!p.per_token) {
-    finalize(ws + std::max<int64_t>(a.off_s, 0), a.c.cps, p.batch, p.dim, p.dscale, p.mod_dtype, p.dscale_stride, st);
-    finalize(ws + std::max<int64_t>(a.off_t, 0), a.c.cps, p.batch, p.dim, p.dshift, p.mod_dtype, p.dshift_stride, st);
+  if (a.c.K > 0)
+    dispatch(p, [&](auto t, auto tm) { launch_bwd<decltype(t), decltype(tm)>(a, st); });
+  float* ws = static_cast<float*>(p.workspace);
+  const auto slot = [&](int64_t off) { return ws + std::max<int64_t>(off, 0); };
+  if (p.per_token) {
+    finalize(slot(a.off_t), a.c.K, 1, p.dim, p.dbias, p.weight_dtype, 0, st);
+    finalize(slot(a.off_s), a.c.K, 1, p.dim, p.dweight, p.weight_dtype, 0, st);
+    return;
   }
-  finalize(ws + std::max<int64_t>(a.off_w, 0), a.c.K, 1, p.dim, p.dweight, p.weight_dtype, 0, st);
-  finalize(ws + std::max<int64_t>(a.off_b, 0), a.c.K, 1, p.dim, p.dbias, p.weight_dtype, 0, st);
+  if (a.off_t >= 0 && p.batch > 0 && p.dim > 0) {
+    const dim3 grid(unsigned((p.dim + 31) / 32), unsigned(std::min<int64_t>(p.batch, 65535))),
+        block(32, 16);
+    float* m1 = a.off_b >= 0 ? ws + a.off_b : nullptr;
+    float* m2 = a.off_w >= 0 ? ws + a.off_w : nullptr;
+    adaln_finalize_sample_kernel<<<grid, block, 0, st>>>(slot(a.off_t), slot(a.off_s), a.c.cps,
+                                                         p.batch, p.dim, p, m1, m2);
+    check_launch("per-sample finalize kernel");
+  }
+  finalize(slot(a.off_b), p.batch, 1, p.dim, p.dbias, p.weight_dtype, 0, st);
+  finalize(slot(a.off_w), p.batch, 1, p.dim, p.dweight, p.weight_dtype, 0, st);
 }
 
 }  // namespace adaptiveload

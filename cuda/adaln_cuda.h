@@ -15,10 +15,11 @@
 // pointers only need to be non-null at this point), allocate that many bytes of device
 // memory (any cudaMalloc / caching-allocator block; 16-byte alignment suffices) and set
 // p.workspace and p.workspace_bytes before calling adaln_bwd_cuda. The size depends only
-// on (rows, dim, batch, rows_per_sample, per_token, requested outputs); it is 0 when no
-// reduction over rows is requested (per-token without weight / bias). The workspace holds
-// fp32 per-block partial sums; it needs no initialisation and may be reused once the
-// call's work on the stream is done.
+// on (rows, dim, batch, rows_per_sample, per_token, whether weight / bias are given (they
+// select the kernel's layout), requested outputs); it is 0 when no reduction over rows is
+// requested (per-token without dweight / dbias). It holds fp32 partial sums: two partial
+// rows per chunk of rows, plus two [batch, dim] rows for per-sample dweight / dbias; it
+// needs no initialisation and may be reused once the call's work on the stream is done.
 #pragma once
 
 #include <cstddef>
@@ -35,8 +36,9 @@ void adaln_fwd_cuda(const AdalnParams& p, void* stream);
 size_t adaln_bwd_cuda_workspace_bytes(const AdalnParams& p);
 
 // Backward: writes dx and the requested dscale / dshift / dweight / dbias. Deterministic:
-// the row partition depends only on the shape, so results are bit-identical run to run
-// (and across GPUs of any SM count).
+// the row partition depends only on the shape, so results are bit-identical run to run and
+// across GPUs of one architecture with the same binary (the SASS of another architecture
+// may contract or order the arithmetic differently).
 void adaln_bwd_cuda(const AdalnParams& p, void* stream);
 
 // Largest dim the CUDA kernels accept.

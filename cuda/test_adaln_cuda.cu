@@ -10,11 +10,11 @@
 //     runs every test, prints "PASS name" / "FAIL name" / "SKIP name", and exits 0 when
 //     nothing failed. `--filter=substr` runs only the tests whose name contains substr;
 //     `--small` runs a reduced matrix (used under compute-sanitizer).
-#include <ostream>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <ostream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -38,14 +38,15 @@ namespace {
 
 int g_failures = 0;
 bool g_small = false;
-#define AL_CHECK(cond, msg)                                                                  \
-  do {                                                                                       \
-    if (!(cond)) {                                                                           \
-      ++g_failures;                                                                          \
-      std::ostringstream al_os_;                                                             \
-      al_os_ << msg;                                                                         \
-      std::printf("  %s:%d: CHECK(%s) failed: %s\n", __FILE__, __LINE__, #cond, al_os_.str().c_str()); \
-    }                                                                                        \
+#define AL_CHECK(cond, msg)                                                     \
+  do {                                                                          \
+    if (!(cond)) {                                                              \
+      ++g_failures;                                                             \
+      std::ostringstream al_os_;                                                \
+      al_os_ << msg;                                                            \
+      std::printf("  %s:%d: CHECK(%s) failed: %s\n", __FILE__, __LINE__, #cond, \
+                  al_os_.str().c_str());                                        \
+    }                                                                           \
   } while (0)
 
 std::vector<AdalnCase> combos() {
@@ -85,15 +86,17 @@ std::vector<AdalnCase> matrix() {
       out.push_back(shaped(cs[(i * 3 + k) % cs.size()], 1, g_small ? 33 : 257, dims[i], seed++));
   if (g_small) return out;
   for (const AdalnCase& c : cs) out.push_back(shaped(c, 2, 100, 1536, seed++, 0));  // vector path
-  for (const AdalnCase& c : cs) out.push_back(shaped(c, 2, 100, 1536, seed++, 3));  // misaligned rows
+  for (const AdalnCase& c : cs)
+    out.push_back(shaped(c, 2, 100, 1536, seed++, 3));  // misaligned rows
   for (int64_t D : {7, 1500})
-    for (int64_t N : {1, 3, 257, 4099}) out.push_back(shaped(cs[size_t(N + D) % cs.size()], 1, N, D, seed++));
+    for (int64_t N : {1, 3, 257, 4099})
+      out.push_back(shaped(cs[size_t(N + D) % cs.size()], 1, N, D, seed++));
   out.push_back(shaped(cs[1], 3, 1367, 64, seed++));
   out.push_back(shaped(cs[4], 5, 200, 1536, seed++));
   out.push_back(shaped(cs[9], 4, 33, 3072, seed++));
-  out.push_back(shaped(cs[3], 2, 65, 4104, seed++));   // affine backward with 2 vectors a thread
-  out.push_back(shaped(cs[5], 2, 40, 8192, seed++));   // the largest D
-  out.push_back(shaped(cs[6], 1, 3000, 8, seed++));    // tiny D: many rows a block
+  out.push_back(shaped(cs[3], 2, 65, 4104, seed++));  // affine backward with 2 vectors a thread
+  out.push_back(shaped(cs[5], 2, 40, 8192, seed++));  // the largest D
+  out.push_back(shaped(cs[6], 1, 3000, 8, seed++));   // tiny D: many rows a block
   AdalnCase off = shaped(cs[0], 1, 64, 1536, seed++);
   off.x_offset = 300;
   out.push_back(off);
@@ -116,7 +119,8 @@ void test_matrix_bwd() {
 
 std::vector<unsigned char> outputs(AdalnProblem& pr) {
   std::vector<unsigned char> v;
-  for (const Buffer* b : {&pr.y, &pr.mean, &pr.rstd, &pr.dx, &pr.dscale, &pr.dshift, &pr.dweight, &pr.dbias})
+  for (const Buffer* b :
+       {&pr.y, &pr.mean, &pr.rstd, &pr.dx, &pr.dscale, &pr.dshift, &pr.dweight, &pr.dbias})
     v.insert(v.end(), b->bytes.begin(), b->bytes.end());
   return v;
 }
@@ -171,14 +175,16 @@ void test_empty() {
       AL_CHECK(pr.dweight.get(0, j) == 0.0, "dweight not zeroed, B=" << e.B << " L=" << e.L);
       AL_CHECK(pr.dbias.get(0, j) == 0.0, "dbias not zeroed");
       for (int64_t b = 0; b < pr.dscale.rows; ++b)
-        AL_CHECK(pr.dscale.get(b, j) == 0.0 && pr.dshift.get(b, j) == 0.0, "dscale/dshift not zeroed");
+        AL_CHECK(pr.dscale.get(b, j) == 0.0 && pr.dshift.get(b, j) == 0.0,
+                 "dscale/dshift not zeroed");
     }
   }
 }
 
 // More chunks (blocks) than a 16-bit grid dimension could hold.
 void test_many_blocks() {
-  AdalnCase a = shaped(combos()[0], g_small ? 2000 : 70000, 1, 16, 11);  // per-sample, L = 1: one chunk a sample
+  AdalnCase a = shaped(combos()[0], g_small ? 2000 : 70000, 1, 16,
+                       11);  // per-sample, L = 1: one chunk a sample
   auto r = adaln_check::check_adaln_fwd(a, run_fwd_cuda);
   AL_CHECK(r.ok, a.name() << "\n" << r.report);
   r = adaln_check::check_adaln_bwd(a, run_bwd_cuda);
@@ -223,16 +229,64 @@ void test_cuda_limits() {
   AL_CHECK(adaln_bwd_cuda_workspace_bytes(p) == 0, "per-token without weight needs no workspace");
 }
 
+// Every D from a list of primes, powers of two and their neighbours up to the CUDA limit,
+// per-sample (3 samples) and per-token, with and without weight / bias.
+void test_dims() {
+  const auto cs = combos();
+  const std::vector<int64_t> dims = {1,    2,    3,    5,    8,    13,   31,   32,
+                                     61,   127,  257,  509,  769,  1021, 2039, 2048,
+                                     4093, 4096, 4099, 6007, 8179, 8191, 8192};
+  uint64_t seed = 900;
+  for (size_t i = 0; i < dims.size(); ++i)
+    for (size_t k = 0; k < (g_small ? 1u : 2u); ++k) {
+      const AdalnCase c =
+          shaped(cs[(i * 5 + k * 7) % cs.size()], 3, g_small ? 2 : 5, dims[i], seed++);
+      auto r = adaln_check::check_adaln_fwd(c, run_fwd_cuda);
+      AL_CHECK(r.ok, c.name() << "\n" << r.report);
+      r = adaln_check::check_adaln_bwd(c, run_bwd_cuda);
+      AL_CHECK(r.ok, c.name() << "\n" << r.report);
+    }
+}
+
+// A CUDA error left pending by earlier work is reported as such, not as an adaLN launch
+// failure, and does not fail the next call.
+void test_pending_error() {
+  AdalnCase c = shaped(combos()[1], 1, 4, 16, 1);
+  AdalnProblem pr(c);
+  cuda_testing::DeviceMirror m(pr.params(), false);
+  int n = 0;
+  cudaGetDeviceCount(&n);
+  cudaSetDevice(n + 7);  // fails, leaving the error pending
+  std::string msg;
+  try {
+    adaln_fwd_cuda(m.dp, nullptr);
+  } catch (const std::runtime_error& e) {
+    msg = e.what();
+  }
+  AL_CHECK(msg.find("earlier") != std::string::npos,
+           "pending error not reported as earlier: '" << msg << "'");
+  bool ok = true;
+  try {
+    adaln_fwd_cuda(m.dp, nullptr);
+    m.copy_back();
+  } catch (const std::exception& e) {
+    ok = false;
+    msg = e.what();
+  }
+  AL_CHECK(ok, "the call after a reported pending error failed: " << msg);
+}
+
 struct CudaTest {
   const char* name;
   void (*fn)();
   bool needs_device;
 };
 const CudaTest kTests[] = {
-    {"cuda_limits", test_cuda_limits, false}, {"matrix_fwd", test_matrix_fwd, true},
-    {"matrix_bwd", test_matrix_bwd, true},    {"determinism", test_determinism, true},
-    {"nan_rows", test_nan_rows, true},        {"empty", test_empty, true},
-    {"many_blocks", test_many_blocks, true},
+    {"cuda_limits", test_cuda_limits, false},    {"matrix_fwd", test_matrix_fwd, true},
+    {"matrix_bwd", test_matrix_bwd, true},       {"determinism", test_determinism, true},
+    {"nan_rows", test_nan_rows, true},           {"empty", test_empty, true},
+    {"many_blocks", test_many_blocks, true},     {"dims", test_dims, true},
+    {"pending_error", test_pending_error, true},
 };
 
 // Names the test in ctest's listing (gtest finds it by ADL) instead of a byte dump.
@@ -248,14 +302,17 @@ class AdalnCuda : public testing::TestWithParam<CudaTest> {};
 TEST_P(AdalnCuda, Run) {
   const CudaTest& t = GetParam();
   std::string why;
-  if (t.needs_device && !cuda_testing::have_device(&why)) GTEST_SKIP() << "no usable CUDA device: " << why;
+  if (t.needs_device && !cuda_testing::have_device(&why))
+    GTEST_SKIP() << "no usable CUDA device: " << why;
   const int before = g_failures;
   t.fn();
   EXPECT_EQ(g_failures, before) << t.name << " had failed checks (see above)";
 }
 
 INSTANTIATE_TEST_SUITE_P(adaln, AdalnCuda, testing::ValuesIn(kTests),
-                         [](const testing::TestParamInfo<CudaTest>& i) { return std::string(i.param.name); });
+                         [](const testing::TestParamInfo<CudaTest>& i) {
+                           return std::string(i.param.name);
+                         });
 
 // gtest's flags plus `--small` (the reduced matrix, as in the standalone build).
 int main(int argc, char** argv) {
