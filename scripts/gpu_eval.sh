@@ -14,7 +14,9 @@
 #                                         carried wheels against a Python 3.12, the scripts'
 #                                         syntax and entry points; run before using a GPU
 # Steps are spread over the epoch (--spread) so a short run sees the data set's mix of buckets.
-# Environment: LAYERS (4), WORLD (8), STEPS (4), MEM_BUDGET (80000 tokens), OUT (out/gpu_eval),
+# Environment: MODEL_KIND (diffusers-wan: diffusers' WanTransformer3DModel with the fused adaLN
+# patched in, or wan-dit: the project's own Wan-style DiT), REPEAT (1: compare.py --repeat),
+# LAYERS (4), WORLD (8), STEPS (4), MEM_BUDGET (80000 tokens), OUT (out/gpu_eval),
 # AL_DATASETS (../shared/datasets when it exists, else .deps/datasets), PYTHON (python3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -98,8 +100,7 @@ if [ -d .deps/wheels ] && [ "${1:-}" != "--cpu-smoke" ]; then
 fi
 if [ "${1:-}" = "--cpu-smoke" ]; then
   PY=${PYTHON:-.venv/bin/python}
-  MODEL=(--config tiny --device cpu --threads 2)
-  CAL=(--config tiny --device cpu --max-batch 4)
+  MODEL=(--model "${MODEL_KIND:-wan-dit}" --config tiny --device cpu --threads 2)
   RUN=(--world-size 4 --steps 4 --warmup 1 --spread)
 else
   if ! command -v nvidia-smi >/dev/null 2>&1; then
@@ -109,8 +110,8 @@ else
   nvidia-smi --query-gpu=name,memory.total,compute_cap --format=csv,noheader
   cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1)
   export TORCH_CUDA_ARCH_LIST="$cap"
-  MODEL=(--config wan2.1-1.3b --layers "${LAYERS:-4}" --device cuda --mem-budget "${MEM_BUDGET:-80000}")
-  CAL=(--config wan2.1-1.3b --layers "${LAYERS:-4}" --device cuda --max-batch 4 --fused)
+  MODEL=(--model "${MODEL_KIND:-diffusers-wan}" --config wan2.1-1.3b --layers "${LAYERS:-4}" --device cuda
+    --mem-budget "${MEM_BUDGET:-80000}")
   RUN=(--world-size "${WORLD:-8}" --steps "${STEPS:-4}" --warmup 1 --spread)
 fi
 "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
@@ -121,12 +122,9 @@ MAX_JOBS=${MAX_JOBS:-$(nproc)} "$PY" setup.py build_ext --inplace > "$OUT/build.
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 "$PY" -c "import adaptiveload, torch; print('adaptiveload', adaptiveload.__version__)"
 
-echo "== calibrate ($(($(date +%s) - t0)) s)"
-"$PY" -m adaptiveload.calibrate "${CAL[@]}" --out "$OUT/profile.json" --measurements-out "$OUT/measurements.jsonl"
-
-echo "== compare, calibrated profile ($(($(date +%s) - t0)) s)"
-"$PY" examples/compare.py --out-dir "$OUT/compare" "${MODEL[@]}" "${RUN[@]}" "${MANIFESTS[@]}" \
-  --profile "$OUT/profile.json"
+echo "== compare: calibrate the chosen model on this device, then every strategy ($(($(date +%s) - t0)) s)"
+"$PY" examples/compare.py --out-dir "$OUT/compare" --repeat "${REPEAT:-1}" --calibrate "${MODEL[@]}" "${RUN[@]}" \
+  "${MANIFESTS[@]}"
 echo "== balanced planned with the uncalibrated analytic model, for comparison ($(($(date +%s) - t0)) s)"
 "$PY" examples/train_dit.py "${MODEL[@]}" "${RUN[@]}" "${MANIFESTS[@]}" --strategy balanced --fused on \
   --out "$OUT/balanced_analytic.json"
