@@ -16,6 +16,8 @@
 # Steps are spread over the epoch (--spread) so a short run sees the data set's mix of buckets.
 # Environment: MODEL_KIND (diffusers-wan: diffusers' WanTransformer3DModel with the fused adaLN
 # patched in, or wan-dit: the project's own Wan-style DiT), REPEAT (1: compare.py --repeat),
+# SUBSET (unset: STEPS steps spread over the epoch; N: whole epochs of N rows of each manifest,
+# e.g. SUBSET=100 REPEAT=3, sized for about 8 minutes but not yet timed on a GPU),
 # LAYERS (4), WORLD (8), STEPS (4), MEM_BUDGET (80000 tokens), OUT (out/gpu_eval),
 # AL_DATASETS (../shared/datasets when it exists, else .deps/datasets), PYTHON (python3)
 set -euo pipefail
@@ -112,7 +114,12 @@ else
   export TORCH_CUDA_ARCH_LIST="$cap"
   MODEL=(--model "${MODEL_KIND:-diffusers-wan}" --config wan2.1-1.3b --layers "${LAYERS:-4}" --device cuda
     --mem-budget "${MEM_BUDGET:-80000}")
-  RUN=(--world-size "${WORLD:-8}" --steps "${STEPS:-4}" --warmup 1 --spread)
+  if [ -n "${SUBSET:-}" ]; then
+    # Whole epochs of a fixed subset (SUBSET rows of each manifest), as on the CPU (docs/evaluation.md).
+    RUN=(--world-size "${WORLD:-8}" --epoch --subset "$SUBSET" --warmup 1)
+  else
+    RUN=(--world-size "${WORLD:-8}" --steps "${STEPS:-4}" --warmup 1 --spread)
+  fi
 fi
 "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 
