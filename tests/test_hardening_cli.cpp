@@ -128,7 +128,9 @@ TEST(HardeningCli, DroppingStrategiesAreWarnedAboutAndNotRanked) {
   // JSON carries the dropped fraction.
   r = run("demo -q --json -w 1024 --end-policy drop");
   ASSERT_EQ(r.code, 0) << r.err;
-  for (const auto& s : nlohmann::json::parse(r.out)["strategies"]) {
+  const nlohmann::json plan_json = nlohmann::json::parse(r.out);  // outlives the loop (a
+  // range-for over a member of a temporary would read freed memory)
+  for (const auto& s : plan_json["strategies"]) {
     if (s["name"] == "equal_tokens") {
       EXPECT_DOUBLE_EQ(s["dropped_fraction"].get<double>(), 1.0);
     }
