@@ -289,7 +289,7 @@ class AdaptiveBatchSampler(Sampler):
         return sum(self._counts[self._step:]) - self._offset
 
     def _begin_iteration(self) -> int:
-        if self._restart and getattr(self, "_next_epoch", None) is not None:
+        if self._restart and self._next_epoch is not None:
             self._start_epoch(self._next_epoch, "a new iteration")
         elif self._restart:
             if len(self._segments) > 1:

@@ -2,6 +2,7 @@
 processes: torchdata's StatefulDataLoader (state_dict mid-epoch, loaded into a new loader,
 resumes exactly; the sampler's state travels inside the loader's) and the plain DataLoader
 with persistent workers, pinned memory and the spawn start method."""
+import contextlib
 import csv
 import itertools
 import os
@@ -131,18 +132,10 @@ def test_dataloader_workers_persistent_pinned(context):
 
 def test_dataloader_pin_memory_flag_is_accepted_without_a_gpu():
     sampler = make_sampler()
-    with pytest.warns(UserWarning) if not torch.cuda.is_available() else _nullcontext():
+    with pytest.warns(UserWarning) if not torch.cuda.is_available() else contextlib.nullcontext():
         loader = DataLoader(RowDataset(), batch_sampler=sampler, num_workers=0, pin_memory=True)
         batches = [ids_of(b) for b in loader]
     assert batches == reference()
-
-
-class _nullcontext:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 def test_finished_state_loaded_after_set_epoch_runs_the_chosen_epoch_next():

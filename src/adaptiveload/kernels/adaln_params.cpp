@@ -87,23 +87,6 @@ void check_shift(const AdalnParams& p) {
   check_matrix(p.shift, p.shift_stride, p.per_token ? p.rows : p.batch, p.dim, "shift", "shift_stride");
 }
 
-}  // namespace
-
-void validate(const AdalnParams& p) {
-  check_common(p);
-  check_shift(p);
-}
-
-namespace {
-void validate_pass(const AdalnParams& p, AdalnPass pass, bool allow_f64);
-}  // namespace
-
-void validate(const AdalnParams& p, AdalnPass pass) { validate_pass(p, pass, false); }
-
-void validate_reference(const AdalnParams& p, AdalnPass pass) { validate_pass(p, pass, true); }
-
-namespace {
-
 void validate_pass(const AdalnParams& p, AdalnPass pass, bool allow_f64) {
   check_common(p, allow_f64);
   const bool has_rows = p.rows > 0 && p.dim > 0;
@@ -128,5 +111,14 @@ void validate_pass(const AdalnParams& p, AdalnPass pass, bool allow_f64) {
 }
 
 }  // namespace
+
+void validate(const AdalnParams& p) {
+  check_common(p);
+  check_shift(p);
+}
+
+void validate(const AdalnParams& p, AdalnPass pass) { validate_pass(p, pass, false); }
+
+void validate_reference(const AdalnParams& p, AdalnPass pass) { validate_pass(p, pass, true); }
 
 }  // namespace adaptiveload
