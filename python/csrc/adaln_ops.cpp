@@ -107,7 +107,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> adaln_bwd
   p.rstd = const_cast<float*>(rstd.data_ptr<float>());
   p.dy = dy.data_ptr(), p.dx = o.dx.data_ptr();
   set_bwd_output_ptrs(p, o);
-  run_kernel("fused_adaln backward", [&] { adaln_uses_f64(lay) ? adaln_bwd_ref(p) : adaln_bwd_cpu(p); });
+  run_kernel("fused_adaln backward",
+             [&] { adaln_uses_f64(lay) ? adaln_bwd_ref(p) : adaln_bwd_cpu(p); });
   return {o.dx, o.dshift, o.dscale, o.dweight, o.dbias};
 }
 
@@ -130,4 +131,3 @@ TORCH_LIBRARY_IMPL(adaptiveload, CPU, m) {
   m.impl("adaln_fwd", &adaptiveload::py::adaln_fwd_cpu_kernel);
   m.impl("adaln_bwd", &adaptiveload::py::adaln_bwd_cpu_kernel);
 }
-

@@ -16,8 +16,10 @@ namespace py {
 namespace {
 
 void check_cuda_limits(const AdalnLayout& lay) {
-  TORCH_CHECK_VALUE(!adaln_uses_f64(lay), "fused_adaln: float64 runs on the CPU only (through the fp64 "
-                    "reference, for gradcheck); the CUDA kernels take float32, bfloat16 or float16");
+  TORCH_CHECK_VALUE(
+      !adaln_uses_f64(lay),
+      "fused_adaln: float64 runs on the CPU only (through the fp64 "
+      "reference, for gradcheck); the CUDA kernels take float32, bfloat16 or float16");
   TORCH_CHECK_VALUE(lay.dim <= adaln_cuda_max_dim(), "fused_adaln: D = ", lay.dim,
                     " exceeds the CUDA kernels' limit of ", adaln_cuda_max_dim());
 }

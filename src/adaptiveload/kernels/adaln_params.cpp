@@ -41,23 +41,27 @@ std::string num(int64_t v) { return std::to_string(v); }
 void check_dtype(DType t, const char* field, bool allow_f64) {
   const int v = static_cast<int>(t);
   if (t == DType::F64 && !allow_f64)
-    fail(field, "is F64, which only the fp64 reference (adaln_fwd_ref / adaln_bwd_ref) stores; "
-                "the fast paths store F32, BF16 or F16");
-  if (v < 0 || v > 3) fail(field, "(" + std::to_string(v) + ") is not a DType (F32, BF16, F16, F64)");
+    fail(field,
+         "is F64, which only the fp64 reference (adaln_fwd_ref / adaln_bwd_ref) stores; "
+         "the fast paths store F32, BF16 or F16");
+  if (v < 0 || v > 3)
+    fail(field, "(" + std::to_string(v) + ") is not a DType (F32, BF16, F16, F64)");
 }
 
 // A [rows, dim] operand: needs a pointer and a row stride >= dim when it is not empty.
 void check_matrix(const void* ptr, int64_t stride, int64_t rows, int64_t dim, const char* name,
                   const char* stride_name) {
   if (rows == 0 || dim == 0) return;
-  if (ptr == nullptr) fail(name, "is null but the tensor has " + num(rows) + " x " + num(dim) + " elements");
+  if (ptr == nullptr)
+    fail(name, "is null but the tensor has " + num(rows) + " x " + num(dim) + " elements");
   if (stride < dim) fail(stride_name, "(" + num(stride) + ") must be >= dim (" + num(dim) + ")");
 }
 
 void check_common(const AdalnParams& p, bool allow_f64 = false) {
   if (p.rows < 0) fail("rows", "(" + num(p.rows) + ") must be >= 0");
   if (p.dim < 0) fail("dim", "(" + num(p.dim) + ") must be >= 0");
-  if (p.rows > 0 && p.dim == 0) fail("dim", "is 0 but rows is " + num(p.rows) + "; a row needs D >= 1");
+  if (p.rows > 0 && p.dim == 0)
+    fail("dim", "is 0 but rows is " + num(p.rows) + "; a row needs D >= 1");
   check_dtype(p.x_dtype, "x_dtype", allow_f64);
   check_dtype(p.mod_dtype, "mod_dtype", allow_f64);
   check_dtype(p.weight_dtype, "weight_dtype", allow_f64);
@@ -68,14 +72,17 @@ void check_common(const AdalnParams& p, bool allow_f64 = false) {
   }
   if (!p.per_token) {
     if (p.batch < 0) fail("batch", "(" + num(p.batch) + ") must be >= 0");
-    if (p.rows_per_sample < 0) fail("rows_per_sample", "(" + num(p.rows_per_sample) + ") must be >= 0");
+    if (p.rows_per_sample < 0)
+      fail("rows_per_sample", "(" + num(p.rows_per_sample) + ") must be >= 0");
     if (p.rows > 0 && p.rows_per_sample == 0)
-      fail("rows_per_sample", "is 0 but rows is " + num(p.rows) + " (per-sample modulation needs L >= 1)");
-    const bool overflow = p.rows_per_sample > 0 &&
-                          p.batch > std::numeric_limits<int64_t>::max() / p.rows_per_sample;
+      fail("rows_per_sample",
+           "is 0 but rows is " + num(p.rows) + " (per-sample modulation needs L >= 1)");
+    const bool overflow =
+        p.rows_per_sample > 0 && p.batch > std::numeric_limits<int64_t>::max() / p.rows_per_sample;
     if (overflow || p.batch * p.rows_per_sample != p.rows)
-      fail("rows", "(" + num(p.rows) + ") must equal batch (" + num(p.batch) + ") * rows_per_sample (" +
-                       num(p.rows_per_sample) + ") for per-sample modulation");
+      fail("rows", "(" + num(p.rows) + ") must equal batch (" + num(p.batch) +
+                       ") * rows_per_sample (" + num(p.rows_per_sample) +
+                       ") for per-sample modulation");
   }
   const int64_t mod_rows = p.per_token ? p.rows : p.batch;
   check_matrix(p.x, p.x_stride, p.rows, p.dim, "x", "x_stride");
@@ -84,14 +91,16 @@ void check_common(const AdalnParams& p, bool allow_f64 = false) {
 
 // Only the forward reads shift (the backward's dshift needs dy alone).
 void check_shift(const AdalnParams& p) {
-  check_matrix(p.shift, p.shift_stride, p.per_token ? p.rows : p.batch, p.dim, "shift", "shift_stride");
+  check_matrix(p.shift, p.shift_stride, p.per_token ? p.rows : p.batch, p.dim, "shift",
+               "shift_stride");
 }
 
 void validate_pass(const AdalnParams& p, AdalnPass pass, bool allow_f64) {
   check_common(p, allow_f64);
   const bool has_rows = p.rows > 0 && p.dim > 0;
   if (has_rows && (p.mean == nullptr || p.rstd == nullptr))
-    fail(p.mean == nullptr ? "mean" : "rstd", "is null; the forward writes and the backward reads it");
+    fail(p.mean == nullptr ? "mean" : "rstd",
+         "is null; the forward writes and the backward reads it");
   if (pass == AdalnPass::Fwd) {
     check_shift(p);
     check_matrix(p.y, p.y_stride, p.rows, p.dim, "y", "y_stride");
