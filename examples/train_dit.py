@@ -14,15 +14,29 @@ Two modes:
   real data parallel: under torchrun (WORLD_SIZE set); NCCL on GPU, gloo on CPU. Each rank
       runs its micro-batches without synchronising gradients, then one explicit all-reduce
       per step; per-rank compute times are all-gathered.
+  --parallel ddp / fsdp2 (under torchrun): the model wrapped as training jobs wrap it.
+      ddp: DistributedDataParallel, no_sync() on all but the last micro-batch of a step (one
+      all-reduce per step; ranks may run different numbers of micro-batches: the sampler's
+      `step` sync mode). fsdp2: torch.distributed.fsdp.fully_shard on every block and on the
+      root (FSDP2; works on CPU with gloo, fp32, no mixed-precision policy); every
+      micro-batch's forward all-gathers and its backward reduce-scatters, so every rank must
+      run the same number of micro-batches in every step (the sampler's `micro` sync mode),
+      which the script checks before each step and fails loudly, naming rank and step, if not.
+      Inputs are then a pure function of (seed, epoch, sample id) (--inputs per-sample), so a
+      single-process run of the same plan (emulated ranks, --inputs per-sample) trains on the
+      same tensors: python/tests/test_sharded_torchrun.py compares the two.
 
 Examples:
   python examples/train_dit.py --config tiny --strategy balanced --world-size 4 --steps 6
   python examples/train_dit.py --model diffusers-wan --config tiny --fused both --epoch --subset 200
   torchrun --nproc_per_node 8 examples/train_dit.py --config wan2.1-1.3b --layers 4 --device cuda
+  torchrun --nproc_per_node 4 examples/train_dit.py --parallel fsdp2 --sync micro --epoch --subset 100
 The summary (one JSON object per strategy x kernel setting) goes to --out and stdout.
 """
 import argparse
+import contextlib
 import csv
+import inspect
 import json
 import os
 import sys
@@ -40,6 +54,7 @@ except ImportError:  # running from a source checkout with the extension built i
 from adaptiveload.models import wan_dit
 
 MODELS = ["wan-dit", "diffusers-wan"]
+PARALLEL = ["ddp", "fsdp2"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_MANIFESTS = [os.path.join(HERE, "..", "data", "demo_manifest.csv")]
@@ -77,6 +92,17 @@ def parse_args(argv=None):
     p.add_argument("--adapt-every", type=int, help="online adaptation: refit the cost model to the measured "
                    "per-rank step times every N steps and re-plan the rest of the epoch")
     p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--parallel", choices=PARALLEL, help="under torchrun: ddp (DistributedDataParallel with no_sync) "
+                   "or fsdp2 (fully_shard); default: plain model, one explicit all-reduce per step")
+    p.add_argument("--sync", choices=["step", "micro"], help="the sampler's sync mode: step (ranks may run different "
+                   "numbers of micro-batches in a step; DDP) or micro (the same number on every rank; FSDP). "
+                   "Default: micro with --parallel fsdp2, else the sampler's default")
+    p.add_argument("--inputs", choices=["stream", "per-sample"], help="stream: random inputs drawn in turn (per "
+                   "rank); per-sample: each sample's latents, text, timestep and noise a pure function of (seed, "
+                   "epoch, sample id), so runs with different world sizes or wrappers train on the same tensors. "
+                   "Default: per-sample with --parallel, else stream")
+    p.add_argument("--save-model", help="after the run, write the model's full state dict (torch.save) here "
+                   "(under torchrun, rank 0 writes it; FSDP2's shards are gathered)")
     p.add_argument("--out", help="write the summaries (JSON list) here")
     p.add_argument("--log-samples", help="append the sample ids each rank trained, one JSON line per micro-batch "
                    "(under torchrun, one file per process: PATH.rankN)")
@@ -146,6 +172,90 @@ def make_batch(sampler, rows: List[int], c: wan_dit.WanDiTConfig, device, dtype,
     x0 = torch.randn(shape, generator=gen).to(device=device, dtype=dtype)
     ctx = torch.randn((len(rows), c.text_len, c.text_dim), generator=gen).to(device=device, dtype=dtype)
     return x0, ctx
+
+
+def sample_inputs(sampler, rows: List[int], c: wan_dit.WanDiTConfig, seed: int, epoch: int, device, dtype):
+    """Inputs that are a pure function of (seed, epoch, sample id): latents x0 [B, 16, f, H/8, W/8],
+    text [B, text_len, text_dim], timestep t [B] in [0, 1), noise like x0. However a step's
+    samples are split over ranks, each sample trains on the same tensors."""
+    frames, height, width = sampler.sample_geometry(rows[0])
+    shape = (c.in_channels, 1 + (frames - 1) // 4, height // 8, width // 8)
+    x0, ctx, t, noise = [], [], [], []
+    for i in rows:
+        g = torch.Generator().manual_seed((seed * 2**40 + epoch * 2**32 + int(i)) % 2**63)
+        x0.append(torch.randn(shape, generator=g))
+        ctx.append(torch.randn((c.text_len, c.text_dim), generator=g))
+        t.append(torch.rand((), generator=g))
+        noise.append(torch.randn(shape, generator=g))
+    return tuple(torch.stack(v).to(device=device, dtype=dtype if v is not t else torch.float32)
+                 for v in (x0, ctx, t, noise))
+
+
+def flow_matching_loss_of(model, x0, ctx, t, noise) -> torch.Tensor:
+    """wan_dit.flow_matching_loss with the timestep t [B] and noise given: per-sample MSE [B]."""
+    tt = t.view(-1, 1, 1, 1, 1).to(x0.dtype)
+    pred = model((1 - tt) * x0 + tt * noise, t * 1000, ctx)
+    return (pred.float() - (noise - x0).float()).pow(2).flatten(1).mean(1)
+
+
+def parallelize(model: torch.nn.Module, parallel: Optional[str], device: torch.device) -> torch.nn.Module:
+    """The parallel layout, in one place: the model the training loop calls. ddp: a
+    DistributedDataParallel wrapper (buffers not broadcast in forward: ranks run different
+    numbers of forwards per step in `step` mode, and the model's buffers are constant).
+    fsdp2: fully_shard on each transformer block, then on the root (the embeddings and head),
+    parameters become DTensor shards; resharded after forward (ZeRO-3). On CPU this runs with
+    gloo and fp32 parameters: no MixedPrecisionPolicy, no CPUOffloadPolicy needed."""
+    if parallel == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
+                                       broadcast_buffers=False)
+    if parallel == "fsdp2":
+        from torch.distributed.fsdp import fully_shard
+
+        blocks = model.inner.blocks if isinstance(model, DiffusersWan) else model.blocks
+        for block in blocks:
+            fully_shard(block)
+        fully_shard(model)
+    return model
+
+
+def check_micro_batch_counts(n: int, step: int, rank: int, world: int) -> None:
+    """FSDP2 runs collectives in every micro-batch's forward and backward: a rank with fewer
+    micro-batches than the others in a step would leave them waiting forever. All ranks
+    gather every rank's count and all raise alike, so the job fails instead of hanging."""
+    counts = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    torch.distributed.all_gather(counts, torch.tensor([n], dtype=torch.int64))
+    counts = [int(x) for x in counts]
+    if len(set(counts)) != 1:
+        raise RuntimeError(f"train_dit.py --parallel fsdp2: rank {rank}, step {step}: micro-batches per rank "
+                           f"{counts} differ; FSDP2 needs the same count on every rank (plan with sync='micro', "
+                           f"--sync micro, or a one-micro-batch strategy such as dual)")
+
+
+def full_state_dict(model: torch.nn.Module, parallel: Optional[str]) -> Dict[str, torch.Tensor]:
+    """The unwrapped model's full state dict on CPU (a collective under fsdp2: every rank calls
+    it; rank 0 gets the tensors)."""
+    if parallel:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+
+
+def sampler_sync_options(args, strategy: str) -> dict:
+    """The sampler's sync keyword (sync='micro' for FSDP2 unless --sync says otherwise), if
+    the installed sampler has it."""
+    sync = args.sync or ("micro" if args.parallel == "fsdp2" else None)
+    if sync is None:
+        return {}
+    if "sync" in inspect.signature(adaptiveload.AdaptiveBatchSampler.__init__).parameters:
+        return {"sync": sync}
+    if sync == "micro" and strategy == "balanced":
+        sys.exit("train_dit.py: this adaptiveload's AdaptiveBatchSampler has no sync= option, and balanced in step "
+                 "mode gives ranks different numbers of micro-batches, which FSDP2 cannot run: use a strategy "
+                 "with one micro-batch per rank per step (--strategy dual) or a newer adaptiveload")
+    return {}  # one micro-batch per rank per step already, or step mode (the default)
 
 
 def diffusers_wan_config(c: wan_dit.WanDiTConfig) -> dict:
@@ -222,15 +332,78 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
         adaptiveload.AdaptiveBatchSampler(
             manifests, model=c.preset, device=planner_device, grid=grid, strategy=strategy, world_size=W, rank=r,
             seed=args.seed, mem_budget=mem_budget, profile=args.profile, checkpointing=args.checkpointing,
-            on_bad_row="skip", on_oversize="skip", adapt_every=args.adapt_every)
+            on_bad_row="skip", on_oversize="skip", adapt_every=args.adapt_every, **sampler_sync_options(args, strategy))
         for r in ([dist_rank] if ddp else range(W))
     ]
     torch.manual_seed(args.seed)
     model = build_model(args.model, c, fused, args.checkpointing).to(device)
+    # Every rank builds the same weights (same seed) before wrapping: FSDP2 keeps each rank's
+    # shard of them, DDP broadcasts rank 0's.
+    wrapped = parallelize(model, args.parallel if ddp else None, device)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
     amp = device.type == "cuda"
     dtype = torch.float32
     gen = torch.Generator().manual_seed(args.seed + 1000 * dist_rank)
+    per_sample = (args.inputs or ("per-sample" if args.parallel else "stream")) == "per-sample"
+    # The gradient of a step is the mean over its global samples: DDP and FSDP2 average over
+    # the W ranks, so each rank scales by W; the explicit all-reduce below and the emulated
+    # ranks sum.
+    loss_scale = W if ddp and args.parallel else 1
+    # One log per process (ranks of a torchrun job append to their own file).
+    log_path = f"{args.log_samples}.rank{dist_rank}" if args.log_samples and ddp else args.log_samples
+    log = open(log_path, "a") if log_path else None
+
+    def train_step(steps, log_it: bool):
+        """This process's micro-batches of one global step (one sampler per emulated rank, or
+        this rank's), the gradient sync, the optimizer step. Returns (per-rank compute seconds,
+        sync + optimizer seconds)."""
+        rank_times = []
+        for s, st in zip(samplers, steps):
+            n = len(st.micro_batches)
+            if ddp and args.parallel == "fsdp2":
+                check_micro_batch_counts(n, st.step, dist_rank, dist_world)
+            t_rank = 0.0
+            for i, mb in enumerate(st.micro_batches):
+                if per_sample:
+                    x0, ctx, tt, noise = sample_inputs(s, mb, c, args.seed, st.epoch, device, dtype)
+                else:
+                    x0, ctx = make_batch(s, mb, c, device, dtype, gen)
+                # DDP: one all-reduce per step, in the last micro-batch's backward.
+                no_sync = args.parallel == "ddp" and ddp and i + 1 < n
+                with Timer(device, args.clock) as tm, (wrapped.no_sync() if no_sync else contextlib.nullcontext()):
+                    with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
+                        if per_sample:
+                            per = flow_matching_loss_of(wrapped, x0, ctx, tt, noise)
+                        else:
+                            per = wan_dit.flow_matching_loss(wrapped, x0, ctx)
+                        loss = per.sum() * loss_scale / st.global_samples
+                    loss.backward()
+                t_rank += tm.elapsed()
+                if log and log_it:
+                    padded = bool(st.padded_micro_batches[i]) if st.padded_micro_batches else False
+                    log.write(json.dumps({"strategy": strategy, "fused_adaln": fused, "epoch": st.epoch,
+                                          "step": st.step, "rank": s.rank, "ids": mb, "padded": padded,
+                                          "losses": per.detach().float().tolist()}) + "\n")
+            if n == 0 and ddp and args.parallel == "ddp":
+                # A rank with nothing to train in a step still joins the step's all-reduce: a
+                # zero-weighted backward through the wrapper, so its gradient is zeros.
+                x0 = torch.zeros((1, c.in_channels, 1, 2 * c.patch[1], 2 * c.patch[2]), device=device, dtype=dtype)
+                ctx = torch.zeros((1, c.text_len, c.text_dim), device=device, dtype=dtype)
+                (flow_matching_loss_of(wrapped, x0, ctx, torch.zeros(1, device=device), x0).sum() * 0).backward()
+            rank_times.append(t_rank)
+        with Timer(device, args.clock) as tm:
+            if ddp and not args.parallel:
+                grads = [p.grad for p in model.parameters() if p.grad is not None]
+                flat = torch.cat([g.flatten() for g in grads])
+                torch.distributed.all_reduce(flat)
+                off = 0
+                for g in grads:
+                    g.copy_(flat[off:off + g.numel()].view_as(g))
+                    off += g.numel()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        return rank_times, tm.elapsed()
+
     total_steps = samplers[0].num_steps
     warmup_in_loop = args.warmup
     run_steps = args.warmup + args.steps
@@ -238,23 +411,12 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
         # Warm-up on the epoch's first steps (schedule() does not move the samplers), then every step.
         warm = [s.schedule() for s in samplers]
         for _ in range(min(args.warmup, total_steps)):
-            steps = [next(it) for it in warm]
-            for s, st in zip(samplers, steps):
-                for mb in st.micro_batches:
-                    x0, ctx = make_batch(s, mb, c, device, dtype, gen)
-                    with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
-                        loss = wan_dit.flow_matching_loss(model, x0, ctx).sum() / st.global_samples
-                    loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            train_step([next(it) for it in warm], log_it=False)
         del warm
         warmup_in_loop, run_steps = 0, 2**62  # until the epoch ends (a re-plan may change its step count)
     steps_iters = [s.steps() for s in samplers]
     times, extra, peaks, pred = [], [], [], []
     samples = tokens = 0
-    # One log per process (ranks of a torchrun job append to their own file).
-    log_path = f"{args.log_samples}.rank{dist_rank}" if args.log_samples and ddp else args.log_samples
-    log = open(log_path, "a") if log_path else None
     predicted_times = samplers[0].predicted_rank_times()  # [steps][W] seconds, the planner's model
     plan_first = samplers[0].num_steps - len(predicted_times)  # global index of the plan's first step
     adaptations = []
@@ -270,32 +432,7 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
         if device.type == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
-        rank_times = []
-        for s, st in zip(samplers, steps):
-            t_rank = 0.0
-            for mb in st.micro_batches:
-                x0, ctx = make_batch(s, mb, c, device, dtype, gen)
-                with Timer(device, args.clock) as tm:
-                    with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
-                        loss = wan_dit.flow_matching_loss(model, x0, ctx).sum() / st.global_samples
-                    loss.backward()
-                t_rank += tm.elapsed()
-                if log:
-                    log.write(json.dumps({"strategy": strategy, "fused_adaln": fused, "epoch": st.epoch,
-                                          "step": st.step, "rank": s.rank, "ids": mb}) + "\n")
-            rank_times.append(t_rank)
-        with Timer(device, args.clock) as tm:
-            if ddp:
-                grads = [p.grad for p in model.parameters() if p.grad is not None]
-                flat = torch.cat([g.flatten() for g in grads])
-                torch.distributed.all_reduce(flat)
-                off = 0
-                for g in grads:
-                    g.copy_(flat[off:off + g.numel()].view_as(g))
-                    off += g.numel()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-        sync_s = tm.elapsed()
+        rank_times, sync_s = train_step(steps, log_it=True)
         if ddp:
             gathered = [None] * dist_world
             torch.distributed.all_gather_object(gathered, rank_times[0])
@@ -318,6 +455,10 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
                 plan_first = samplers[0].num_steps - len(predicted_times)
     if log:
         log.close()
+    if args.save_model:
+        state = full_state_dict(wrapped, args.parallel if ddp else None)
+        if dist_rank == 0:
+            torch.save(state, args.save_model)
     measured = metrics(times, samples, tokens, extra)
     allreduce = samplers[0].budgets.get("allreduce_s", 0.0)
     predicted = metrics(pred, samples, tokens, [allreduce] * len(pred))
@@ -332,7 +473,10 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
         "config": args.config,
         "layers": c.layers,
         "world_size": W,
-        "mode": "ddp" if ddp else "emulated",
+        "mode": (args.parallel or "ddp") if ddp else "emulated",  # ddp: the explicit all-reduce, or the wrapper
+        "parallel": args.parallel if ddp else None,
+        "sync": getattr(samplers[0], "sync", None),
+        "inputs": "per-sample" if per_sample else "stream",
         "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
         "clock": args.clock if device.type == "cpu" else "cuda events",
         "measured": measured,
@@ -350,6 +494,12 @@ def main(argv=None) -> List[dict]:
         sys.exit("train_dit.py: --clock thread times this thread only: use it with --threads 1")
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.parallel and int(os.environ.get("WORLD_SIZE", "1")) < 2:
+        sys.exit(f"train_dit.py: --parallel {args.parallel} runs under torchrun with 2 or more processes "
+                 "(WORLD_SIZE is not set or 1); without torchrun, ranks are emulated in one process")
+    fused_opts = {"off": [False], "on": [True], "both": [False, True]}[args.fused]
+    if args.save_model and len(args.strategy.split(",")) * len(fused_opts) > 1:
+        sys.exit("train_dit.py: --save-model takes one run: give one strategy and --fused on or off")
     dist_world = int(os.environ.get("WORLD_SIZE", "1"))
     dist_rank = 0
     if dist_world > 1:
@@ -360,7 +510,6 @@ def main(argv=None) -> List[dict]:
             local = int(os.environ.get("LOCAL_RANK", "0"))
             torch.cuda.set_device(local)
             args.device = f"cuda:{local}"
-    fused_opts = {"off": [False], "on": [True], "both": [False, True]}[args.fused]
     results = []
     for strategy in args.strategy.split(","):
         for fused in fused_opts:
