@@ -10,6 +10,14 @@ The two adaLN sites per block run either eagerly (layer_norm, then * (1 + scale)
 + shift: what Wan does) or through adaptiveload.fused_adaln, switched by `fused_adaln=`.
 Attention uses torch.nn.functional.scaled_dot_product_attention where the torch version has
 it, a plain softmax(QK^T)V otherwise.
+
+Sequence parallelism (Ulysses, adaptiveload.sequence_parallel): `model(x, t, context, sp=ctx)`
+runs the same computation with this rank holding only its shard of the tokens. Patch
+embedding (as a matmul over the shard's patches), RoPE (at global positions), the norms,
+cross-attention, FFN, adaLN and the head run on the shard; self-attention exchanges q, k, v
+with one all-to-all ([B, S/g, 3, H, d] -> [B, S, 3, H/g, d]) and the output with its inverse.
+It returns the shard's patch predictions [B, S_p, C*pt*ph*pw] (`patchify` order), not latents;
+`flow_matching_loss(..., sp=ctx)` reduces the loss over the group. Without `sp` nothing changes.
 """
 import math
 from dataclasses import dataclass, replace
@@ -20,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops import fused_adaln
+from ..sequence_parallel import SPContext, all_reduce_sum, heads_to_seq, seq_to_heads
 
 
 @dataclass(frozen=True)
@@ -117,13 +126,28 @@ class SelfAttention(nn.Module):
         self.q, self.k, self.v, self.o = (nn.Linear(c.dim, c.dim) for _ in range(4))
         self.norm_q, self.norm_k = RMSNorm(c.dim, c.eps), RMSNorm(c.dim, c.eps)
 
-    def forward(self, x, rope):
+    def forward(self, x, rope, sp: Optional[SPContext] = None, seq_len: int = 0):
+        if sp is not None:
+            return self.forward_sp(x, rope, sp, seq_len)
         B, S, D = x.shape
         split = lambda t: t.view(B, -1, self.heads, D // self.heads).transpose(1, 2)  # noqa: E731
         q = apply_rope(split(self.norm_q(self.q(x))), *rope)
         k = apply_rope(split(self.norm_k(self.k(x))), *rope)
         out = attention(q, k, split(self.v(x)))
         return self.o(out.transpose(1, 2).reshape(B, S, D))
+
+    def forward_sp(self, x, rope, sp: SPContext, seq_len: int):
+        """x [B, S_p, D] this rank's tokens of a seq_len-token sample, rope its rows of the tables.
+        q/k RMSNorm spans all heads of a token, so it and RoPE run before the exchange."""
+        B, S_p, D = x.shape
+        heads = lambda t: t.view(B, S_p, self.heads, D // self.heads)  # noqa: E731  [B, S_p, H, d]
+        cos, sin = rope[0][:, None], rope[1][:, None]  # [S_p, 1, d/2]: broadcast over heads
+        q = apply_rope(heads(self.norm_q(self.q(x))), cos, sin)
+        k = apply_rope(heads(self.norm_k(self.k(x))), cos, sin)
+        qkv = seq_to_heads(torch.stack([q, k, heads(self.v(x))], 2), sp, seq_len, seq_dim=1, head_dim=3)
+        q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))  # [B, H/g, S, d] each
+        out = heads_to_seq(attention(q, k, v).transpose(1, 2), sp, seq_dim=1, head_dim=2)  # [B, S_p, H, d]
+        return self.o(out.reshape(B, S_p, D))
 
 
 class CrossAttention(nn.Module):
@@ -158,10 +182,10 @@ class Block(nn.Module):
         y = F.layer_norm(x.float(), (x.shape[-1],), eps=self.eps)  # Wan: norm in fp32, modulation fp32
         return (y * (1 + scale[:, None]) + shift[:, None]).type_as(x)
 
-    def forward(self, x, e, context, rope):
+    def forward(self, x, e, context, rope, sp: Optional[SPContext] = None, seq_len: int = 0):
         # e: [B, 6, D] fp32 -> shift/scale/gate for attention and feed-forward.
         e = (self.modulation.float() + e).unbind(1)
-        y = self.self_attn(self.modulate(x, e[0], e[1]), rope)
+        y = self.self_attn(self.modulate(x, e[0], e[1]), rope, sp, seq_len)
         x = x + (y.float() * e[2][:, None]).type_as(x)
         x = x + self.cross_attn(self.norm3(x), context)
         y = self.ffn(self.modulate(x, e[3], e[4]))
@@ -189,42 +213,107 @@ class WanDiT(nn.Module):
         for b in self.blocks:
             b.use_fused = on
 
-    def forward(self, x, t, context):
-        """x [B, C, f, h, w] latents, t [B] in [0, 1000), context [B, L, text_dim] -> [B, C, f, h, w]."""
-        B, C, f, h, w = x.shape
-        pt, ph, pw = self.c.patch
-        grid = (f // pt, h // ph, w // pw)
-        tokens = self.patch_embedding(x).flatten(2).transpose(1, 2)  # [B, S, D]
-        rope = rope_3d(self.c.dim // self.c.heads, grid, x.device)
-        with torch.autocast(device_type=x.device.type, enabled=False):
-            emb = self.time_embedding(sinusoidal_embedding(self.c.freq_dim, t).to(x.device))  # [B, D] fp32
-            e = self.time_projection(emb).unflatten(1, (6, self.c.dim))  # [B, 6, D] fp32
-        context = self.text_embedding(context)
-        for block in self.blocks:
-            if self.checkpointing and self.training:
-                tokens = torch.utils.checkpoint.checkpoint(block, tokens, e, context, rope, use_reentrant=False)
-            else:
-                tokens = block(tokens, e, context, rope)
-        # Head: modulated LayerNorm then projection back to patches.
+    def embed_time(self, t, device):
+        """t [B] -> (emb [B, D], e [B, 6, D]), fp32 whatever the autocast."""
+        with torch.autocast(device_type=device.type, enabled=False):
+            emb = self.time_embedding(sinusoidal_embedding(self.c.freq_dim, t).to(device))
+            e = self.time_projection(emb).unflatten(1, (6, self.c.dim))
+        return emb, e
+
+    def head_fwd(self, tokens, emb):
+        """The head: modulated LayerNorm, then projection back to patches [B, S, C*pt*ph*pw]."""
         hm = (self.head_modulation.float() + emb[:, None]).unbind(1)
         if self.fused:
             y = fused_adaln(tokens, hm[0], hm[1], eps=self.c.eps)
         else:
             y = (F.layer_norm(tokens.float(), (self.c.dim,), eps=self.c.eps) * (1 + hm[1][:, None]) + hm[0][:, None])
             y = y.type_as(tokens)
-        out = self.head(y)  # [B, S, C*pt*ph*pw]
+        return self.head(y)
+
+    def forward(self, x, t, context, *, sp: Optional[SPContext] = None):
+        """x [B, C, f, h, w] latents, t [B] in [0, 1000), context [B, L, text_dim] -> [B, C, f, h, w].
+        With sp (x, t, context the same on every rank of the group): this rank's shard of the
+        patch predictions [B, S_p, C*pt*ph*pw]; see forward_sp."""
+        if sp is not None:
+            return self.forward_sp(x, t, context, sp)
+        B, C, f, h, w = x.shape
+        pt, ph, pw = self.c.patch
+        grid = (f // pt, h // ph, w // pw)
+        tokens = self.patch_embedding(x).flatten(2).transpose(1, 2)  # [B, S, D]
+        rope = rope_3d(self.c.dim // self.c.heads, grid, x.device)
+        emb, e = self.embed_time(t, x.device)
+        context = self.text_embedding(context)
+        for block in self.blocks:
+            if self.checkpointing and self.training:
+                tokens = torch.utils.checkpoint.checkpoint(block, tokens, e, context, rope, use_reentrant=False)
+            else:
+                tokens = block(tokens, e, context, rope)
+        out = self.head_fwd(tokens, emb)  # [B, S, C*pt*ph*pw]
         out = out.view(B, *grid, C, pt, ph, pw).permute(0, 4, 1, 5, 2, 6, 3, 7)
         return out.reshape(B, C, f, h, w)
 
+    def forward_sp(self, x, t, context, sp: SPContext):
+        """The sequence-parallel forward: the same layers on tokens [start, end) of this rank's
+        position (sp.bounds(S)); returns their patch predictions [B, S_p, C*pt*ph*pw].
+        unpatchify(unshard(out, sp, S), self.c.patch, x.shape[1:]) is forward(x, t, context)."""
+        sp.check_heads(self.c.heads, f"model ({self.c.dim} wide)")
+        B, C, f, h, w = x.shape
+        pt, ph, pw = self.c.patch
+        grid = (f // pt, h // ph, w // pw)
+        S = grid[0] * grid[1] * grid[2]
+        start, end = sp.bounds(S)
+        # The stride == kernel Conv3d is a matmul per patch: only this shard's patches are embedded.
+        patches = patchify(x, self.c.patch)[:, start:end]  # [B, S_p, C*pt*ph*pw]
+        tokens = F.linear(patches, self.patch_embedding.weight.flatten(1), self.patch_embedding.bias)
+        cos, sin = rope_3d(self.c.dim // self.c.heads, grid, x.device)
+        rope = (cos[start:end], sin[start:end])  # global positions
+        emb, e = self.embed_time(t, x.device)
+        context = self.text_embedding(context)
+        for block in self.blocks:
+            if self.checkpointing and self.training:
+                tokens = torch.utils.checkpoint.checkpoint(block, tokens, e, context, rope, sp, S,
+                                                           use_reentrant=False)
+            else:
+                tokens = block(tokens, e, context, rope, sp, S)
+        return self.head_fwd(tokens, emb)
+
+
+def patchify(x: torch.Tensor, patch) -> torch.Tensor:
+    """[B, C, f, h, w] -> [B, S, C*pt*ph*pw]: token order (f', h', w') as the patch embedding
+    flattens it, features (C, pt, ph, pw) as the head emits them."""
+    B, C, f, h, w = x.shape
+    pt, ph, pw = patch
+    x = x.view(B, C, f // pt, pt, h // ph, ph, w // pw, pw).permute(0, 2, 4, 6, 1, 3, 5, 7)
+    return x.reshape(B, (f // pt) * (h // ph) * (w // pw), C * pt * ph * pw)
+
+
+def unpatchify(tokens: torch.Tensor, patch, shape) -> torch.Tensor:
+    """The inverse of patchify: [B, S, C*pt*ph*pw] -> [B, C, f, h, w] (shape = (C, f, h, w))."""
+    C, f, h, w = shape
+    pt, ph, pw = patch
+    B = tokens.shape[0]
+    out = tokens.view(B, f // pt, h // ph, w // pw, C, pt, ph, pw).permute(0, 4, 1, 5, 2, 6, 3, 7)
+    return out.reshape(B, C, f, h, w)
+
 
 def flow_matching_loss(model: WanDiT, x0: torch.Tensor, context: torch.Tensor,
-                       generator: Optional[torch.Generator] = None) -> torch.Tensor:
+                       generator: Optional[torch.Generator] = None, *, sp: Optional[SPContext] = None) -> torch.Tensor:
     """Rectified-flow objective (Wan's): x_t = (1 - t) x0 + t eps, predict v = eps - x0.
-    Returns the per-sample mean squared error [B] (the caller normalises over the step)."""
+    Returns the per-sample mean squared error [B] (the caller normalises over the step).
+    With sp: every rank of the group passes the same x0, context and generator state (the
+    same t and noise); each sums its shard's squared errors, the sums are all-reduced over
+    the group and divided by the sample's element count, so every rank returns the whole
+    sample's loss; backward reaches only this rank's tokens (sum .grad with reduce_gradients)."""
     B = x0.shape[0]
     t = torch.rand(B, device=x0.device, generator=generator)
     noise = torch.randn(x0.shape, device=x0.device, dtype=x0.dtype, generator=generator)
     tt = t.view(B, 1, 1, 1, 1).to(x0.dtype)
     xt = (1 - tt) * x0 + tt * noise
+    if sp is not None:
+        pred = model(xt, t * 1000, context, sp=sp)  # [B, S_p, C*pt*ph*pw]
+        target = patchify(noise - x0, model.c.patch)
+        start, end = sp.bounds(target.shape[1])
+        partial = (pred.float() - target[:, start:end].float()).pow(2).flatten(1).sum(1)  # [B]
+        return all_reduce_sum(partial, sp) / x0[0].numel()
     pred = model(xt, t * 1000, context)
     return (pred.float() - (noise - x0).float()).pow(2).flatten(1).mean(1)

@@ -1,0 +1,146 @@
+"""Ulysses sequence parallelism (adaptiveload.sequence_parallel and WanDiT's sp= path).
+
+In process: the split, the group of one (identity, no communication) against the plain model,
+the heads check. Two processes (torch.multiprocessing, gloo): the all-to-all, gather and loss
+reduction forward and backward against the dense tensors, and the model with g=2. Four
+processes under torchrun (gloo, CPU): one epoch with groups of 1, 2 and 4 (sp_worker.py).
+Tolerances fp32: rtol 1e-5, atol 1e-6 (measured errors are in docs/python.md). Timeouts only
+turn a hang into a failure."""
+import collections
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from conftest import DATASETS, HERE, require_datasets, torchrun
+from adaptiveload import sequence_parallel as spl
+from adaptiveload.models import wan_dit
+
+RTOL, ATOL = 1e-5, 1e-6
+HANG_TIMEOUT_S = 240
+
+
+@pytest.mark.parametrize("n,g", [(0, 1), (1, 4), (7, 2), (12, 4), (198, 4), (5, 3)])
+def test_split_covers_the_sequence_in_order(n, g):
+    sizes = spl.split_sizes(n, g)
+    assert sum(sizes) == n and max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
+    bounds = [spl.SPContext(None, tuple(range(g)), p).bounds(n) for p in range(g)]
+    assert bounds[0][0] == 0 and bounds[-1][1] == n
+    assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+
+
+def test_group_of_one_is_the_identity_without_communication(monkeypatch):
+    def no_comm(*a, **k):
+        raise AssertionError("a group of one communicated")
+
+    for name in ("all_to_all_single", "all_gather", "all_reduce", "broadcast"):
+        monkeypatch.setattr(dist, name, no_comm)
+    sp = spl.local_context()
+    x = torch.randn(2, 5, 4, 3, requires_grad=True)
+    assert spl.seq_to_heads(x, sp, 5) is x and spl.heads_to_seq(x, sp) is x
+    assert spl.unshard(x, sp, 5) is x and spl.all_reduce_sum(x, sp) is x and spl.shard(x, sp).shape == x.shape
+
+    c = wan_dit.config("tiny")
+    torch.manual_seed(0)
+    model = wan_dit.WanDiT(c)
+    x0, ctx = torch.randn(1, 16, 3, 6, 10), torch.randn(1, c.text_len, c.text_dim)
+    t = torch.tensor([300.0])
+    with torch.no_grad():
+        out = wan_dit.unpatchify(model(x0, t, ctx, sp=sp), c.patch, x0.shape[1:])
+        torch.testing.assert_close(out, model(x0, t, ctx), rtol=RTOL, atol=ATOL)
+    grads = []
+    for s in (sp, None):
+        model.zero_grad(set_to_none=True)
+        loss = wan_dit.flow_matching_loss(model, x0, ctx, torch.Generator().manual_seed(1), sp=s).mean()
+        loss.backward()
+        spl.reduce_gradients(model.parameters(), sp)
+        grads.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
+    torch.testing.assert_close(grads[0][0], grads[1][0], rtol=RTOL, atol=ATOL)
+    for a, b in zip(grads[0][1], grads[1][1]):
+        torch.testing.assert_close(a, b, rtol=RTOL, atol=ATOL)
+
+
+def test_heads_not_divisible_by_the_group_is_refused():
+    c = wan_dit.config("tiny")  # 4 heads
+    model = wan_dit.WanDiT(c)
+    sp = spl.SPContext(None, (0, 1, 2), 0)  # refused before any communication
+    with pytest.raises(ValueError, match=r"group of 3 ranks \[0, 1, 2\].*heads=4, not divisible by 3"):
+        model(torch.randn(1, 16, 1, 4, 4), torch.tensor([1.0]), torch.randn(1, c.text_len, c.text_dim), sp=sp)
+    with pytest.raises(ValueError, match=r"heads=5, not divisible by 3"):
+        spl.seq_to_heads(torch.randn(1, 2, 5, 8), sp, 6)
+
+
+def test_pair_exchange_and_model_against_dense(tmp_path):
+    import torch.multiprocessing as mp
+
+    import sp_worker
+
+    ctx = mp.start_processes(sp_worker.pair_main, args=(str(tmp_path / "store"), str(tmp_path), RTOL, ATOL),
+                             nprocs=2, join=False, start_method="spawn")
+    deadline = time.monotonic() + HANG_TIMEOUT_S
+    while not ctx.join(timeout=5):
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                p.kill()
+            pytest.fail(f"two-process sequence-parallel check still running after {HANG_TIMEOUT_S} s: a hang")
+    worst = [json.loads((tmp_path / f"pair{r}.json").read_text()) for r in (0, 1)]
+    assert all(w["grad_tol_ratio"] <= 1 for w in worst), worst
+
+
+def test_torchrun_epoch_with_groups_of_1_2_4(tmp_path):
+    require_datasets("taichi_hd.csv", "coco2017_val_images.csv")
+    out = tmp_path / "result.json"
+    cmd, env = torchrun(4, tmp_path / "logs", [HERE])
+    cmd += [os.path.join(HERE, "sp_worker.py"), str(out),
+            os.path.join(DATASETS, "taichi_hd.csv"), os.path.join(DATASETS, "coco2017_val_images.csv")]
+    env["SP_RTOL"], env["SP_ATOL"] = str(RTOL), str(ATOL)
+    # Its own session, so a hang kills torchrun and its four workers together.
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        log, _ = proc.communicate(timeout=HANG_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        log, _ = proc.communicate()
+        pytest.fail(f"torchrun with 4 ranks still running after {HANG_TIMEOUT_S} s: a hang\n{log[-3000:]}")
+    assert proc.returncode == 0, log[-4000:]
+    result = json.loads(out.read_text())
+    records = [e for r in result["ranks"] for e in r["records"]]
+    steps = result["steps"]
+
+    # Every rank busy at every step, in the group the schedule gives it.
+    assert sorted((e["step"], e["rank"]) for e in records) == [(s, r) for s in range(len(steps)) for r in range(4)]
+    for e in records:
+        size = steps[e["step"]][0]
+        start = e["rank"] - e["rank"] % size
+        assert e["size"] == size and e["ranks"] == list(range(start, start + size))
+        assert e["position"] == e["rank"] % size
+        assert e["id"] == steps[e["step"]][1][e["rank"] // size]
+
+    # Every sample trained exactly once, by its whole group, which saw the whole sequence.
+    by_id = collections.defaultdict(list)
+    for e in records:
+        by_id[e["id"]].append(e)
+    assert sorted(by_id) == sorted(result["samples"]) and len(by_id) == 14
+    for sid, es in by_id.items():
+        assert len({e["step"] for e in es}) == 1, sid
+        assert sorted(e["rank"] for e in es) == es[0]["ranks"], sid
+        shards = sorted(tuple(e["shard"]) for e in es)
+        assert shards[0][0] == 0 and shards[-1][1] == es[0]["tokens"], sid
+        assert all(a[1] == b[0] for a, b in zip(shards, shards[1:])), sid
+        assert len({e["loss"] for e in es}) == 1, sid  # the group's ranks hold one total
+    assert {s for s, _ in steps} == {1, 2, 4}
+    assert any(e["tokens"] % e["size"] for e in records if e["size"] > 1)  # an uneven split was trained
+
+    # Loss and gradients equal the non-parallel computation; the epoch equals its replay.
+    for e in records:
+        assert abs(e["loss"] - e["ref_loss"]) <= ATOL + RTOL * abs(e["ref_loss"]), e
+        assert e["grad_tol_ratio"] <= 1, e
+    assert result["weights_spread"] == 0.0  # every rank applied the same all-reduced update
+    assert result["weights_moved"] > 1e-3
+    assert result["replay_rel_err"] <= RTOL, result  # max |w - w_replay| / max |w_replay|
