@@ -3,6 +3,12 @@
 // (fps empty or absent for images). Read from CSV or JSONL; columns are found by header
 // name in any order and extra columns are ignored. Row ids are the 0-based index of the
 // data row, counted across files in the order they were given.
+//
+// Storage, for 10^7-row manifests: the manifest keeps each file's text and a path is a
+// reference into it (8 bytes: offset and length); paths that are not a plain slice of the
+// text (quoted CSV fields, JSON escapes, rows given with add_row) are copied once. A row's
+// numbers take 16 bytes and its line is derived from runs of consecutive lines, so a row
+// costs 24 bytes beyond the file.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -45,26 +51,53 @@ class Manifest {
                const std::string& width, const std::string& fps, const std::string& source,
                int64_t line, BadRowPolicy policy);
 
-  // Row ids are 0..total_rows()-1; bad rows keep their ids but are not usable.
-  int64_t total_rows() const { return int64_t(usable_.size()); }
-  bool usable(int64_t row) const { return usable_[size_t(row)] != 0; }
-  const ClipInfo& clip(int64_t row) const { return clips_[size_t(row)]; }
+  // Row ids are 0..total_rows()-1; bad rows keep their ids but are not usable (their clip is
+  // ClipInfo{}).
+  int64_t total_rows() const { return int64_t(rows_.size()); }
+  bool usable(int64_t row) const { return rows_[size_t(row)].frames > 0; }
+  ClipInfo clip(int64_t row) const {
+    const Row& r = rows_[size_t(row)];
+    if (r.frames <= 0) return ClipInfo{};
+    return ClipInfo{r.frames, int32_t(r.height_m1) + 1, int32_t(r.width_m1) + 1, r.fps};
+  }
+  // Valid while the manifest lives and is not loaded into again.
   std::string_view path(int64_t row) const;
   const std::vector<BadRow>& bad_rows() const { return bad_rows_; }
   const std::vector<ManifestFile>& files() const { return files_; }
   // Where a row came from, for messages: "file:line".
   std::string where(int64_t row) const;
+  int64_t line(int64_t row) const;  // 1-based line of the row in its file
 
  private:
+  // A usable row's numbers (frames <= 10^7, sides <= 65536, so sides - 1 fit 16 bits); a bad
+  // row is all zeros.
+  struct Row {
+    int32_t frames = 0;
+    uint16_t height_m1 = 0, width_m1 = 0;
+    double fps = 0;
+  };
+  // Text fields of one row, before validation (views into a text or the caller's strings).
+  struct Fields {
+    std::string_view path, frames, height, width, fps;
+  };
+  // Validates `f`: fills `c` and returns true, or sets field and reason.
+  static bool parse_fields(const Fields& f, ClipInfo& c, std::string& field, std::string& reason);
+  bool add_fields(const Fields& f, const std::string& source, int64_t line, BadRowPolicy policy);
   void push(std::string_view path, const ClipInfo& c, bool ok, int64_t line);
+  void load_owned(std::string text, const std::string& name, BadRowPolicy policy);
   void load_csv(std::string_view text, const std::string& name, BadRowPolicy policy);
   void load_jsonl(std::string_view text, const std::string& name, BadRowPolicy policy);
+  void load_jsonl_line(std::string_view s, const std::string& name, int64_t line, BadRowPolicy policy);
 
-  std::vector<ClipInfo> clips_;
-  std::vector<uint8_t> usable_;
-  std::vector<int64_t> lines_;
-  std::string path_pool_;
-  std::vector<uint64_t> path_end_;  // path i is path_pool_[end(i-1), end(i))
+  std::vector<Row> rows_;
+  // Per row: bits 24..63 the path's offset, bits 0..23 its length. Offsets below kExtraBase
+  // are into texts_ (text k starts at text_base_[k]), from kExtraBase on into extra_.
+  std::vector<uint64_t> path_ref_;
+  std::vector<std::string> texts_;
+  std::vector<uint64_t> text_base_;
+  std::string extra_;
+  // Runs of rows on consecutive lines: (first row, its line), ascending by row.
+  std::vector<std::pair<int64_t, int64_t>> line_runs_;
   std::vector<BadRow> bad_rows_;
   std::vector<ManifestFile> files_;
 };
