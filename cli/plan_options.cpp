@@ -94,6 +94,30 @@ void PlanOptions::add_to(CLI::App& app, bool with_manifest) {
                  "unsharded state would take over half the memory)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "none", "fsdp"}));
+  app.add_option("--sync", config.sync,
+                 "Synchronisation of the training engine: step (DDP, ZeRO-1: one gradient all-reduce per step; "
+                 "ranks may run different numbers of micro-batches), micro (FSDP, FSDP2, HSDP, ZeRO-2/3: "
+                 "collectives in every micro-batch, so every rank runs the same number of micro-batches per "
+                 "step), or auto: micro when the model state is sharded (--sharding), else step")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "step", "micro"}));
+  app.add_option("--global-batch", config.global_batch,
+                 "Global batch the plan keeps: auto (the step count of a bucket loader with the same memory "
+                 "budget, i.e. equal_tokens on -w ranks), steps:N (N global steps per epoch), samples:N or "
+                 "tokens:N (per global step, over all ranks), or free (balanced picks its own step count and "
+                 "the other strategies run one micro-batch per rank per step). Every strategy is planned for "
+                 "the same global batch; a bucket loader with more batches than that accumulates gradients")
+      ->capture_default_str();
+  app.add_option("--overlap", config.collective_overlap,
+                 "micro sync: share (0..1) of each micro-batch's collectives (parameter all-gather, gradient "
+                 "reduce-scatter) that overlaps its compute")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--reshard-after-forward", reshard,
+                 "micro sync with sharded parameters: all-gather them again in backward (FSDP2's "
+                 "reshard_after_forward, ZeRO-3), on/off")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--fixed-config", config.fixed_config,
                  "JSON of per-bucket batch sizes for `fixed`: {\"<tier>\": {\"<frames>\": B}}")
       ->check(CLI::ExistingFile);
@@ -123,6 +147,7 @@ void PlanOptions::finish() {
   config.step_budget_s = parse_auto(step_budget, "--step-budget", 1e9);
   config.seed = parse_seed(seed);
   config.checkpointing = checkpointing == "on";
+  config.reshard_after_forward = reshard == "on";
   config.end_policy = end_policy == "drop" ? EndPolicy::kDrop : EndPolicy::kPad;
   config.oversize = on_oversize == "skip" ? OversizePolicy::kSkip : OversizePolicy::kError;
   if (!config.profile.empty() && config.cost_model == "analytic") config.cost_model = "profile";
@@ -185,8 +210,9 @@ void print_table(const Planner& planner, const Manifest& manifest, const Compari
       << bk.unfit.size() << " unfit, " << planner.oversize().size() << " oversize)\n";
   out << "model " << planner.model().name << ", " << cfg.world_size << " x " << planner.device().name << ", cost model "
       << planner.cost().name() << ", checkpointing " << (cfg.checkpointing ? "on" : "off")
-      << ", " << (planner.sharded() ? "fsdp" : "ddp") << ", seed " << cfg.seed
-      << ", epoch " << cfg.epoch << "\n";
+      << ", " << (planner.sharded() ? "fsdp" : "ddp") << ", " << sync_name(planner.sync()) << " sync"
+      << (cfg.sync == "auto" ? " (auto)" : "") << ", seed " << cfg.seed << ", epoch " << cfg.epoch << "\n";
+  out << "global batch: " << planner.global_batch_text() << "\n";
   out << "budgets: M_mem " << thousands(planner.mem_budget_tokens()) << " tokens"
       << (cfg.mem_budget_tokens ? "" : " (auto)") << ", M_comp " << fmt("%.4g", planner.comp_budget()) << " (B x S^"
       << fmt("%.3f", planner.p()) << (cfg.comp_budget > 0 ? "" : ", auto") << "), step budget "
@@ -201,8 +227,8 @@ void print_table(const Planner& planner, const Manifest& manifest, const Compari
   out << std::left << std::setw(13) << "strategy" << std::right << std::setw(10) << "imbalance" << std::setw(11)
       << "max-mean" << std::setw(11) << "max-min" << std::setw(11) << "samples/s" << std::setw(11) << "tokens/s"
       << std::setw(9) << "speedup" << std::setw(9) << "mem avg" << std::setw(9) << "mem max" << std::setw(8) << "buckets"
-      << std::setw(7) << "steps" << std::setw(8) << "mb/rank" << std::setw(8) << "padded" << std::setw(8) << "dropped"
-      << "\n";
+      << std::setw(7) << "steps" << std::setw(9) << "batch" << std::setw(8) << "mb/rank" << std::setw(7) << "fixed"
+      << std::setw(7) << "sync" << std::setw(8) << "padded" << std::setw(8) << "dropped" << "\n";
   for (const auto& m : c.metrics) {
     const bool dropped = m.dropped > 0;
     any_dropped = any_dropped || dropped;
@@ -219,8 +245,11 @@ void print_table(const Planner& planner, const Manifest& manifest, const Compari
         << fmt("%.0f", m.throughput_tokens_per_s) << std::setw(9) << speedup << std::setw(9)
         << fmt("%.1f%%", 100 * m.peak_memory_utilization_mean) << std::setw(9)
         << fmt("%.1f%%", 100 * m.peak_memory_utilization_max) << std::setw(8)
-        << fmt("%.1f", m.diversity) << std::setw(7) << m.steps << std::setw(8)
-        << fmt("%.2f", m.micro_batches_per_rank_step) << std::setw(8) << m.padded << std::setw(8)
+        << fmt("%.1f", m.diversity) << std::setw(7) << m.steps << std::setw(9)
+        << fmt("%.1f", m.global_batch_samples_mean) << std::setw(8)
+        << fmt("%.2f", m.micro_batches_per_rank_step) << std::setw(7) << fmt("%.1f%%", 100 * m.fixed_cost_fraction)
+        << std::setw(7) << fmt("%.1f%%", m.epoch_time_s > 0 ? 100 * m.collective_s / m.epoch_time_s : 0.0)
+        << std::setw(8) << m.padded << std::setw(8)
         << (dropped ? std::to_string(m.dropped) + "*" : std::to_string(m.dropped)) << "\n";
   }
   out << "\nimbalance: idle fraction of the GPUs, 1 - sum_t mean_r T / sum_t max_r T; max-mean, "
@@ -228,14 +257,17 @@ void print_table(const Planner& planner, const Manifest& manifest, const Compari
          "mean of (max-mean)/max and (max-min)/max.\n"
          "samples/s, tokens/s: samples and video tokens trained (padded repeats and dropped "
          "samples not counted) per "
-         "second of the simulated epoch, one gradient all-reduce per step included; speedup: "
+         "second of the simulated epoch, synchronisation included; speedup: "
          "samples/s relative to "
          "equal_tokens.\n"
          "mem avg, mem max: per-step peak memory over ranks / device memory, mean and max over the "
          "epoch; buckets: "
-         "distinct buckets per global step; steps: global steps in the epoch; mb/rank: "
-         "micro-batches per rank per "
-         "step (gradient accumulation).\n"
+         "distinct buckets per global step; steps: global steps in the epoch; batch: samples per "
+         "global step (mean); mb/rank: micro-batches per rank per step (gradient accumulation).\n"
+         "fixed: share of GPU time in per-micro-batch fixed costs (overhead and small-batch "
+         "inefficiency); sync: share of the epoch in synchronisation the compute does not hide "
+         "(step: one gradient all-reduce per step; micro: every micro-batch's all-gathers and "
+         "reduce-scatter beyond what overlaps).\n"
          "padded: repeated samples added at the epoch's end so every rank has work (--end-policy "
          "pad); dropped: "
          "samples left out of the epoch for that reason (--end-policy drop).\n";
@@ -279,6 +311,12 @@ nlohmann::json comparison_json(const Planner& planner, const Manifest& manifest,
          {"diversity", m.diversity},
          {"micro_batches_per_rank_step", m.micro_batches_per_rank_step},
          {"global_batch_samples_mean", m.global_batch_samples_mean},
+         {"global_batch_tokens_mean", m.global_batch_tokens_mean},
+         {"global_batch_samples_max_dev", m.global_batch_samples_max_dev},
+         {"global_batch_tokens_max_dev", m.global_batch_tokens_max_dev},
+         {"collective_s", m.collective_s},
+         {"fixed_cost_fraction", m.fixed_cost_fraction},
+         {"sync", m.sync},
          {"steps", m.steps},
          {"samples", m.samples},
          {"tokens", m.tokens},
@@ -319,6 +357,11 @@ nlohmann::json comparison_json(const Planner& planner, const Manifest& manifest,
                    {"comp_budget", planner.comp_budget()},
                    {"p", planner.p()},
                    {"step_budget_s", planner.step_budget_s()},
+                   {"sync", sync_name(planner.sync())},
+                   {"global_batch", cfg.global_batch},
+                   {"global_batch_resolved", planner.global_batch_text()},
+                   {"collective_overlap", cfg.collective_overlap},
+                   {"reshard_after_forward", cfg.reshard_after_forward},
                    {"end_policy", cfg.end_policy == EndPolicy::kPad ? "pad" : "drop"},
                    {"fingerprint", fp},
                    {"buckets", buckets}};

@@ -17,6 +17,7 @@ struct PlanOptions {
   std::string mem_budget = "auto", comp_budget = "auto", p = "auto", step_budget = "auto",
               seed = "0";
   std::string on_bad_row = "error", on_oversize = "error", end_policy = "pad", checkpointing = "on";
+  std::string reshard = "on";
   bool json = false;
   bool quiet = false;
 

@@ -88,6 +88,17 @@ class AdaptiveBatchSampler(Sampler):
     on_bad_row: 'error' raises ValueError at the first bad manifest row, 'skip' leaves bad
       rows out (listed in `bad_rows`). on_oversize likewise for samples too big to fit.
     profile: a calibrated cost profile file (cost_model defaults to 'profile' then).
+    sharding: model state per GPU, as the CLI's --sharding: 'none' (DDP), 'fsdp' (sharded over
+      the ranks), or 'auto' (fsdp when the unsharded state would take over half the memory).
+    sync: how the training engine synchronises, as the CLI's --sync: 'step' (DDP, ZeRO-1: one
+      gradient all-reduce per step; ranks may run different numbers of micro-batches),
+      'micro' (FSDP, FSDP2, HSDP, ZeRO-2/3: collectives in every micro-batch, so every rank
+      runs the same number of micro-batches in every step), or None: micro when the model
+      state is sharded, else step. `sampler.sync` says which one the plan is for; a state
+      saved for the other mode is refused.
+    global_batch: the global batch every step keeps, as the CLI's --global-batch: None or
+      'auto' (the step count of a bucket loader with the same memory budget), 'steps:N',
+      'samples:N', 'tokens:N' (per global step), or 'free' (balanced picks its step count).
     adapt_every: online adaptation: after this many observed steps (observe_step), refit the
       cost model to the measured per-rank step times and re-plan the rest of the epoch with
       it. Every rank must observe the same times for the same steps (all-gathered; see
@@ -115,6 +126,9 @@ class AdaptiveBatchSampler(Sampler):
         cost_model: Optional[str] = None,
         on_oversize: str = "error",
         adapt_every: Optional[int] = None,
+        sharding: str = "auto",
+        sync: Optional[str] = None,
+        global_batch: Optional[str] = None,
     ):
         # Sampler.__init__ takes data_source in torch 1.x and nothing in 2.x; it stores
         # nothing either way, so it is not called.
@@ -145,6 +159,12 @@ class AdaptiveBatchSampler(Sampler):
             _checks.choice(cost_model, where + "cost_model", COST_MODELS)
             if cost_model == "profile" and profile is None:
                 raise ValueError(where + "cost_model='profile' needs profile=<file from adaptiveload calibrate>")
+        _checks.choice(sharding, where + "sharding", ("auto", "none", "fsdp"))
+        if sync is not None:
+            _checks.choice(sync, where + "sync", ("step", "micro"))
+        if global_batch is not None:
+            global_batch = _checks.string(global_batch, where + "global_batch",
+                                          "auto, free, steps:N, samples:N or tokens:N")
         if adapt_every is not None:
             adapt_every = _checks.integer(adapt_every, where + "adapt_every", 1, MAX_INT64,
                                           " (steps between refits, or None = off)")
@@ -160,6 +180,9 @@ class AdaptiveBatchSampler(Sampler):
             comp_budget=comp,
             end_policy="drop" if self.drop_last else "pad",
             oversize=on_oversize,
+            sharding=sharding,
+            sync=sync or "auto",
+            global_batch=global_batch or "auto",
         )
         self.adapt_every = adapt_every
         self._observations: List[tuple] = []  # ([(tokens, batch), ...], seconds) per rank-step
@@ -508,7 +531,8 @@ class AdaptiveBatchSampler(Sampler):
             segs[-1][1], offset = done, 0
         else:
             segs[-1][1] = self._step
-        core = _C.dump_state(self.strategy, self._fingerprint, self.seed, self.epoch, [tuple(s) for s in segs])
+        core = _C.dump_state(self.strategy, self._fingerprint, self.seed, self.epoch, [tuple(s) for s in segs],
+                             self.sync)
         return {
             "format": STATE_FORMAT,
             "version": STATE_VERSION,
@@ -544,6 +568,11 @@ class AdaptiveBatchSampler(Sampler):
             raise ValueError(f"sampler state: world_size {saved_world} and rank {saved_rank} must satisfy "
                              f"0 <= rank < world_size <= {MAX_WORLD_SIZE}")
         st = _C.parse_state(core)  # ValueError if corrupted
+        if st["sync"] != self.sync:
+            raise ValueError(
+                f"sampler state was saved for a {st['sync']}-sync plan, this sampler plans for {self.sync} sync "
+                "(sync='step': DDP, ZeRO-1; 'micro': FSDP, ZeRO-2/3); use the sync (and sharding) it was saved with"
+            )
         if st["strategy"] != self.strategy:
             raise ValueError(
                 f"sampler state was saved for strategy {st['strategy']!r}, this sampler runs {self.strategy!r}"
@@ -618,7 +647,19 @@ class AdaptiveBatchSampler(Sampler):
             "p": p.p,
             "step_budget_s": p.step_budget_s,
             "allreduce_s": p.allreduce_s(self.world_size),
+            "slot_comm_s": p.slot_comm_s(self.world_size),
         }
+
+    @property
+    def sync(self) -> str:
+        """'step' or 'micro': the sync mode the plan is for (every rank runs the same number
+        of micro-batches in every step in 'micro')."""
+        return self._planner(self.world_size).sync
+
+    @property
+    def global_batch(self) -> str:
+        """The global batch the plan keeps, as resolved (e.g. 'steps:113 (auto: ...)')."""
+        return self._planner(self.world_size).global_batch
 
     def sample_geometry(self, row: int) -> tuple:
         """(frames, height, width) of the bucket a manifest row trains at (latents are

@@ -43,6 +43,7 @@ pb::dict state_to_dict(const PlanState& s) {
   d["fingerprint"] = s.fingerprint;
   d["seed"] = s.seed;
   d["epoch"] = s.epoch;
+  d["sync"] = s.sync;
   pb::list segs;
   // (world_size, steps_done, cost): cost "" unless online adaptation set one.
   for (size_t i = 0; i < s.segments.size(); ++i)
@@ -110,6 +111,11 @@ void bind_planner(pb::module_& m) {
       .def_readwrite("p", &PlannerConfig::p)
       .def_readwrite("step_budget_s", &PlannerConfig::step_budget_s)
       .def_readwrite("fixed_config", &PlannerConfig::fixed_config)
+      .def_readwrite("sharding", &PlannerConfig::sharding)
+      .def_readwrite("sync", &PlannerConfig::sync)
+      .def_readwrite("global_batch", &PlannerConfig::global_batch)
+      .def_readwrite("collective_overlap", &PlannerConfig::collective_overlap)
+      .def_readwrite("reshard_after_forward", &PlannerConfig::reshard_after_forward)
       .def_property(
           "end_policy",
           [](const PlannerConfig& c) { return c.end_policy == EndPolicy::kDrop ? "drop" : "pad"; },
@@ -134,6 +140,7 @@ void bind_planner(pb::module_& m) {
       .def_readonly("world_size", &Plan::world_size)
       .def_readonly("strategy", &Plan::strategy)
       .def_readonly("padded_samples", &Plan::padded_samples)
+      .def_property_readonly("sync", [](const Plan& p) { return std::string(sync_name(p.sync)); })
       .def_property_readonly("dropped",
                              [](const Plan& p) { return std::vector<uint32_t>(p.dropped); })
       .def("rank_step", &rank_step, pb::arg("step"), pb::arg("rank"),
@@ -183,6 +190,12 @@ void bind_planner(pb::module_& m) {
       .def_property_readonly("comp_budget", &Planner::comp_budget)
       .def_property_readonly("p", &Planner::p)
       .def_property_readonly("step_budget_s", &Planner::step_budget_s)
+      .def_property_readonly("sync", [](const Planner& self) { return std::string(sync_name(self.sync())); })
+      .def_property_readonly("sharded", &Planner::sharded)
+      .def_property_readonly("global_batch", &Planner::global_batch_text)
+      .def(
+          "slot_comm_s", [](const Planner& self, int world_size) { return self.sim_env(world_size).layout.slot_comm_s; },
+          pb::arg("world_size"), "micro sync: modelled collectives of one micro-batch slot, seconds (0 in step sync).")
       .def_property_readonly("num_oversize",
                              [](const Planner& self) { return self.oversize().size(); })
       .def(
@@ -309,9 +322,11 @@ void bind_planner(pb::module_& m) {
       "Validates a state JSON and returns it as a dict (ValueError if corrupt).");
   m.def(
       "dump_state",
-      [](const std::string& strategy, uint64_t fingerprint, uint64_t seed, int64_t epoch, const pb::list& segments) {
+      [](const std::string& strategy, uint64_t fingerprint, uint64_t seed, int64_t epoch, const pb::list& segments,
+         const std::string& sync) {
+        if (sync != "step" && sync != "micro") throw std::invalid_argument("sync must be 'step' or 'micro'");
         PlanState s;
-        s.strategy = strategy, s.fingerprint = fingerprint, s.seed = seed, s.epoch = epoch;
+        s.strategy = strategy, s.fingerprint = fingerprint, s.seed = seed, s.epoch = epoch, s.sync = sync;
         bool any_cost = false;
         for (const pb::handle& h : segments) {
           pb::tuple t = pb::tuple(pb::reinterpret_borrow<pb::object>(h));
@@ -325,7 +340,7 @@ void bind_planner(pb::module_& m) {
         return state_to_json(s);
       },
       pb::arg("strategy"), pb::arg("fingerprint"), pb::arg("seed"), pb::arg("epoch"),
-      pb::arg("segments"), "The core's state JSON for these fields.");
+      pb::arg("segments"), pb::arg("sync") = "step", "The core's state JSON for these fields.");
 }
 
 }  // namespace py

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "adaptiveload/plan/layout.h"
+
 namespace adaptiveload {
 
 // End-of-epoch policy. Ranks run in lockstep, so every rank needs the same number of steps.
@@ -32,6 +34,7 @@ struct StepInfo {
 struct Plan {
   std::string strategy;
   int world_size = 1;
+  SyncMode sync = SyncMode::kStep;  // micro: every rank has the same micro-batch count per step
   std::vector<uint32_t> sample_ids;
   std::vector<MicroBatch> micro_batches;
   std::vector<uint64_t> rank_begin{0};

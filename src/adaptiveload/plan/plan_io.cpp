@@ -20,6 +20,7 @@ void write_plan_jsonl(const Plan& plan, std::ostream& out, size_t first) {
     line += ",\"samples\":", num(s.samples);
     line += ",\"tokens\":", num(s.tokens);
     line += ",\"padded\":", num(s.padded);
+    line += plan.sync == SyncMode::kMicro ? ",\"sync\":\"micro\"" : ",\"sync\":\"step\"";
     line += ",\"ranks\":[";
     for (int r = 0; r < W; ++r) {
       if (r) line += ',';

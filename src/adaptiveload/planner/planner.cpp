@@ -42,7 +42,36 @@ void validate_config(PlannerConfig& c) {
         "0 (auto) or in (0, " + fmt("%g", kMaxP) + "]", c.p);
   if (!(c.step_budget_s >= 0 && c.step_budget_s <= kMaxSampleSeconds))
     bad("step_budget_s", "0 (auto) or a number of seconds up to 1e9", c.step_budget_s);
+  if (!(c.collective_overlap >= 0 && c.collective_overlap <= 1))
+    bad("collective_overlap", "in [0, 1]", c.collective_overlap);
+  if (c.sync != "auto" && c.sync != "step" && c.sync != "micro")
+    throw ConfigError("sync must be auto, step (DDP, ZeRO-1) or micro (FSDP, ZeRO-2/3), not '" + c.sync + "'");
   if (c.grid.empty()) c.grid = load_model(c.model).default_grid;
+}
+
+// "auto", "free", "steps:N", "samples:N" or "tokens:N" -> (kind, value); steps as kSamples
+// with a negative value (the step count), resolved once the pool is known.
+std::pair<std::string, double> parse_global_batch(const std::string& v) {
+  const std::string help =
+      "; use auto, free, steps:N (steps per epoch), samples:N or tokens:N (per global step)";
+  if (v == "auto" || v == "free") return {v, 0};
+  const size_t colon = v.find(':');
+  const std::string kind = colon == std::string::npos ? "" : v.substr(0, colon);
+  if (kind != "steps" && kind != "samples" && kind != "tokens")
+    throw ConfigError("global batch '" + v + "' is not understood" + help);
+  const std::string num = v.substr(colon + 1);
+  double x = 0;
+  try {
+    size_t used = 0;
+    x = std::stod(num, &used);
+    if (used != num.size()) x = -1;
+  } catch (...) {
+    x = -1;
+  }
+  if (!(x >= 1 && x <= 1e18) || (kind != "tokens" && x != std::floor(x)))
+    throw ConfigError("global batch '" + v + "': " + kind + " must be " +
+                      (kind == "tokens" ? "a number" : "a whole number") + " in 1..1e18" + help);
+  return {kind, x};
 }
 
 // Advice for a sample too big for memory, following the configuration it was planned under.
@@ -182,18 +211,37 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
   base_.end_policy = cfg_.end_policy;
   base_.max_batch_memory = max_mem;
   base_.fixed_batch = resolve_fixed(fixed_error_);
+  sync_ = cfg_.sync == "micro"  ? SyncMode::kMicro
+          : cfg_.sync == "step" ? SyncMode::kStep
+          : sharded_            ? SyncMode::kMicro
+                                : SyncMode::kStep;
+  parse_global_batch(cfg_.global_batch);  // checked before the budgets are searched
+  base_.layout = layout(cfg_.world_size);
   base_.allreduce_s = sim_env(cfg_.world_size).allreduce_s;
   resolve_budgets();
 
   Hasher h;
   if (manifest) {
+    // Per row: path, 0, num_frames (i64), height, width (i32), fps (f64), usable (u8). The bytes
+    // are staged and hashed in 64 KiB blocks: the same stream (and digest) as hashing each field,
+    // without a hasher call per field of 10^7 rows.
+    std::vector<char> block(size_t(1) << 16);
+    size_t used = 0;
+    auto put = [&](const void* p, size_t n) {
+      if (used + n > block.size()) {
+        h.bytes(block.data(), used), used = 0;
+        if (n > block.size()) return h.bytes(p, n);
+      }
+      std::memcpy(block.data() + used, p, n), used += n;
+    };
     for (int64_t row = 0; row < manifest->total_rows(); ++row) {
-      std::string_view p = manifest->path(row);
-      h.bytes(p.data(), p.size());
-      h.pod(uint8_t(0));
-      const ClipInfo& c = manifest->clip(row);
-      h.pod(c.num_frames), h.pod(c.height), h.pod(c.width), h.pod(c.fps), h.pod(uint8_t(manifest->usable(row)));
+      const std::string_view p = manifest->path(row);
+      const ClipInfo c = manifest->clip(row);
+      const uint8_t zero = 0, usable = uint8_t(manifest->usable(row));
+      put(p.data(), p.size());
+      put(&zero, 1), put(&c.num_frames, 8), put(&c.height, 4), put(&c.width, 4), put(&c.fps, 8), put(&usable, 1);
     }
+    h.bytes(block.data(), used);
   } else {
     h.bytes(bucketing_.sample_bucket.data(), bucketing_.sample_bucket.size() * sizeof(uint16_t));
     for (const Bucket& b : bucketing_.buckets) h.pod(b.frames), h.pod(b.height), h.pod(b.width), h.pod(b.tokens);
@@ -206,6 +254,8 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
   // world size under FSDP, another search result) must not replay silently.
   h.pod(base_.mem_budget_tokens), h.pod(base_.comp_budget), h.pod(base_.p), h.pod(base_.step_budget_s);
   h.pod(memory_.static_bytes);
+  h.pod(uint8_t(sync_)), h.pod(cfg_.collective_overlap), h.pod(uint8_t(cfg_.reshard_after_forward));
+  h.pod(uint8_t(base_.batch_kind)), h.pod(base_.batch_target);
   fingerprint_ = h.digest();
 }
 
@@ -226,13 +276,25 @@ void Planner::resolve_budgets() {
       if (live[b]) M = std::max<int64_t>(M, buckets[b].tokens);
   }
   base_.mem_budget_tokens = M;
+  resolve_global_batch();
   base_.p = cfg_.p > 0 ? cfg_.p : fit_power(*cost_, buckets, bucketing_.bucket_counts).p;
 
   if (cfg_.comp_budget > 0) {
     base_.comp_budget = cfg_.comp_budget;
   } else if (!pool_.empty()) {
     // Search M_comp on a geometric grid from "every bucket alone" to "never binds" for the
-    // best simulated throughput of `dual`.
+    // best throughput of `dual`, in expectation over its random batch order: computed from the
+    // per-bucket counts in O(buckets) per candidate instead of planning the pool 32 times.
+    // A dual plan sees the pool only through the counts n_b: bucket b gives floor(n_b / B_b)
+    // batches of B_b and one of n_b mod B_b; the N batches are shuffled uniformly and dealt W
+    // to a slot (padding repeats the first batches: distinct positions again when N >= W),
+    // so every slot holds a uniform W-subset and P(max <= t_j) = C(a_j, W) / C(N, W), a_j the
+    // batches no slower than t_j. One slot per step (or micro sync, where slots add up): the
+    // expected epoch time follows exactly. Step sync with g > 1 slots per step: the max over
+    // ranks of a sum of g batch times, taken as normal (mean g mu, sd sqrt(g) sigma, the
+    // expected max of W standard normals), within [g mu, g t_max]. tests/test_scale.cpp
+    // compares the pick with the full search (planning and simulating every candidate), which
+    // pools of up to 2^16 samples still get.
     double lo = 0, hi = 0;
     for (size_t b = 0; b < buckets.size(); ++b) {
       if (!live[b]) continue;
@@ -244,14 +306,91 @@ void Planner::resolve_budgets() {
     hi = std::max(hi, lo);
     check_finite(lo, "the compute budget search's lower end (B x S^p of the longest sample)");
     check_finite(hi, "the compute budget search's upper end");
+    std::vector<int64_t> count(buckets.size(), 0);
+    for (uint32_t id : pool_) ++count[bucketing_.sample_bucket[id]];
+    PlanProblem pr = base_;
+    pr.world_size = cfg_.world_size;
+    pr.layout = layout(cfg_.world_size);
+    pr.allreduce_s = pr.layout.step_sync_s;
+    std::swap(pr.pool, pool_);  // lent for target_steps(), not copied
+    const uint64_t target_steps = pr.target_steps();
+    std::swap(pr.pool, pool_);
+    const int64_t W = cfg_.world_size;
+    const double ar = pr.allreduce_s;
+    // E[max of W standard normals] = int x W phi(x) Phi(x)^(W-1) dx (midpoint rule).
+    double e_w = 0;
+    for (int i = 0; i < 4000; ++i) {
+      const double x = -8 + 16 * (i + 0.5) / 4000, phi = std::exp(-0.5 * x * x) / std::sqrt(2 * 3.14159265358979323846);
+      e_w += x * double(W) * phi * std::pow(0.5 * std::erfc(-x / std::sqrt(2.0)), double(W - 1)) * (16.0 / 4000);
+    }
+    std::vector<std::pair<double, int64_t>> t;  // (seconds of a batch, batches that long)
+    auto expected_throughput = [&](double c) {
+      pr.comp_budget = c;
+      const std::vector<int64_t> B = dual_batch_sizes(pr);
+      t.clear();
+      int64_t N = 0, samples = 0;
+      for (size_t b = 0; b < buckets.size(); ++b) {
+        if (count[b] == 0) continue;
+        const int64_t q = count[b] / B[b], r = count[b] % B[b];
+        if (q) t.emplace_back(cost_->microbatch_time(B[b], buckets[b]), q);
+        if (r) t.emplace_back(cost_->microbatch_time(r, buckets[b]), 1);
+        N += q + (r > 0), samples += count[b];
+      }
+      std::sort(t.begin(), t.end());
+      const bool pad = pr.end_policy == EndPolicy::kPad;
+      const int64_t slots = pad ? (N + W - 1) / W : N / W;
+      if (slots == 0) return 0.0;
+      const double trained = pad ? double(samples) : double(samples) * double(slots * W) / double(N);
+      // f(max of a slot) summed over the max's distribution.
+      auto expect = [&](auto f) {
+        if (N <= W) return f(t.back().first);  // one slot holds every batch
+        const double lN = std::lgamma(double(N) + 1) - std::lgamma(double(N - W) + 1);
+        double e = 0, prev = 0;
+        int64_t a = 0;
+        for (const auto& [tj, nj] : t) {
+          a += nj;
+          const double F =
+              a < W ? 0 : a == N ? 1 : std::exp(std::lgamma(double(a) + 1) - std::lgamma(double(a - W) + 1) - lN);
+          e += f(tj) * (F - prev), prev = F;
+        }
+        return e;
+      };
+      double epoch = 0;
+      if (pr.layout.sync == SyncMode::kMicro) {
+        epoch = double(slots) *
+                expect([&](double x) { return x + std::max(0.0, pr.layout.exposed_slot_comm(x)); });
+      } else if (target_steps == 0 || target_steps >= uint64_t(slots)) {
+        epoch = double(slots) * (expect([](double x) { return x; }) + ar);
+      } else {
+        double mu = 0, m2 = 0;
+        for (const auto& [tj, nj] : t) mu += tj * double(nj), m2 += tj * tj * double(nj);
+        mu /= double(N), m2 /= double(N);
+        const double sigma = std::sqrt(std::max(0.0, m2 - mu * mu)), tmax = t.back().first;
+        const uint64_t K = target_steps, g = uint64_t(slots) / K, big = uint64_t(slots) % K;
+        auto step = [&](double gs) {
+          return std::min(gs * tmax, std::max(gs * mu, gs * mu + std::sqrt(gs) * sigma * e_w)) + ar;
+        };
+        epoch = double(K - big) * step(double(g)) + double(big) * step(double(g + 1));
+      }
+      return epoch > 0 ? trained / epoch : 0.0;
+    };
+    // A small pool is planned and simulated at every candidate (its one batch order, not the
+    // expectation, decides there; at most 32 plans of 2^16 samples).
+    constexpr size_t kFullSearchMaxSamples = size_t(1) << 16;
+    const bool full = pool_.size() <= kFullSearchMaxSamples;
     double best = lo, best_tp = -1;
     for (int i = 0; i < kCompSearchPoints; ++i) {
       double c = lo * std::pow(hi / lo, double(i) / (kCompSearchPoints - 1));
-      PlanProblem pr = problem(cfg_.world_size, 0, 0, pool_);
-      pr.comp_budget = c;
-      Metrics m = simulate(plan_dual(pr));
-      comp_search_.emplace_back(c, m.throughput_samples_per_s);
-      if (m.throughput_samples_per_s > best_tp) best_tp = m.throughput_samples_per_s, best = c;
+      double tp = 0;
+      if (full) {
+        PlanProblem fp = problem(cfg_.world_size, 0, 0, pool_);
+        fp.comp_budget = c;
+        tp = simulate(plan_dual(fp)).throughput_samples_per_s;
+      } else {
+        tp = expected_throughput(c);
+      }
+      comp_search_.emplace_back(c, tp);
+      if (tp > best_tp) best_tp = tp, best = c;
     }
     base_.comp_budget = best;
   }
@@ -265,6 +404,76 @@ void Planner::resolve_budgets() {
   if (!(base_.p > 0))
     throw ConfigError("the exponent p fitted to the cost model is " + fmt("%g", base_.p) +
                       "; pass --p");
+}
+
+void Planner::resolve_global_batch() {
+  const auto [kind, value] = parse_global_batch(cfg_.global_batch);
+  const auto& buckets = bucketing_.buckets;
+  const double n = double(pool_.size());
+  if (kind == "free") {
+    base_.batch_kind = BatchKind::kFree, base_.batch_target = 0;
+    global_batch_text_ = "free (each strategy's own)";
+    return;
+  }
+  if (kind == "tokens") {
+    base_.batch_kind = BatchKind::kTokens, base_.batch_target = value;
+    global_batch_text_ = "tokens:" + fmt("%.0f", value);
+    return;
+  }
+  if (kind == "samples") {
+    base_.batch_kind = BatchKind::kSamples, base_.batch_target = value;
+    global_batch_text_ = "samples:" + fmt("%.0f", value);
+    return;
+  }
+  double steps = value;
+  if (kind == "auto") {
+    // The step count of a bucket loader with the same memory budget: equal_tokens' batches
+    // (B = M_mem / S, capped at memory), W to a step.
+    std::vector<uint64_t> per_bucket(buckets.size(), 0);
+    for (uint32_t id : pool_) ++per_bucket[bucketing_.sample_bucket[id]];
+    uint64_t batches = 0;
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      if (!per_bucket[b]) continue;
+      const int64_t B = std::max<int64_t>(
+          1, std::min<int64_t>(base_.max_batch_memory[b], base_.mem_budget_tokens / buckets[b].tokens));
+      batches += (per_bucket[b] + uint64_t(B) - 1) / uint64_t(B);
+    }
+    const uint64_t W = uint64_t(cfg_.world_size);
+    steps = double(std::max<uint64_t>(1, (batches + W - 1) / W));
+  }
+  // A step count is kept as tokens per step, as a bucket loader keeps them (its samples per
+  // step swing between image and clip batches); an elastic resume keeps the rate.
+  double tokens = 0;
+  for (uint32_t id : pool_) tokens += double(buckets[bucketing_.sample_bucket[id]].tokens);
+  base_.batch_kind = BatchKind::kTokens;
+  base_.batch_target = tokens / steps;
+  global_batch_text_ = "steps:" + fmt("%.0f", steps) + (kind == "auto" ? " (auto: as equal_tokens)" : "") + ", " +
+                       fmt("%.0f", base_.batch_target) + " tokens (" + fmt("%.1f", n / steps) + " samples)/step";
+}
+
+std::string Planner::global_batch_text() const { return global_batch_text_; }
+
+ParallelLayout Planner::layout(int world_size) const {
+  ParallelLayout l;
+  l.sync = sync_;
+  const double P = model_.params;
+  if (sync_ == SyncMode::kStep) {
+    // fp32 gradients, one ring all-reduce per global step.
+    l.step_sync_s = ring_allreduce_seconds(P * 4.0, world_size, device_.allreduce_bus_bytes_per_s,
+                                           device_.allreduce_latency_s);
+  } else {
+    // Per micro-batch: a ring all-gather of the bf16 parameters in forward (again in
+    // backward when resharded after forward) when they are sharded, and a reduce-scatter of
+    // the fp32 gradients; each is half a ring all-reduce of its bytes.
+    auto half_ring = [&](double bytes) {
+      return 0.5 * ring_allreduce_seconds(bytes, world_size, device_.allreduce_bus_bytes_per_s,
+                                          device_.allreduce_latency_s);
+    };
+    const double gathers = sharded_ ? (cfg_.reshard_after_forward ? 2.0 : 1.0) : 0.0;
+    l.slot_comm_s = gathers * half_ring(P * 2.0) + half_ring(P * 4.0);
+    l.overlap = cfg_.collective_overlap;
+  }
+  return l;
 }
 
 double Planner::auto_step_budget(const CostModel& cost) const {
@@ -287,7 +496,8 @@ PlanProblem Planner::problem(int world_size, int64_t epoch, uint64_t segment, st
   PlanProblem pr = base_;
   pr.epoch = epoch;
   pr.world_size = world_size > 0 ? world_size : cfg_.world_size;
-  pr.allreduce_s = sim_env(pr.world_size).allreduce_s;
+  pr.layout = layout(pr.world_size);
+  pr.allreduce_s = pr.layout.step_sync_s;
   pr.segment = segment;
   pr.pool = std::move(pool);
   return pr;
@@ -329,9 +539,8 @@ SimEnv Planner::sim_env(int world_size) const {
   env.cost = cost_.get();
   env.memory = memory_;
   env.device_memory_bytes = device_.memory_bytes;
-  // fp32 gradients, one ring all-reduce per global step.
-  env.allreduce_s = ring_allreduce_seconds(model_.params * 4.0, world_size, device_.allreduce_bus_bytes_per_s,
-                                           device_.allreduce_latency_s);
+  env.layout = layout(world_size);
+  env.allreduce_s = env.layout.step_sync_s;  // step mode only; 0 in micro mode
   return env;
 }
 
@@ -345,10 +554,16 @@ PlanState Planner::initial_state(const std::string& strategy, int world_size, in
   s.seed = cfg_.seed;
   s.epoch = epoch < 0 ? cfg_.epoch : epoch;
   s.segments = {{world_size > 0 ? world_size : cfg_.world_size, 0}};
+  s.sync = sync_name(sync_);
   return s;
 }
 
 Planner::Resumed Planner::resume(const PlanState& state, int world_size, const std::string& new_cost) const {
+  if (state.sync != sync_name(sync_))
+    throw InputError("sampler state",
+                     "was saved for a " + state.sync + "-sync plan (" +
+                         (state.sync == "micro" ? "FSDP, ZeRO-2/3" : "DDP, ZeRO-1") + "), but this planner plans for " +
+                         sync_name(sync_) + " sync; resume with the same sync mode (and sharding) it was saved with");
   if (state.fingerprint != fingerprint_)
     throw InputError("sampler state", "was saved for another manifest or planner configuration (fingerprint mismatch); "
                                       "resume with the same manifest and options, or start a new epoch");

@@ -46,6 +46,18 @@ struct PlannerConfig {
   std::string fixed_config;       // per-bucket batch sizes for `fixed`; "" = the grid's
   EndPolicy end_policy = EndPolicy::kPad;
   OversizePolicy oversize = OversizePolicy::kError;
+  // Synchronisation of the training engine (plan/layout.h): "step" (DDP, ZeRO-1), "micro"
+  // (FSDP, HSDP, ZeRO-2/3), or "auto": micro when the model state is sharded, else step.
+  std::string sync = "auto";
+  // micro mode: share of a slot's collectives that overlap its compute, 0..1 (FSDP2's
+  // prefetching hides most of the all-gathers), and whether parameters are all-gathered again
+  // in backward (FSDP2 reshard_after_forward, the default; ZeRO-3 likewise).
+  double collective_overlap = 0.7;
+  bool reshard_after_forward = true;
+  // The global batch: "auto" (the step count a bucket loader of the same memory budget,
+  // equal_tokens, gives on the configured world size), "steps:N" (N steps per epoch),
+  // "samples:N" or "tokens:N" (per global step), or "free" (balanced picks its own step count).
+  std::string global_batch = "auto";
 };
 
 struct OversizeSample {
@@ -77,6 +89,11 @@ class Planner {
   double comp_budget() const { return base_.comp_budget; }
   double p() const { return base_.p; }
   double step_budget_s() const { return base_.step_budget_s; }
+  SyncMode sync() const { return sync_; }
+  BatchKind batch_kind() const { return base_.batch_kind; }
+  double batch_target() const { return base_.batch_target; }
+  // "steps:113 (auto: equal_tokens)" and the like, for tables and reports.
+  std::string global_batch_text() const;
   uint64_t fingerprint() const { return fingerprint_; }
   // Candidates tried by the automatic M_comp search and their simulated throughput.
   const std::vector<std::pair<double, double>>& comp_search() const { return comp_search_; }
@@ -105,6 +122,8 @@ class Planner {
   void init(Bucketing bucketing, const Manifest* manifest);
   PlanProblem problem(int world_size, int64_t epoch, uint64_t segment, std::vector<uint32_t> pool) const;
   void resolve_budgets();
+  void resolve_global_batch();
+  ParallelLayout layout(int world_size) const;
   double auto_step_budget(const CostModel& cost) const;
   std::vector<int64_t> resolve_fixed(std::string& error) const;
   Plan run(const StrategyEntry& s, const PlanProblem& pr) const;
@@ -123,6 +142,8 @@ class Planner {
   std::vector<std::pair<double, double>> comp_search_;
   std::string fixed_error_;
   bool sharded_ = false;  // why `fixed` cannot run, when its table misses a bucket
+  SyncMode sync_ = SyncMode::kStep;
+  std::string global_batch_text_;
 };
 
 }  // namespace adaptiveload

@@ -1,6 +1,7 @@
 #include "adaptiveload/sim/metrics.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "adaptiveload/util/error.h"
 
@@ -28,12 +29,17 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
   m.name = plan.strategy;
   const size_t W = size_t(plan.world_size);
   const size_t steps = plan.num_steps();
+  const bool micro = env.layout.sync == SyncMode::kMicro;
+  m.sync = sync_name(env.layout.sync);
+  if (plan.sync != env.layout.sync)
+    throw ConfigError("plan of strategy '" + m.name + "' was made for " + sync_name(plan.sync) +
+                      " sync mode, not " + m.sync);
   m.steps = int64_t(steps);
   m.padded = plan.padded_samples;
   m.dropped = int64_t(plan.dropped.size());
   std::vector<double> T = rank_times(plan, env);
   double sum_mean = 0, sum_max = 0, sum_step_mean = 0, sum_step_maxmin = 0, total_time = 0;
-  double mem_sum = 0, mem_max = 0, div_sum = 0;
+  double mem_sum = 0, mem_max = 0, div_sum = 0, fixed_sum = 0;
   std::vector<uint8_t> seen(env.buckets->size(), 0);
   std::vector<uint16_t> touched;
   for (size_t t = 0; t < steps; ++t) {
@@ -43,18 +49,49 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
       mx = std::max(mx, x), mn = std::min(mn, x), sum += x;
       for (uint64_t i = plan.rank_begin[t * W + r]; i < plan.rank_begin[t * W + r + 1]; ++i) {
         const MicroBatch& mb = plan.micro_batches[i];
-        peak = std::max(peak, env.memory.bytes(mb.count, (*env.buckets)[mb.bucket].tokens));
+        const Bucket& bk = (*env.buckets)[mb.bucket];
+        peak = std::max(peak, env.memory.bytes(mb.count, bk.tokens));
+        fixed_sum += env.cost->microbatch_time(mb.count, bk) - env.cost->marginal_time(mb.count, bk);
         if (!seen[mb.bucket]) seen[mb.bucket] = 1, touched.push_back(mb.bucket);
         if (!mb.padded) {
           m.samples += mb.count;
-          m.tokens += int64_t(mb.count) * (*env.buckets)[mb.bucket].tokens;
+          m.tokens += int64_t(mb.count) * bk.tokens;
         }
       }
     }
     double mean = sum / double(W);
+    if (micro) {
+      // Slot by slot: the i-th micro-batch of every rank runs together.
+      const auto [b0, e0] = plan.rank_range(t, 0);
+      const uint64_t slots = e0 - b0;
+      for (size_t r = 1; r < W; ++r) {
+        const auto [b, e] = plan.rank_range(t, int(r));
+        if (e - b != slots)
+          throw ConfigError("plan of strategy '" + m.name + "' gives rank " + std::to_string(r) + " " +
+                            std::to_string(e - b) + " micro-batches in step " + std::to_string(t) +
+                            " and rank 0 " + std::to_string(slots) +
+                            "; micro sync mode needs the same count on every rank");
+      }
+      double smax = 0, smean = 0, smin = 0, comm = 0;
+      for (uint64_t i = 0; i < slots; ++i) {
+        double x_max = 0, x_min = 1e300, x_sum = 0;
+        for (size_t r = 0; r < W; ++r) {
+          const MicroBatch& mb = plan.micro_batches[plan.rank_begin[t * W + r] + i];
+          const double x = env.cost->microbatch_time(mb.count, (*env.buckets)[mb.bucket]);
+          x_max = std::max(x_max, x), x_min = std::min(x_min, x), x_sum += x;
+        }
+        smax += x_max, smean += x_sum / double(W), smin += x_min;
+        comm += std::max(0.0, env.layout.exposed_slot_comm(x_max));
+      }
+      mx = smax, mean = smean, mn = slots ? smin : 0;
+      m.collective_s += comm;
+      total_time += smax + comm;
+    } else {
+      m.collective_s += env.allreduce_s;
+      total_time += mx + env.allreduce_s;
+    }
     sum_mean += mean, sum_max += mx;
     if (mx > 0) sum_step_mean += (mx - mean) / mx, sum_step_maxmin += (mx - mn) / mx;
-    total_time += mx + env.allreduce_s;
     double util = peak / env.device_memory_bytes;
     mem_sum += util, mem_max = std::max(mem_max, util);
     div_sum += double(touched.size());
@@ -69,8 +106,19 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
     m.peak_memory_utilization_max = mem_max;
     m.diversity = div_sum / double(steps);
     m.micro_batches_per_rank_step = double(plan.micro_batches.size()) / double(steps * W);
+    double n_all = 0, tok_all = 0;
+    for (const StepInfo& si : plan.steps) n_all += double(si.samples), tok_all += double(si.tokens);
+    const double n_mean = n_all / double(steps), tok_mean = tok_all / double(steps);
     m.global_batch_samples_mean = double(m.samples) / double(steps);
+    m.global_batch_tokens_mean = double(m.tokens) / double(steps);
+    for (const StepInfo& si : plan.steps) {
+      if (n_mean > 0)
+        m.global_batch_samples_max_dev = std::max(m.global_batch_samples_max_dev, std::abs(double(si.samples) - n_mean) / n_mean);
+      if (tok_mean > 0)
+        m.global_batch_tokens_max_dev = std::max(m.global_batch_tokens_max_dev, std::abs(double(si.tokens) - tok_mean) / tok_mean);
+    }
   }
+  if (total_time > 0) m.fixed_cost_fraction = fixed_sum / (double(W) * total_time);
   m.epoch_time_s = total_time;
   if (total_time > 0) {
     m.throughput_samples_per_s = double(m.samples) / total_time;
@@ -87,7 +135,10 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
                                 {m.peak_memory_utilization_max, "peak_memory_utilization_max"},
                                 {m.diversity, "diversity"},
                                 {m.micro_batches_per_rank_step, "micro_batches_per_rank_step"},
-                                {m.global_batch_samples_mean, "global_batch_samples_mean"}})
+                                {m.global_batch_samples_mean, "global_batch_samples_mean"},
+                                {m.global_batch_tokens_mean, "global_batch_tokens_mean"},
+                                {m.collective_s, "collective_s"},
+                                {m.fixed_cost_fraction, "fixed_cost_fraction"}})
     check_finite(v, std::string("simulated metric '") + what + "'" + of);
   return m;
 }

@@ -1,12 +1,17 @@
 #pragma once
 // The simulator: runs a plan through a cost and memory model and reports DESIGN.md's metrics.
-// For step t and rank r, T(t,r) = sum of its micro-batch times; a step takes
-// max_r T(t,r) + the gradient all-reduce.
+// step sync mode: for step t and rank r, T(t,r) = sum of its micro-batch times; a step takes
+//   max_r T(t,r) + the gradient all-reduce.
+// micro sync mode: the ranks meet at every micro-batch slot i of a step (every rank runs the
+//   same number of micro-batches); a step takes sum_i [max_r T(t,r,i) + the slot's
+//   collectives not hidden behind its compute] (ParallelLayout::exposed_slot_comm), and the
+//   idle time is counted inside every slot.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "adaptiveload/cost/cost_model.h"
+#include "adaptiveload/plan/layout.h"
 #include "adaptiveload/plan/plan.h"
 
 namespace adaptiveload {
@@ -16,7 +21,8 @@ struct SimEnv {
   const CostModel* cost = nullptr;  // the "true" cost of a micro-batch
   MemoryModel memory;
   double device_memory_bytes = 0;
-  double allreduce_s = 0;  // per global step
+  double allreduce_s = 0;  // per global step (step sync mode)
+  ParallelLayout layout;   // sync mode; micro mode's collectives per slot
 };
 
 struct Metrics {
@@ -32,6 +38,17 @@ struct Metrics {
   double diversity = 0;                     // mean distinct buckets per global step
   double micro_batches_per_rank_step = 0;   // mean gradient-accumulation depth
   double global_batch_samples_mean = 0;
+  double global_batch_tokens_mean = 0;
+  // Largest |x_t - mean| / mean over the steps of the global samples and tokens per step.
+  double global_batch_samples_max_dev = 0;
+  double global_batch_tokens_max_dev = 0;
+  // Seconds of the epoch spent in synchronisation the compute does not hide: the all-reduces
+  // (step mode) or the exposed collectives of every slot (micro mode).
+  double collective_s = 0;
+  // Share of GPU time in per-micro-batch fixed costs: sum over micro-batches of
+  // (T(B, S) - B * sample_time) over W x epoch time.
+  double fixed_cost_fraction = 0;
+  std::string sync = "step";
   int64_t steps = 0;
   int64_t samples = 0;  // distinct samples trained (padded repeats excluded)
   int64_t tokens = 0;

@@ -49,8 +49,10 @@ int64_t to_ticks(double seconds) {
 // Binary min-heap of (load, bin) with replace-top; ties go to the lowest bin index.
 class BinHeap {
  public:
-  explicit BinHeap(uint64_t bins) : h_(bins) {
-    for (uint64_t j = 0; j < bins; ++j) h_[j] = {0, uint32_t(j)};  // all zero: already a heap
+  explicit BinHeap(uint64_t bins, const std::vector<int64_t>* keys = nullptr) : h_(bins) {
+    for (uint64_t j = 0; j < bins; ++j) h_[j] = {keys ? (*keys)[j] : 0, uint32_t(j)};  // all zero: a heap
+    if (keys)
+      for (size_t i = bins / 2; i-- > 0;) sift(i);
   }
   const std::pair<int64_t, uint32_t>& top() const { return h_[0]; }
   // Load of the second-least-loaded bin (the top's own load when it is alone).
@@ -61,7 +63,11 @@ class BinHeap {
   }
   void replace_top_load(int64_t load) {
     h_[0].first = load;
-    size_t i = 0;
+    sift(0);
+  }
+
+ private:
+  void sift(size_t i) {
     const size_t n = h_.size();
     for (;;) {
       size_t l = 2 * i + 1, r = l + 1, m = i;
@@ -73,14 +79,21 @@ class BinHeap {
     }
   }
 
- private:
   std::vector<std::pair<int64_t, uint32_t>> h_;
 };
 
 struct Inputs {
   const BucketedPool* pool;
   std::vector<size_t> order;  // buckets with samples, longest sample first
-  std::vector<int64_t> per, fixed, mem_cap;
+  std::vector<int64_t> per, fixed, mem_cap, tokens;
+  std::vector<int64_t> min_new;  // fewest samples a new micro-batch of the bucket takes
+  bool whole = false;            // deal whole micro-batches of mem_cap samples (LPT), no merging
+  // Two phases (0: one): buckets whose one sample costs more than this ("coarse") are dealt
+  // first; then the bins are grouped into steps by their coarse load (W to a step, heaviest
+  // first), and the rest ("fine": short clips, images) fills every bin of a step led by a
+  // heavy bin up to that bin's level instead of leaving its ranks idle (see deal()).
+  int64_t coarse_threshold = 0;
+  int world_size = 1;
 };
 
 // Where the second pass writes: per bin, its next sample slot and its micro-batch cursor.
@@ -94,7 +107,44 @@ struct Counts {
   std::vector<int64_t> load;      // ticks per bin
   std::vector<uint32_t> samples;  // per bin
   std::vector<uint32_t> mbs;      // micro-batches per bin
+  std::vector<uint64_t> tokens;   // per bin
+  std::vector<uint32_t> fixed_steps;  // two phases: bins of the steps led by a heavy bin, step-major
 };
+
+// Phase two of a two-phase deal: groups the bins into steps by their coarse load, finds the
+// level L that the fine work `fine` brings the other steps to (sum over steps of
+// W * max(C_t, L) - coarse loads = fine, C_t the heaviest bin of step t), and returns per bin
+// the load it should carry beyond L (C_t - L in a step with C_t > L, else 0); the steps with
+// C_t > L are recorded in c.fixed_steps.
+std::vector<int64_t> phase_two_offsets(Counts& c, int W, double fine) {
+  const uint64_t bins = c.load.size(), w = uint64_t(W), K = bins / w;
+  std::vector<uint32_t> order(bins);
+  for (uint64_t j = 0; j < bins; ++j) order[j] = uint32_t(j);
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return c.load[a] > c.load[b]; });
+  double coarse = 0;
+  for (int64_t x : c.load) coarse += double(x);
+  std::vector<double> lead(K);
+  for (uint64_t t = 0; t < K; ++t) lead[t] = double(c.load[order[t * w]]);
+  auto G = [&](double L) {
+    double s = 0;
+    for (double C : lead) s += double(w) * std::max(C, L);
+    return s - coarse;
+  };
+  double lo = 0, hi = lead[0] + fine / double(bins) + 1;
+  for (int it = 0; it < 80 && hi - lo > 0.5; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    (G(mid) < fine ? lo : hi) = mid;
+  }
+  const double L = hi;
+  std::vector<int64_t> offset(bins, 0);
+  for (uint64_t t = 0; t < K && lead[t] > L; ++t)
+    for (uint64_t r = 0; r < w; ++r) {
+      const uint32_t j = order[t * w + r];
+      offset[j] = int64_t(lead[t] - L);
+      c.fixed_steps.push_back(j);
+    }
+  return offset;
+}
 
 // Deals every sample to `bins` bins; with a writer, also writes the plan's ids and
 // micro-batches. Both passes make identical decisions.
@@ -103,20 +153,39 @@ Counts deal(uint64_t bins, const Inputs& in, Writer* w) {
   c.load.assign(bins, 0);
   c.samples.assign(bins, 0);
   c.mbs.assign(bins, 0);
+  c.tokens.assign(bins, 0);
+  std::vector<int64_t> offset;  // phase two: per bin, its load beyond the common level
   BinHeap heap(bins);
+  auto off = [&](uint32_t j) { return offset.empty() ? int64_t(0) : offset[j]; };
   std::vector<uint16_t> last_bucket(bins, kNoBucket);  // bucket of each bin's latest micro-batch
   std::vector<uint32_t> open_count(bins, 0);           // samples in that micro-batch
-  for (size_t b : in.order) {
+  bool phase_two = in.coarse_threshold <= 0;
+  for (size_t oi = 0; oi < in.order.size(); ++oi) {
+    const size_t b = in.order[oi];
+    if (!phase_two && in.fixed[b] + in.per[b] <= in.coarse_threshold) {
+      phase_two = true;
+      double fine = 0;  // the rest's work, with one fixed cost per dual-constraint batch
+      for (size_t k = oi; k < in.order.size(); ++k) {
+        const size_t x = in.order[k];
+        const double n = double(in.pool->begin[x + 1] - in.pool->begin[x]);
+        fine += n * double(in.per[x]) + double(in.fixed[x]) * std::ceil(n / double(in.mem_cap[x]));
+      }
+      offset = phase_two_offsets(c, in.world_size, fine);
+      std::vector<int64_t> keys(bins);
+      for (uint64_t j = 0; j < bins; ++j) keys[j] = c.load[j] - offset[j];
+      heap = BinHeap(bins, &keys);
+    }
     uint64_t next = in.pool->begin[b];
     const uint64_t end = in.pool->begin[b + 1];
     const int64_t per = in.per[b], fixed = in.fixed[b], cap = in.mem_cap[b];
-    // A new micro-batch takes at least enough samples to cover its own overhead.
-    const int64_t min_new = std::max<int64_t>(1, (fixed + per - 1) / per);
+    // A new micro-batch takes at least min_new samples, so its fixed cost stays a bounded
+    // share of it (see plan_balanced).
+    const int64_t min_new = in.min_new[b];
     while (next < end) {
       const auto [load, j] = heap.top();
-      const bool merge = last_bucket[j] == b && int64_t(open_count[j]) < cap;
+      const bool merge = !in.whole && last_bucket[j] == b && int64_t(open_count[j]) < cap;
       const int64_t gap = heap.second() - load - (merge ? 0 : fixed);
-      int64_t n = std::max<int64_t>(merge ? 1 : min_new, gap > 0 ? (gap + per - 1) / per : 1);
+      int64_t n = in.whole ? cap : std::max<int64_t>(merge ? 1 : min_new, gap > 0 ? (gap + per - 1) / per : 1);
       n = std::min<int64_t>({n, int64_t(end - next), merge ? cap - int64_t(open_count[j]) : cap});
       if (w) {
         Plan& plan = *w->plan;
@@ -139,9 +208,10 @@ Counts deal(uint64_t bins, const Inputs& in, Writer* w) {
         ++c.mbs[j];
       }
       c.samples[j] += uint32_t(n);
+      c.tokens[j] += uint64_t(n) * uint64_t(in.tokens[b]);
       next += uint64_t(n);
-      c.load[j] = load + n * per + (merge ? 0 : fixed);
-      heap.replace_top_load(c.load[j]);
+      c.load[j] = load + off(j) + n * per + (merge ? 0 : fixed);
+      heap.replace_top_load(c.load[j] - off(j));
     }
   }
   return c;
@@ -165,9 +235,63 @@ std::vector<uint32_t> shuffled_bins(uint64_t bins, Rng rng) {
   return perm;
 }
 
+// Lays bins out as steps of W (bins in step-major order) for a global batch target. Bins much
+// longer than the median ("tall": a long clip alone costs more than a rank's share of a step)
+// go together, W to a step, so that as few steps as possible wait on them; the others are
+// dealt in a snake by descending samples (or tokens) over the remaining steps, so that every
+// step gets a like mix and about the same global batch. Step order and ranks are shuffled.
+std::vector<uint32_t> stratified_bins(const Counts& c, int W, bool by_tokens, Rng rng) {
+  const uint64_t bins = c.load.size(), w = uint64_t(W), K = bins / w;
+  std::vector<int64_t> loads(c.load);
+  std::nth_element(loads.begin(), loads.begin() + int64_t(bins / 2), loads.end());
+  const double median = double(loads[bins / 2]);
+  std::vector<uint32_t> tall(c.fixed_steps), rest;
+  std::vector<uint8_t> placed(bins, 0);
+  for (uint32_t j : tall) placed[j] = 1;
+  std::vector<uint32_t> more;
+  for (uint64_t j = 0; j < bins; ++j)
+    if (!placed[j]) (double(c.load[j]) > 1.02 * median ? more : rest).push_back(uint32_t(j));
+  auto by_load = [&](uint32_t a, uint32_t b) { return c.load[a] > c.load[b]; };
+  std::stable_sort(more.begin(), more.end(), by_load);
+  tall.insert(tall.end(), more.begin(), more.end());
+  const uint64_t tall_steps = (tall.size() + w - 1) / w;
+  if (tall.size() % w != 0) {
+    // Complete the last tall step with the longest of the others.
+    std::stable_sort(rest.begin(), rest.end(), by_load);
+    const uint64_t need = tall_steps * w - tall.size();
+    tall.insert(tall.end(), rest.begin(), rest.begin() + int64_t(need));
+    rest.erase(rest.begin(), rest.begin() + int64_t(need));
+  }
+  std::vector<uint32_t> laid(bins);
+  std::copy(tall.begin(), tall.end(), laid.begin());
+  const uint64_t K2 = K - tall_steps;
+  if (K2 > 0) {
+    auto key = [&](uint32_t j) { return by_tokens ? c.tokens[j] : uint64_t(c.samples[j]); };
+    std::stable_sort(rest.begin(), rest.end(), [&](uint32_t a, uint32_t b) { return key(a) > key(b); });
+    for (uint64_t i = 0; i < rest.size(); ++i) {
+      const uint64_t row = i / K2, col = i % K2;
+      const uint64_t t = row % 2 == 0 ? col : K2 - 1 - col;
+      laid[(tall_steps + t) * w + row] = rest[i];
+    }
+  }
+  std::vector<uint32_t> step_perm(K);
+  for (uint64_t t = 0; t < K; ++t) step_perm[t] = uint32_t(t);
+  rng.shuffle(step_perm);
+  std::vector<uint32_t> out(bins);
+  for (uint64_t t = 0; t < K; ++t) {
+    std::copy(laid.begin() + int64_t(step_perm[t] * w), laid.begin() + int64_t((step_perm[t] + 1) * w),
+              out.begin() + int64_t(t * w));
+    rng.shuffle(out.data() + t * w, w);
+  }
+  return out;
+}
+
 }  // namespace
 
+Plan plan_balanced_micro(const PlanProblem& pr);
+
 Plan plan_balanced(const PlanProblem& pr) {
+  if (pr.layout.sync == SyncMode::kMicro) return plan_balanced_micro(pr);
   const int W = pr.world_size;
   const size_t nb = pr.buckets->size();
   Plan plan;
@@ -183,12 +307,16 @@ Plan plan_balanced(const PlanProblem& pr) {
   in.mem_cap = dual_batch_sizes(pr);  // micro-batches obey the dual constraint
   in.per.resize(nb);
   in.fixed.resize(nb);
-  std::vector<int64_t> tokens(nb);
+  in.tokens.resize(nb);
+  in.min_new.resize(nb);
+  std::vector<int64_t>& tokens = in.tokens;
   for (size_t b = 0; b < nb; ++b) {
     const Bucket& bk = (*pr.buckets)[b];
     tokens[b] = bk.tokens;
     in.per[b] = to_ticks(pr.cost->marginal_time(1, bk));
     in.fixed[b] = std::max<int64_t>(0, to_ticks(pr.cost->microbatch_time(1, bk)) - in.per[b]);
+    // A new micro-batch takes at least enough samples to cover its own overhead.
+    in.min_new[b] = std::max<int64_t>(1, (in.fixed[b] + in.per[b] - 1) / in.per[b]);
   }
   const int64_t cap = to_ticks(pr.step_budget_s);
   uint64_t work = 0;      // ticks, without per-micro-batch overheads
@@ -213,43 +341,100 @@ Plan plan_balanced(const PlanProblem& pr) {
         "preset and --step-budget");
   std::stable_sort(in.order.begin(), in.order.end(), [&](size_t x, size_t y) { return in.per[x] > in.per[y]; });
 
-  // Candidate step counts, by the lower bound of their epoch time.
-  // W x cap may exceed 2^64 ticks; then one step holds all the work (work <= 4e18).
-  const bool wc_fits = uint64_t(cap) <= UINT64_MAX / uint64_t(W);
-  const uint64_t wc = wc_fits ? uint64_t(W) * uint64_t(cap) : UINT64_MAX;
-  const uint64_t k_lo = std::max<uint64_t>(1, work / wc + (work % wc != 0 ? 1 : 0));
-  const uint64_t k_hi =
-      n_samples >= uint64_t(W) ? std::max<uint64_t>(1, n_samples / uint64_t(W)) : 1;
-  auto item = [&](uint64_t m) -> int64_t {  // m-th longest sample's ticks, 1-based; 0 past the end
-    for (size_t b : in.order) {
-      const uint64_t n = pool.begin[b + 1] - pool.begin[b];
-      if (m <= n) return in.per[b];
-      m -= n;
-    }
-    return 0;
-  };
-  std::vector<std::pair<double, uint64_t>> candidates;
-  for (uint64_t k = std::min(k_lo, k_hi); k <= k_hi; ++k) {
-    const uint64_t m = k * uint64_t(W);
-    const double lb = std::max({double(item(1)), double(work) / double(m), double(item(m) + item(m + 1))});
-    candidates.push_back({double(k) * (lb + double(allreduce)), k});
-    if (double(k) * double(allreduce) > candidates.front().first * 2) break;  // only more all-reduces from here
-  }
-  std::sort(candidates.begin(), candidates.end());
-  candidates.resize(std::min<size_t>(candidates.size(), n_samples <= kSearchSamples ? kBalancedCandidates : 1));
-
-  // First pass: count each candidate, keep the fastest.
   const Rng rng = Rng::for_purpose(pr.seed, uint64_t(pr.epoch), kPurposeBalancedDraw | (pr.segment << 8));
   Counts best;
   std::vector<uint32_t> perm;
   int64_t best_ticks = INT64_MAX;
-  for (const auto& cand : candidates) {
-    const uint64_t bins = cand.second * uint64_t(W);
+  Inputs chosen = in;
+  const uint64_t target = pr.target_steps();
+  if (target == 0) {
+    // Candidate step counts, by the lower bound of their epoch time.
+    // W x cap may exceed 2^64 ticks; then one step holds all the work (work <= 4e18).
+    const bool wc_fits = uint64_t(cap) <= UINT64_MAX / uint64_t(W);
+    const uint64_t wc = wc_fits ? uint64_t(W) * uint64_t(cap) : UINT64_MAX;
+    const uint64_t k_lo = std::max<uint64_t>(1, work / wc + (work % wc != 0 ? 1 : 0));
+    const uint64_t k_hi =
+        n_samples >= uint64_t(W) ? std::max<uint64_t>(1, n_samples / uint64_t(W)) : 1;
+    auto item = [&](uint64_t m) -> int64_t {  // m-th longest sample's ticks, 1-based; 0 past the end
+      for (size_t b : in.order) {
+        const uint64_t n = pool.begin[b + 1] - pool.begin[b];
+        if (m <= n) return in.per[b];
+        m -= n;
+      }
+      return 0;
+    };
+    std::vector<std::pair<double, uint64_t>> candidates;
+    for (uint64_t k = std::min(k_lo, k_hi); k <= k_hi; ++k) {
+      const uint64_t m = k * uint64_t(W);
+      const double lb = std::max({double(item(1)), double(work) / double(m), double(item(m) + item(m + 1))});
+      candidates.push_back({double(k) * (lb + double(allreduce)), k});
+      if (double(k) * double(allreduce) > candidates.front().first * 2) break;  // only more all-reduces from here
+    }
+    std::sort(candidates.begin(), candidates.end());
+    candidates.resize(std::min<size_t>(candidates.size(), n_samples <= kSearchSamples ? kBalancedCandidates : 1));
+
+    // First pass: count each candidate, keep the fastest.
+    for (const auto& cand : candidates) {
+      const uint64_t bins = cand.second * uint64_t(W);
+      if (bins > UINT32_MAX) throw ConfigError("balanced: more than 2^32 rank-steps in one epoch");
+      Counts counts = deal(bins, in, nullptr);
+      std::vector<uint32_t> p = shuffled_bins(bins, rng);
+      const int64_t ticks = epoch_ticks(counts, p, W, allreduce);
+      if (ticks < best_ticks) best_ticks = ticks, best = std::move(counts), perm = std::move(p);
+    }
+  } else {
+    // The user's global batch fixes the step count (at most one sample per bin). Candidates
+    // differ in how large a micro-batch must be: a new one takes at least enough samples that
+    // its fixed cost (overhead and small-batch inefficiency) is at most a share `f` of it
+    // (f = 1: it only covers itself), or the bucket's whole dual-constraint batches are
+    // dealt longest first (LPT). The fastest is kept.
+    const uint64_t k_max = n_samples >= uint64_t(W) ? n_samples / uint64_t(W) : 1;
+    const uint64_t K = std::max<uint64_t>(1, std::min(target, k_max));
+    const uint64_t bins = K * uint64_t(W);
     if (bins > UINT32_MAX) throw ConfigError("balanced: more than 2^32 rank-steps in one epoch");
-    Counts counts = deal(bins, in, nullptr);
-    std::vector<uint32_t> p = shuffled_bins(bins, rng);
-    const int64_t ticks = epoch_ticks(counts, p, W, allreduce);
-    if (ticks < best_ticks) best_ticks = ticks, best = std::move(counts), perm = std::move(p);
+    const bool by_tokens = pr.batch_kind == BatchKind::kTokens;
+    std::vector<Inputs> cands;
+    // Per-bin level if every sample were in one micro-batch per bucket and bin: the scale
+    // of the two-phase split (coarse: one sample over a fraction of it).
+    double level = double(work);
+    for (size_t b : in.order)
+      level += double(in.fixed[b]) * std::ceil(double(pool.begin[b + 1] - pool.begin[b]) / double(in.mem_cap[b]));
+    level /= double(bins);
+    const double shares[] = {1.0, 0.25, 0.1};
+    const double coarse[] = {0, 1.0 / 8, 1.0 / 3};
+    for (double f : shares) {
+      for (double q : coarse) {
+        if (n_samples > kSearchSamples && (f != 0.25 || q != 1.0 / 8)) continue;
+        Inputs c = in;
+        c.world_size = W;
+        c.coarse_threshold = int64_t(q * level);
+        for (size_t b = 0; b < nb; ++b)
+          c.min_new[b] = std::min<int64_t>(
+              c.mem_cap[b], std::max<int64_t>(1, int64_t(std::ceil(double(c.fixed[b]) / (f * double(c.per[b]))))));
+        cands.push_back(std::move(c));
+      }
+    }
+    if (n_samples <= kSearchSamples) {
+      Inputs c = in;
+      c.whole = true;
+      std::stable_sort(c.order.begin(), c.order.end(), [&](size_t x, size_t y) {
+        return c.fixed[x] + c.mem_cap[x] * c.per[x] > c.fixed[y] + c.mem_cap[y] * c.per[y];
+      });
+      cands.push_back(std::move(c));
+    }
+    // A candidate that leaves a rank idle for a whole step (fewer micro-batches than bins)
+    // is kept only when every candidate does.
+    bool best_full = false;
+    for (const Inputs& c : cands) {
+      Counts counts = deal(bins, c, nullptr);
+      const bool full = std::find(counts.samples.begin(), counts.samples.end(), 0u) == counts.samples.end();
+      if (best_full && !full) continue;
+      std::vector<uint32_t> p = stratified_bins(counts, W, by_tokens, rng);
+      const int64_t ticks = epoch_ticks(counts, p, W, allreduce);
+      if (ticks < best_ticks || (full && !best_full)) {
+        best_ticks = ticks, best = std::move(counts), perm = std::move(p), chosen = c, best_full = full;
+      }
+    }
   }
   const uint64_t bins = perm.size();
   const uint64_t steps = bins / uint64_t(W);
@@ -273,7 +458,7 @@ Plan plan_balanced(const PlanProblem& pr) {
   plan.sample_ids.reserve(total_samples + uint64_t(W));
   plan.sample_ids.resize(total_samples);
   plan.micro_batches.resize(total_mbs);
-  const Counts again = deal(bins, in, &w);
+  const Counts again = deal(bins, chosen, &w);
   (void)again;
 
   // Fewer samples than ranks (tiny pool): empty bins repeat the epoch's cheapest sample.
@@ -308,6 +493,170 @@ Plan plan_balanced(const PlanProblem& pr) {
       if (!mb.padded) dropped.dropped.insert(dropped.dropped.end(), plan.ids(mb), plan.ids(mb) + mb.count);
     return dropped;
   }
+  return plan;
+}
+
+// balanced in micro sync mode (FSDP, ZeRO-2/3): the ranks meet at every micro-batch, so a
+// step is m "slots" of W micro-batches (one per rank) and each slot takes as long as its
+// slowest micro-batch plus its exposed collectives. Micro-batches are cut per bucket at a
+// size chosen for a target cost tau (the most samples whose micro-batch costs at most tau,
+// within the dual-constraint cap; a sample costlier than tau alone is its own micro-batch);
+// all micro-batches are sorted by cost and cut W at a time into slots, which minimises the
+// sum of the slot maxima for that set (every slot holds W of nearly equal cost). The count is
+// made a multiple of W by splitting the costliest micro-batches in two (else the last slot is
+// padded or dropped). tau is searched over the buckets' natural levels and a geometric grid
+// for the shortest epoch, computed from per-bucket counts (no pass over the samples); the
+// dual-constraint sizes themselves are one candidate. Slots are then grouped into the global
+// batch's steps (steps_of_slots): each step's ranks run the same number of micro-batches.
+Plan plan_balanced_micro(const PlanProblem& pr) {
+  const int W = pr.world_size;
+  const uint64_t w = uint64_t(W);
+  const size_t nb = pr.buckets->size();
+  const BucketedPool pool = shuffled_by_bucket(pr);
+  const uint64_t n_samples = pool.ids.size();
+  if (n_samples == 0) {
+    Plan plan;
+    plan.strategy = "balanced";
+    plan.world_size = W;
+    plan.sync = SyncMode::kMicro;
+    return plan;
+  }
+  if (n_samples > UINT32_MAX) throw ConfigError("balanced: more than 2^32 samples in one epoch");
+  const std::vector<int64_t> cap = dual_batch_sizes(pr);
+  std::vector<int64_t> per(nb), fixed(nb);
+  std::vector<uint64_t> count(nb);
+  std::vector<size_t> live;
+  for (size_t b = 0; b < nb; ++b) {
+    const Bucket& bk = (*pr.buckets)[b];
+    per[b] = to_ticks(pr.cost->marginal_time(1, bk));
+    fixed[b] = std::max<int64_t>(0, to_ticks(pr.cost->microbatch_time(1, bk)) - per[b]);
+    count[b] = pool.begin[b + 1] - pool.begin[b];
+    if (count[b]) live.push_back(b);
+  }
+  // A group: `mult` micro-batches of `n` samples of bucket b.
+  struct Group {
+    int64_t cost;
+    uint16_t b;
+    uint32_t n;
+    uint64_t mult;
+  };
+  auto cost_of = [&](size_t b, int64_t n) { return fixed[b] + n * per[b]; };
+  auto exposed = [&](int64_t c) {
+    const double e = pr.layout.exposed_slot_comm(double(c) * 1e-9);
+    return e > 0 ? to_ticks(e) : int64_t(0);
+  };
+  // The groups of batch sizes B (per bucket), their count made a multiple of W by splits.
+  auto groups_of = [&](const std::vector<int64_t>& B, uint64_t& pad) {
+    std::vector<Group> g;
+    uint64_t mbs = 0;
+    for (size_t b : live) {
+      const uint64_t q = count[b] / uint64_t(B[b]), r = count[b] % uint64_t(B[b]);
+      if (q) g.push_back({cost_of(b, B[b]), uint16_t(b), uint32_t(B[b]), q});
+      if (r) g.push_back({cost_of(b, int64_t(r)), uint16_t(b), uint32_t(r), 1});
+      mbs += q + (r ? 1 : 0);
+    }
+    uint64_t extra = (w - mbs % w) % w;
+    while (extra > 0) {
+      // Split one micro-batch of the costliest group with at least two samples.
+      size_t best = g.size();
+      for (size_t i = 0; i < g.size(); ++i)
+        if (g[i].n >= 2 && (best == g.size() || g[i].cost > g[best].cost)) best = i;
+      if (best == g.size()) break;
+      const Group x = g[best];
+      const uint64_t take = std::min<uint64_t>(x.mult, extra);
+      g[best].mult -= take;
+      const uint32_t hi = (x.n + 1) / 2, lo = x.n / 2;
+      if (hi == lo) {
+        g.push_back({cost_of(x.b, hi), x.b, hi, 2 * take});
+      } else {
+        g.push_back({cost_of(x.b, hi), x.b, hi, take});
+        g.push_back({cost_of(x.b, lo), x.b, lo, take});
+      }
+      extra -= take;
+      g.erase(std::remove_if(g.begin(), g.end(), [](const Group& y) { return y.mult == 0; }), g.end());
+    }
+    pad = extra;
+    std::stable_sort(g.begin(), g.end(), [](const Group& x, const Group& y) {
+      return x.cost != y.cost ? x.cost > y.cost : x.b < y.b;
+    });
+    return g;
+  };
+  // Epoch ticks: every W-th micro-batch in cost order leads a slot.
+  auto epoch_of = [&](const std::vector<Group>& g, uint64_t pad) {
+    int64_t total = 0;
+    uint64_t pos = 0;
+    for (const Group& x : g) {
+      const uint64_t first = (pos + w - 1) / w, last = (pos + x.mult + w - 1) / w;  // slots led
+      total += int64_t(last - first) * (x.cost + exposed(x.cost));
+      pos += x.mult;
+    }
+    (void)pad;
+    return total;
+  };
+  std::vector<int64_t> taus;
+  int64_t lo_t = INT64_MAX, hi_t = 0;
+  for (size_t b : live) {
+    const int64_t full = cost_of(b, std::min<int64_t>(cap[b], int64_t(count[b])));
+    taus.push_back(full);
+    lo_t = std::min(lo_t, cost_of(b, 1));
+    hi_t = std::max(hi_t, full);
+  }
+  constexpr int kGrid = 24;
+  for (int i = 0; i < kGrid && hi_t > lo_t; ++i)
+    taus.push_back(int64_t(double(lo_t) * std::pow(double(hi_t) / double(lo_t), double(i) / (kGrid - 1))));
+  std::sort(taus.begin(), taus.end());
+  taus.erase(std::unique(taus.begin(), taus.end()), taus.end());
+  std::vector<int64_t> best_B = cap;
+  uint64_t best_pad = 0;
+  std::vector<Group> best_g = groups_of(cap, best_pad);
+  int64_t best_ticks = epoch_of(best_g, best_pad);
+  for (int64_t tau : taus) {
+    std::vector<int64_t> B(nb, 1);
+    for (size_t b : live)
+      B[b] = std::max<int64_t>(1, std::min<int64_t>(cap[b], tau >= fixed[b] + per[b] ? (tau - fixed[b]) / per[b] : 1));
+    uint64_t pad = 0;
+    std::vector<Group> g = groups_of(B, pad);
+    const int64_t ticks = epoch_of(g, pad);
+    // Fewer padded slots first, then the shorter epoch.
+    if (pad < best_pad || (pad == best_pad && ticks < best_ticks))
+      best_ticks = ticks, best_g = std::move(g), best_B = B, best_pad = pad;
+  }
+
+  // Expand the groups into micro-batches over each bucket's shuffled ids, in cost order.
+  std::vector<SlotItem> items;
+  std::vector<uint64_t> next(pool.begin.begin(), pool.begin.end() - 1);
+  for (const Group& x : best_g)
+    for (uint64_t k = 0; k < x.mult; ++k) {
+      items.push_back({next[x.b], x.n, x.b, 0});
+      next[x.b] += x.n;
+    }
+  std::vector<uint32_t> dropped;
+  if (items.size() % w != 0) {
+    const uint64_t rem = items.size() % w;
+    if (pr.end_policy == EndPolicy::kPad) {
+      // Complete the last slot with repeats of the cheapest sample, flagged.
+      const size_t cheapest = best_g.back().b;
+      for (uint64_t r = rem; r < w; ++r) items.push_back({pool.begin[cheapest], 1, uint16_t(cheapest), 1});
+    } else {
+      for (uint64_t i = items.size() - rem; i < items.size(); ++i)
+        for (uint32_t k = 0; k < items[i].count; ++k) dropped.push_back(pool.ids[items[i].begin + k]);
+      items.resize(items.size() - rem);
+    }
+  }
+  const uint64_t slots = items.size() / w;
+  // Ranks of each slot in a seeded order, so no rank always draws the longest.
+  Rng rng = Rng::for_purpose(pr.seed, uint64_t(pr.epoch), kPurposeSlotRanks | (pr.segment << 8));
+  for (uint64_t s = 0; s < slots; ++s) rng.shuffle(items.data() + s * w, w);
+  std::vector<uint64_t> key(slots, 0);
+  const bool by_tokens = pr.batch_kind == BatchKind::kTokens;
+  for (uint64_t s = 0; s < slots; ++s)
+    for (uint64_t r = 0; r < w; ++r) {
+      const SlotItem& it = items[s * w + r];
+      key[s] += by_tokens ? uint64_t(pr.tokens(it.bucket)) * it.count : it.count;
+    }
+  const SlotSteps steps = steps_of_slots(pr, key, pr.target_steps(), kPurposeStepOrder);
+  Plan plan = plan_from_slots(pr, "balanced", pool.ids, items, steps);
+  plan.dropped = std::move(dropped);
   return plan;
 }
 

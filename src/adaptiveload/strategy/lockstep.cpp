@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "adaptiveload/strategy/strategy.h"
 #include "adaptiveload/util/rng.h"
@@ -36,53 +37,139 @@ std::vector<int64_t> dual_batch_sizes(const PlanProblem& pr) {
   return out;
 }
 
-Plan plan_lockstep(const PlanProblem& pr, const std::vector<int64_t>& batch_of_bucket, const char* name) {
-  const int W = pr.world_size;
+uint64_t PlanProblem::target_steps() const {
+  if (batch_kind == BatchKind::kFree || !(batch_target > 0)) return 0;
+  double total = 0;
+  if (batch_kind == BatchKind::kSamples) {
+    total = double(pool.size());
+  } else {
+    for (uint32_t id : pool) total += double(tokens((*sample_bucket)[id]));
+  }
+  const double k = std::round(total / batch_target);
+  return k < 1 ? 1 : k > 4e9 ? uint64_t(4e9) : uint64_t(k);
+}
+
+SlotSteps steps_of_slots(const PlanProblem& pr, const std::vector<uint64_t>& key, uint64_t steps,
+                         uint64_t purpose) {
+  const uint64_t n = key.size();
+  SlotSteps out;
+  if (steps == 0 || steps >= n) {
+    // One slot per step, in the given order.
+    out.order.resize(n);
+    out.step_begin.resize(n + 1);
+    for (uint64_t i = 0; i < n; ++i) out.order[i] = uint32_t(i), out.step_begin[i] = i;
+    out.step_begin[n] = n;
+    if (steps == 0 || n <= 1) return out;
+    Rng rng = Rng::for_purpose(pr.seed, uint64_t(pr.epoch), purpose | (pr.segment << 8));
+    rng.shuffle(out.order);
+    return out;
+  }
+  std::vector<uint32_t> sorted(n);
+  for (uint64_t i = 0; i < n; ++i) sorted[i] = uint32_t(i);
+  std::stable_sort(sorted.begin(), sorted.end(), [&](uint32_t a, uint32_t b) { return key[a] > key[b]; });
+  // Snake over the steps: step of the i-th largest slot.
+  std::vector<uint32_t> step_of(n);
+  std::vector<uint64_t> count(steps + 1, 0);
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint64_t row = i / steps, col = i % steps;
+    const uint64_t t = row % 2 == 0 ? col : steps - 1 - col;
+    step_of[sorted[i]] = uint32_t(t);
+    ++count[t + 1];
+  }
+  Rng rng = Rng::for_purpose(pr.seed, uint64_t(pr.epoch), purpose | (pr.segment << 8));
+  std::vector<uint32_t> step_perm(steps);  // position of each step in the epoch
+  for (uint64_t t = 0; t < steps; ++t) step_perm[t] = uint32_t(t);
+  rng.shuffle(step_perm);
+  std::vector<uint64_t> pos_count(steps + 1, 0);
+  for (uint64_t t = 0; t < steps; ++t) pos_count[step_perm[t] + 1] = count[t + 1];
+  out.step_begin.assign(steps + 1, 0);
+  for (uint64_t t = 0; t < steps; ++t) out.step_begin[t + 1] = out.step_begin[t] + pos_count[t + 1];
+  std::vector<uint64_t> fill(out.step_begin.begin(), out.step_begin.end() - 1);
+  out.order.resize(n);
+  for (uint32_t s : sorted) out.order[fill[step_perm[step_of[s]]]++] = s;
+  return out;
+}
+
+Plan plan_from_slots(const PlanProblem& pr, const char* name, const std::vector<uint32_t>& ids,
+                     const std::vector<SlotItem>& items, const SlotSteps& steps) {
+  const uint64_t W = uint64_t(pr.world_size);
   Plan plan;
   plan.strategy = name;
-  plan.world_size = W;
+  plan.world_size = int(W);
+  plan.sync = pr.layout.sync;
+  const uint64_t n_steps = steps.step_begin.size() - 1;
+  uint64_t total = 0;
+  for (const SlotItem& it : items) total += it.count;
+  if (total > UINT32_MAX)
+    throw std::length_error("plan holds more than 2^32 sample slots; plan fewer epochs or samples at once");
+  plan.sample_ids.reserve(total);
+  plan.micro_batches.reserve(items.size());
+  plan.rank_begin.reserve(n_steps * W + 1);
+  plan.steps.resize(n_steps);
+  for (uint64_t t = 0; t < n_steps; ++t) {
+    StepInfo& info = plan.steps[t];
+    for (uint64_t r = 0; r < W; ++r) {
+      for (uint64_t k = steps.step_begin[t]; k < steps.step_begin[t + 1]; ++k) {
+        const SlotItem& it = items[uint64_t(steps.order[k]) * W + r];
+        if (it.count == 0) continue;
+        MicroBatch mb;
+        mb.begin = uint32_t(plan.sample_ids.size());
+        mb.count = it.count;
+        mb.bucket = it.bucket;
+        mb.padded = it.padded;
+        plan.sample_ids.insert(plan.sample_ids.end(), ids.begin() + int64_t(it.begin),
+                               ids.begin() + int64_t(it.begin + it.count));
+        plan.micro_batches.push_back(mb);
+        info.samples += it.count;
+        info.tokens += uint64_t(pr.tokens(it.bucket)) * it.count;
+        if (it.padded) info.padded += it.count, plan.padded_samples += it.count;
+      }
+      plan.rank_begin.push_back(plan.micro_batches.size());
+    }
+  }
+  return plan;
+}
+
+Plan plan_lockstep(const PlanProblem& pr, const std::vector<int64_t>& batch_of_bucket, const char* name) {
+  const int W = pr.world_size;
   BucketedPool pool = shuffled_by_bucket(pr);
-  struct Batch {
-    uint64_t begin;
-    uint32_t count;
-    uint16_t bucket;
-  };
-  std::vector<Batch> batches;
+  std::vector<SlotItem> batches;
   for (size_t b = 0; b < pr.buckets->size(); ++b) {
     const uint64_t B = uint64_t(std::max<int64_t>(batch_of_bucket[b], 1));
     for (uint64_t i = pool.begin[b]; i < pool.begin[b + 1]; i += B)
-      batches.push_back({i, uint32_t(std::min(B, pool.begin[b + 1] - i)), uint16_t(b)});
+      batches.push_back({i, uint32_t(std::min(B, pool.begin[b + 1] - i)), uint16_t(b), 0});
   }
   Rng rng = Rng::for_purpose(pr.seed, uint64_t(pr.epoch), kPurposeBatchOrder | (pr.segment << 8));
   rng.shuffle(batches);
 
-  std::vector<int64_t> tokens(pr.buckets->size());
-  for (size_t b = 0; b < tokens.size(); ++b) tokens[b] = (*pr.buckets)[b].tokens;
-  StepBuilder step(plan);
-  auto put = [&](int rank, const Batch& bt, bool padded) {
-    size_t mb = step.open(rank, bt.bucket, padded);
-    for (uint32_t k = 0; k < bt.count; ++k) step.add(rank, mb, pool.ids[bt.begin + k]);
-  };
+  std::vector<uint32_t> dropped;
   const size_t full = batches.size() / size_t(W), rem = batches.size() % size_t(W);
-  for (size_t t = 0; t < full; ++t) {
-    for (int r = 0; r < W; ++r) put(r, batches[t * size_t(W) + size_t(r)], false);
-    step.commit(tokens);
-  }
   if (rem > 0) {
     if (pr.end_policy == EndPolicy::kPad) {
-      for (size_t r = 0; r < size_t(W); ++r) {
-        if (r < rem) {
-          put(int(r), batches[full * size_t(W) + r], false);
-        } else {
-          put(int(r), batches[(r - rem) % batches.size()], true);
-        }
+      // Complete the last slot with repeats of the epoch's first batches, flagged.
+      const size_t n = batches.size();
+      for (size_t r = rem; r < size_t(W); ++r) {
+        SlotItem it = batches[(r - rem) % n];
+        it.padded = 1;
+        batches.push_back(it);
       }
-      step.commit(tokens);
     } else {
       for (size_t i = full * size_t(W); i < batches.size(); ++i)
-        for (uint32_t k = 0; k < batches[i].count; ++k) plan.dropped.push_back(pool.ids[batches[i].begin + k]);
+        for (uint32_t k = 0; k < batches[i].count; ++k) dropped.push_back(pool.ids[batches[i].begin + k]);
+      batches.resize(full * size_t(W));
     }
   }
+  const uint64_t slots = batches.size() / uint64_t(W);
+  std::vector<uint64_t> key(slots, 0);
+  const bool by_tokens = pr.batch_kind == BatchKind::kTokens;
+  for (uint64_t s = 0; s < slots; ++s)
+    for (uint64_t r = 0; r < uint64_t(W); ++r) {
+      const SlotItem& it = batches[s * uint64_t(W) + r];
+      key[s] += by_tokens ? uint64_t(pr.tokens(it.bucket)) * it.count : it.count;
+    }
+  const SlotSteps steps = steps_of_slots(pr, key, pr.target_steps(), kPurposeStepOrder);
+  Plan plan = plan_from_slots(pr, name, pool.ids, batches, steps);
+  plan.dropped = std::move(dropped);
   return plan;
 }
 

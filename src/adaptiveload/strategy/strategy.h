@@ -7,9 +7,17 @@
 
 #include "adaptiveload/cost/cost_model.h"
 #include "adaptiveload/geometry/geometry.h"
+#include "adaptiveload/plan/layout.h"
 #include "adaptiveload/plan/plan.h"
 
 namespace adaptiveload {
+
+// The global batch the user asked for, as a rate the planner keeps per global step.
+//   kFree     balanced picks its step count to minimise the epoch time; the one-micro-batch
+//             strategies run one micro-batch per rank per step (their batch sizes decide).
+//   kSamples  about `batch_target` samples per global step (over all ranks).
+//   kTokens   about `batch_target` video tokens per global step.
+enum class BatchKind : uint8_t { kFree = 0, kSamples = 1, kTokens = 2 };
 
 struct PlanProblem {
   const std::vector<Bucket>* buckets = nullptr;
@@ -28,10 +36,16 @@ struct PlanProblem {
   double comp_budget = 0;                 // M_comp: B * S^p <= M_comp (0: none)
   double p = 2;                           // the paper's exponent
   double step_budget_s = 0;               // balanced: most seconds of work per rank per step
-  double allreduce_s = 0;                 // balanced: gradient all-reduce per step, seconds
+  double allreduce_s = 0;                 // step mode: gradient all-reduce per step, seconds
   std::vector<int64_t> fixed_batch;       // per bucket, for `fixed`
+  ParallelLayout layout;                  // sync mode and its collectives
+  BatchKind batch_kind = BatchKind::kFree;
+  double batch_target = 0;                // samples or tokens per global step
 
   int64_t tokens(uint16_t bucket) const { return (*buckets)[bucket].tokens; }
+  // Global steps this problem's pool should take under the global batch (0 for kFree): the
+  // pool's samples (or tokens) over the target, rounded, at least 1.
+  uint64_t target_steps() const;
 };
 
 struct StrategyEntry {
@@ -48,11 +62,39 @@ Plan plan_fixed(const PlanProblem& pr);
 Plan plan_dual(const PlanProblem& pr);
 Plan plan_balanced(const PlanProblem& pr);
 
-// Shared by the one-micro-batch-per-rank strategies: groups the pool by bucket, shuffles
-// each bucket, cuts it into batches of batch_of_bucket[b] samples (the last one partial),
-// shuffles the batch order, and deals W batches to each global step. The end-of-epoch
-// policy completes or drops a final step with fewer than W batches.
+// Shared by the bucket-loader strategies: groups the pool by bucket, shuffles each bucket,
+// cuts it into batches of batch_of_bucket[b] samples (the last one partial), shuffles the
+// batch order and deals them W at a time into "slots" (one micro-batch per rank). The
+// end-of-epoch policy completes or drops a final slot with fewer than W batches. Slots are
+// then grouped into the global batch's steps (steps_of_slots); with kFree, one per step.
+// Every rank runs the same number of micro-batches in every step, so these plans suit both
+// sync modes.
 Plan plan_lockstep(const PlanProblem& pr, const std::vector<int64_t>& batch_of_bucket, const char* name);
+
+// A micro-batch being placed: `count` samples of `bucket` starting at ids[begin] of the
+// bucketed pool (or of the padding list when padded).
+struct SlotItem {
+  uint64_t begin = 0;
+  uint32_t count = 0;
+  uint16_t bucket = 0;
+  uint8_t padded = 0;
+};
+
+// Groups `slots` slots into global steps: kFree keeps one slot per step in the given order;
+// otherwise K = min(target_steps, slots) steps of floor or ceil(slots / K) slots each, the
+// slots dealt in a snake over the steps by descending `key` (samples or tokens of the slot),
+// so that every step gets a like mix and about the same global batch; then the step order
+// is shuffled. Returns the slot order and step_begin (K + 1 offsets into it).
+struct SlotSteps {
+  std::vector<uint32_t> order;
+  std::vector<uint64_t> step_begin;
+};
+SlotSteps steps_of_slots(const PlanProblem& pr, const std::vector<uint64_t>& key, uint64_t steps, uint64_t purpose);
+
+// Writes a plan from slots of W items each (slot-major; item r of a slot runs on rank r):
+// step t gives rank r item r of each of the step's slots, in order.
+Plan plan_from_slots(const PlanProblem& pr, const char* name, const std::vector<uint32_t>& ids,
+                     const std::vector<SlotItem>& items, const SlotSteps& steps);
 
 // Dual-constraint batch size of every bucket: floor(min(M_mem / S, M_comp / S^p)), at least 1,
 // never more than fits in memory.
@@ -67,6 +109,12 @@ struct BucketedPool {
 BucketedPool shuffled_by_bucket(const PlanProblem& pr);
 
 // RNG purposes: one independent stream per use.
-enum RngPurpose : uint64_t { kPurposeBucketShuffle = 1, kPurposeBatchOrder = 2, kPurposeBalancedDraw = 3 };
+enum RngPurpose : uint64_t {
+  kPurposeBucketShuffle = 1,
+  kPurposeBatchOrder = 2,
+  kPurposeBalancedDraw = 3,
+  kPurposeStepOrder = 4,
+  kPurposeSlotRanks = 5
+};
 
 }  // namespace adaptiveload
