@@ -1,7 +1,7 @@
 """Real sharded training runs: examples/train_dit.py under torchrun (gloo, CPU) with FSDP2
 (`fully_shard`, the sampler's `micro` sync mode) and with DDP + no_sync (`step` mode), 2 and 4
-processes, over a whole epoch of a real manifest subset (the first 153 TaiChi-HD clips and
-the first 153 COCO images) with the tiny Wan-style DiT.
+processes, over a whole epoch of a real manifest subset (the first 155 TaiChi-HD clips and
+the first 155 COCO images) with the tiny Wan-style DiT.
 
 Each run is checked against the plan and against one process:
   coverage: every rank trained exactly the micro-batches the plan gave it, in step order, so
@@ -16,6 +16,7 @@ test fails naming the run. Wall times and measured errors go to build/sharded_to
 (and to stdout, `pytest -s`).
 """
 import collections
+import contextlib
 import csv
 import inspect
 import json
@@ -42,10 +43,11 @@ from adaptiveload.models import wan_dit  # noqa: E402
 sys.path.insert(0, os.path.join(REPO, "examples"))
 import train_dit  # noqa: E402
 
-# 153 + 153 rows: the dual plan for 4 ranks then pads its last step (6 repeats), so padding is exercised.
-ROWS = [("taichi_hd.csv", 153), ("coco2017_val_images.csv", 153)]
+# 155 + 155 rows: the step-mode balanced plan then gives ranks different micro-batch counts in
+# some steps at 2 and at 4 ranks (DDP's no_sync accumulation over unequal counts is exercised).
+ROWS = [("taichi_hd.csv", 155), ("coco2017_val_images.csv", 155)]
 SEED = 0
-TIMEOUT_S = 300  # a hang guard: each run takes 15-35 s on the 2-core CI machine
+TIMEOUT_S = 300  # a hang guard: each run takes 10-35 s on the 2-core CI machine
 LOSS_RTOL = 1e-5  # per-step loss, relative; measured up to ~2e-8 (fp32, different summation order)
 UPDATE_RTOL = 1e-3  # per tensor, max |dW - dW_ref| / max |dW_ref|; measured up to 1.2e-4 (AdamW: near-zero
 # gradients make some elements' updates sensitive), the loss check is the strict one
@@ -88,20 +90,44 @@ def samplers(manifest, strategy, sync, world):
         for r in range(world)]
 
 
-def run_torchrun(name, nproc, args, run_dir):
-    """Runs train_dit.py under torchrun in its own process group; returns (rc, output, seconds).
-    On TIMEOUT_S the whole group is SIGKILLed and the test fails: a hang, named."""
+def kill_tree(pid):
+    """SIGKILLs pid's process group and every descendant. torch 2.11's elastic agent starts
+    each worker in a session of its own, so killing the agent's group alone would leave
+    workers blocked in a collective running on."""
+    parents = {}
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                parents[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (ValueError, OSError, IndexError):
+            continue
+    tree, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo += [c for c, pp in parents.items() if pp == p]
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)
+    for p in tree:
+        with contextlib.suppress(OSError):
+            os.kill(p, signal.SIGKILL)
+
+
+def run_torchrun(name, nproc, args, run_dir, script=None, timeout_s=TIMEOUT_S):
+    """Runs train_dit.py (or script) under torchrun in its own process group; returns (rc,
+    output, seconds). After timeout_s the agent and its workers are SIGKILLed and the test
+    fails: a hang, named."""
     cmd, env = torchrun(nproc, run_dir / "torchrun_logs")
-    cmd += [os.path.join(REPO, "examples", "train_dit.py")] + args
+    cmd += [script or os.path.join(REPO, "examples", "train_dit.py")] + args
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:
-        out, _ = proc.communicate(timeout=TIMEOUT_S)
+        out, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_tree(proc.pid)
         out, _ = proc.communicate()
-        pytest.fail(f"{name}: torchrun with {nproc} processes did not finish within {TIMEOUT_S} s (a hang: a "
+        pytest.fail(f"{name}: torchrun with {nproc} processes did not finish within {timeout_s} s (a hang: a "
                     f"collective some rank never joined); killed its process group. Last output:\n{out[-3000:]}")
     return proc.returncode, out, time.perf_counter() - t0
 
@@ -221,6 +247,7 @@ def test_sharded_epoch_matches_one_process(manifest, tmp_path, parallel, world):
     assert update_err <= UPDATE_RTOL, f"{name}: final weight update differs from one process by {update_err:.3g}"
     record(name, {
         "wall_s": round(seconds, 2), "steps": plan[0].num_steps, "micro_batches_per_rank": [sum(c) for c in counts],
+        "steps_with_unequal_counts": sum(len(set(c)) > 1 for c in zip(*counts)),
         "samples_trained": sum(trained.values()), "planned": len(planned), "padded": trained_padded,
         "loss_max_rel_err": loss_err, "update_max_rel_err": update_err, "weight_max_rel_err": weight_err,
         "sampler_sync": result["sync"]})
@@ -229,12 +256,43 @@ def test_sharded_epoch_matches_one_process(manifest, tmp_path, parallel, world):
 def test_fsdp2_fails_loudly_on_unequal_micro_batch_counts(manifest, tmp_path):
     """FSDP2 given a step-mode balanced plan (ranks with different micro-batch counts) must stop
     with an error naming the step, not hang in a collective."""
-    world = 2
-    counts = [[len(st.micro_batches) for st in s.steps()] for s in samplers(manifest, "balanced", "step", world)]
-    bad = [t for t, c in enumerate(zip(*counts)) if len(set(c)) > 1]
-    assert bad, "precondition: the step-mode plan of this subset gives some step unequal counts"
+    for world in (2, 4):
+        counts = [[len(st.micro_batches) for st in s.steps()] for s in samplers(manifest, "balanced", "step", world)]
+        bad = [t for t, c in enumerate(zip(*counts)) if len(set(c)) > 1]
+        if bad:
+            break
+    assert bad, "precondition: the step-mode plan of this subset gives some step unequal counts at 2 or 4 ranks"
     args = TRAIN + ["-m", manifest, "--parallel", "fsdp2", "--strategy", "balanced", "--sync", "step"]
-    rc, out, seconds = run_torchrun("fsdp2 x2 with a step-mode plan", world, args, tmp_path)
+    rc, out, seconds = run_torchrun(f"fsdp2 x{world} with a step-mode plan", world, args, tmp_path)
     assert rc != 0
     assert f"step {bad[0]}: micro-batches per rank" in out, out[-4000:]
-    record("fsdp2 x2 refusing a step-mode plan", {"wall_s": round(seconds, 2), "failed_at_step": bad[0]})
+    record(f"fsdp2 x{world} refusing a step-mode plan", {"wall_s": round(seconds, 2), "failed_at_step": bad[0]})
+
+HANGING_WORKER = """
+import os, sys, time
+import torch.distributed as dist
+dist.init_process_group("gloo")
+open(os.path.join(sys.argv[1], f"pid{dist.get_rank()}"), "w").write(str(os.getpid()))
+if dist.get_rank() == 0:
+    dist.barrier()  # rank 1 never joins: a hang, as a rank short of micro-batches under FSDP2 would be
+else:
+    time.sleep(3600)
+"""
+
+
+def test_hang_guard_kills_the_run_and_names_it(tmp_path):
+    """The guard the runs above rely on: a torchrun whose ranks never meet fails with a message
+    naming the run, and no worker is left behind."""
+    script = tmp_path / "hang.py"
+    script.write_text(HANGING_WORKER)
+    with pytest.raises(pytest.fail.Exception, match="hanging run: torchrun with 2 processes did not finish"):
+        run_torchrun("hanging run", 2, [str(tmp_path)], tmp_path, script=str(script), timeout_s=20)
+    pids = [int((tmp_path / f"pid{r}").read_text()) for r in range(2)]
+    time.sleep(0.5)
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue  # gone
+        assert state == "Z", f"worker {pid} still running after the guard fired"
