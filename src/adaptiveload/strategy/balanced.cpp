@@ -88,6 +88,7 @@ struct Inputs {
   std::vector<int64_t> per, fixed, mem_cap, tokens;
   std::vector<int64_t> min_new;  // fewest samples a new micro-batch of the bucket takes
   bool whole = false;            // deal whole micro-batches of mem_cap samples (LPT), no merging
+  bool contiguous = false;       // deal_contiguous instead of LPT
   // Two phases (0: one): buckets whose one sample costs more than this ("coarse") are dealt
   // first; then the bins are grouped into steps by their coarse load (W to a step, heaviest
   // first), and the rest ("fine": short clips, images) fills every bin of a step led by a
@@ -217,6 +218,57 @@ Counts deal(uint64_t bins, const Inputs& in, Writer* w) {
   return c;
 }
 
+// Cuts the pool, bucket by bucket in `in.order`, into consecutive runs of about equal load,
+// one per bin: a bin takes samples until its load reaches the remaining work's share, and
+// its samples of one bucket are one micro-batch (several past the cap). For many short
+// samples (images) this gives few micro-batches per bin, where LPT gives every bin a piece
+// of every bucket. Both passes make identical decisions.
+Counts deal_contiguous(uint64_t bins, const Inputs& in, Writer* w) {
+  Counts c;
+  c.load.assign(bins, 0);
+  c.samples.assign(bins, 0);
+  c.mbs.assign(bins, 0);
+  c.tokens.assign(bins, 0);
+  double remaining = 0;
+  for (size_t b : in.order) {
+    const double n = double(in.pool->begin[b + 1] - in.pool->begin[b]);
+    remaining += n * double(in.per[b]) + double(in.fixed[b]) * std::ceil(n / double(in.mem_cap[b]));
+  }
+  uint64_t j = 0;
+  double target = remaining / double(bins);
+  for (size_t b : in.order) {
+    uint64_t next = in.pool->begin[b];
+    const uint64_t end = in.pool->begin[b + 1];
+    const int64_t per = in.per[b], fixed = in.fixed[b], cap = in.mem_cap[b];
+    while (next < end) {
+      if (j + 1 < bins && double(c.load[j]) + 0.5 * double(per + fixed) >= target) {
+        remaining -= double(c.load[j]);
+        ++j;
+        target = remaining / double(bins - j);
+      }
+      const double room = target - double(c.load[j]) - double(fixed);
+      int64_t n = j + 1 == bins ? int64_t(end - next) : std::max<int64_t>(1, int64_t(std::ceil(room / double(per))));
+      n = std::min<int64_t>({n, int64_t(end - next), cap});
+      if (w) {
+        Plan& plan = *w->plan;
+        MicroBatch& mb = plan.micro_batches[w->next_mb[j]++];
+        mb.begin = uint32_t(w->next_sample[j]);
+        mb.count = uint32_t(n);
+        mb.bucket = uint16_t(b);
+        std::copy(in.pool->ids.begin() + int64_t(next), in.pool->ids.begin() + int64_t(next) + n,
+                  plan.sample_ids.begin() + int64_t(w->next_sample[j]));
+        w->next_sample[j] += uint64_t(n);
+      }
+      ++c.mbs[j];
+      c.samples[j] += uint32_t(n);
+      c.tokens[j] += uint64_t(n) * uint64_t(in.tokens[b]);
+      c.load[j] += fixed + n * per;
+      next += uint64_t(n);
+    }
+  }
+  return c;
+}
+
 // Epoch ticks of a dealing once bins are laid out as steps by `perm`.
 int64_t epoch_ticks(const Counts& c, const std::vector<uint32_t>& perm, int W, int64_t allreduce) {
   int64_t total = 0;
@@ -277,6 +329,13 @@ std::vector<uint32_t> stratified_bins(const Counts& c, int W, bool by_tokens, Rn
   std::vector<uint32_t> step_perm(K);
   for (uint64_t t = 0; t < K; ++t) step_perm[t] = uint32_t(t);
   rng.shuffle(step_perm);
+  // Steps with an empty bin (that rank runs a padded repeat) go last: padding is the
+  // end-of-epoch policy.
+  std::stable_partition(step_perm.begin(), step_perm.end(), [&](uint32_t t) {
+    for (uint64_t r = 0; r < w; ++r)
+      if (c.samples[laid[t * w + r]] == 0) return false;
+    return true;
+  });
   std::vector<uint32_t> out(bins);
   for (uint64_t t = 0; t < K; ++t) {
     std::copy(laid.begin() + int64_t(step_perm[t] * w), laid.begin() + int64_t((step_perm[t] + 1) * w),
@@ -414,21 +473,41 @@ Plan plan_balanced(const PlanProblem& pr) {
         cands.push_back(std::move(c));
       }
     }
-    if (n_samples <= kSearchSamples) {
+    // Whole batches: of the dual constraint's sizes, and of the memory budget's (a bucket
+    // loader's B = M_mem / S: the fewest fixed costs; dealing, not M_comp, balances them).
+    for (int sizes = 0; sizes < 2 && n_samples <= kSearchSamples; ++sizes) {
       Inputs c = in;
       c.whole = true;
+      if (sizes == 1) {
+        for (size_t b = 0; b < nb; ++b)
+          c.mem_cap[b] = std::max<int64_t>(
+              1, std::min<int64_t>(pr.max_batch_memory[b], pr.mem_budget_tokens / (*pr.buckets)[b].tokens));
+        if (c.mem_cap == in.mem_cap) break;
+      }
       std::stable_sort(c.order.begin(), c.order.end(), [&](size_t x, size_t y) {
         return c.fixed[x] + c.mem_cap[x] * c.per[x] > c.fixed[y] + c.mem_cap[y] * c.per[y];
       });
       cands.push_back(std::move(c));
     }
-    // A candidate that leaves a rank idle for a whole step (fewer micro-batches than bins)
-    // is kept only when every candidate does.
+    {
+      Inputs c = in;
+      c.contiguous = true;
+      cands.push_back(std::move(c));
+    }
+    // A candidate that leaves a rank without work in a step (fewer micro-batches than bins:
+    // that rank runs a padded repeat) competes on time under the pad policy, as a bucket
+    // loader's padded last step does; under drop it is kept only when every candidate does.
     bool best_full = false;
+    const bool need_full = pr.end_policy == EndPolicy::kDrop;
     for (const Inputs& c : cands) {
-      Counts counts = deal(bins, c, nullptr);
-      const bool full = std::find(counts.samples.begin(), counts.samples.end(), 0u) == counts.samples.end();
+      Counts counts = c.contiguous ? deal_contiguous(bins, c, nullptr) : deal(bins, c, nullptr);
+      const bool full = !need_full ||
+                        std::find(counts.samples.begin(), counts.samples.end(), 0u) == counts.samples.end();
       if (best_full && !full) continue;
+      // An empty bin runs a padded repeat of the cheapest sample.
+      const int64_t pad_ticks = in.fixed[in.order.back()] + in.per[in.order.back()];
+      for (uint64_t j = 0; j < bins; ++j)
+        if (counts.samples[j] == 0) counts.load[j] = pad_ticks;
       std::vector<uint32_t> p = stratified_bins(counts, W, by_tokens, rng);
       const int64_t ticks = epoch_ticks(counts, p, W, allreduce);
       if (ticks < best_ticks || (full && !best_full)) {
@@ -458,7 +537,7 @@ Plan plan_balanced(const PlanProblem& pr) {
   plan.sample_ids.reserve(total_samples + uint64_t(W));
   plan.sample_ids.resize(total_samples);
   plan.micro_batches.resize(total_mbs);
-  const Counts again = deal(bins, chosen, &w);
+  const Counts again = chosen.contiguous ? deal_contiguous(bins, chosen, &w) : deal(bins, chosen, &w);
   (void)again;
 
   // Fewer samples than ranks (tiny pool): empty bins repeat the epoch's cheapest sample.
@@ -610,6 +689,17 @@ Plan plan_balanced_micro(const PlanProblem& pr) {
   uint64_t best_pad = 0;
   std::vector<Group> best_g = groups_of(cap, best_pad);
   int64_t best_ticks = epoch_of(best_g, best_pad);
+  {
+    // The memory budget's sizes (a bucket loader's B = M_mem / S): the fewest fixed costs.
+    std::vector<int64_t> B(nb, 1);
+    for (size_t b : live)
+      B[b] = std::max<int64_t>(1, std::min<int64_t>(pr.max_batch_memory[b], pr.mem_budget_tokens / (*pr.buckets)[b].tokens));
+    uint64_t pad = 0;
+    std::vector<Group> g = groups_of(B, pad);
+    const int64_t ticks = epoch_of(g, pad);
+    if (pad < best_pad || (pad == best_pad && ticks < best_ticks))
+      best_ticks = ticks, best_g = std::move(g), best_B = B, best_pad = pad;
+  }
   for (int64_t tau : taus) {
     std::vector<int64_t> B(nb, 1);
     for (size_t b : live)
@@ -631,8 +721,10 @@ Plan plan_balanced_micro(const PlanProblem& pr) {
       next[x.b] += x.n;
     }
   std::vector<uint32_t> dropped;
+  bool padded_last = false;
   if (items.size() % w != 0) {
     const uint64_t rem = items.size() % w;
+    padded_last = pr.end_policy == EndPolicy::kPad;
     if (pr.end_policy == EndPolicy::kPad) {
       // Complete the last slot with repeats of the cheapest sample, flagged.
       const size_t cheapest = best_g.back().b;
@@ -654,7 +746,7 @@ Plan plan_balanced_micro(const PlanProblem& pr) {
       const SlotItem& it = items[s * w + r];
       key[s] += by_tokens ? uint64_t(pr.tokens(it.bucket)) * it.count : it.count;
     }
-  const SlotSteps steps = steps_of_slots(pr, key, pr.target_steps(), kPurposeStepOrder);
+  const SlotSteps steps = steps_of_slots(pr, key, pr.target_steps(), kPurposeStepOrder, padded_last);
   Plan plan = plan_from_slots(pr, "balanced", pool.ids, items, steps);
   plan.dropped = std::move(dropped);
   return plan;

@@ -50,43 +50,55 @@ uint64_t PlanProblem::target_steps() const {
 }
 
 SlotSteps steps_of_slots(const PlanProblem& pr, const std::vector<uint64_t>& key, uint64_t steps,
-                         uint64_t purpose) {
-  const uint64_t n = key.size();
+                         uint64_t purpose, bool last_at_end) {
+  const uint64_t total = key.size();
+  // A padded last slot stays in the epoch's last step: padding is the end-of-epoch policy.
+  const uint64_t n = last_at_end && total > 0 ? total - 1 : total;
   SlotSteps out;
   if (steps == 0 || steps >= n) {
-    // One slot per step, in the given order.
+    // One slot per step, in the given order (shuffled when the global batch is set).
     out.order.resize(n);
     out.step_begin.resize(n + 1);
     for (uint64_t i = 0; i < n; ++i) out.order[i] = uint32_t(i), out.step_begin[i] = i;
     out.step_begin[n] = n;
-    if (steps == 0 || n <= 1) return out;
+    if (steps != 0 && n > 1) {
+      Rng rng = Rng::for_purpose(pr.seed, uint64_t(pr.epoch), purpose | (pr.segment << 8));
+      rng.shuffle(out.order);
+    }
+  } else {
+    std::vector<uint32_t> sorted(n);
+    for (uint64_t i = 0; i < n; ++i) sorted[i] = uint32_t(i);
+    std::stable_sort(sorted.begin(), sorted.end(), [&](uint32_t a, uint32_t b) { return key[a] > key[b]; });
+    // Snake over the steps: step of the i-th largest slot.
+    std::vector<uint32_t> step_of(n);
+    std::vector<uint64_t> count(steps + 1, 0);
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint64_t row = i / steps, col = i % steps;
+      const uint64_t t = row % 2 == 0 ? col : steps - 1 - col;
+      step_of[sorted[i]] = uint32_t(t);
+      ++count[t + 1];
+    }
     Rng rng = Rng::for_purpose(pr.seed, uint64_t(pr.epoch), purpose | (pr.segment << 8));
-    rng.shuffle(out.order);
-    return out;
+    std::vector<uint32_t> step_perm(steps);  // position of each step in the epoch
+    for (uint64_t t = 0; t < steps; ++t) step_perm[t] = uint32_t(t);
+    rng.shuffle(step_perm);
+    std::vector<uint64_t> pos_count(steps + 1, 0);
+    for (uint64_t t = 0; t < steps; ++t) pos_count[step_perm[t] + 1] = count[t + 1];
+    out.step_begin.assign(steps + 1, 0);
+    for (uint64_t t = 0; t < steps; ++t) out.step_begin[t + 1] = out.step_begin[t] + pos_count[t + 1];
+    std::vector<uint64_t> fill(out.step_begin.begin(), out.step_begin.end() - 1);
+    out.order.resize(n);
+    for (uint32_t s : sorted) out.order[fill[step_perm[step_of[s]]]++] = s;
   }
-  std::vector<uint32_t> sorted(n);
-  for (uint64_t i = 0; i < n; ++i) sorted[i] = uint32_t(i);
-  std::stable_sort(sorted.begin(), sorted.end(), [&](uint32_t a, uint32_t b) { return key[a] > key[b]; });
-  // Snake over the steps: step of the i-th largest slot.
-  std::vector<uint32_t> step_of(n);
-  std::vector<uint64_t> count(steps + 1, 0);
-  for (uint64_t i = 0; i < n; ++i) {
-    const uint64_t row = i / steps, col = i % steps;
-    const uint64_t t = row % 2 == 0 ? col : steps - 1 - col;
-    step_of[sorted[i]] = uint32_t(t);
-    ++count[t + 1];
+  if (n < total) {
+    out.order.push_back(uint32_t(n));
+    const uint64_t have = out.step_begin.size() - 1;
+    if (have > 0 && steps != 0 && have >= steps) {
+      out.step_begin.back() += 1;  // joins the last step
+    } else {
+      out.step_begin.push_back(out.step_begin.back() + 1);  // a step of its own
+    }
   }
-  Rng rng = Rng::for_purpose(pr.seed, uint64_t(pr.epoch), purpose | (pr.segment << 8));
-  std::vector<uint32_t> step_perm(steps);  // position of each step in the epoch
-  for (uint64_t t = 0; t < steps; ++t) step_perm[t] = uint32_t(t);
-  rng.shuffle(step_perm);
-  std::vector<uint64_t> pos_count(steps + 1, 0);
-  for (uint64_t t = 0; t < steps; ++t) pos_count[step_perm[t] + 1] = count[t + 1];
-  out.step_begin.assign(steps + 1, 0);
-  for (uint64_t t = 0; t < steps; ++t) out.step_begin[t + 1] = out.step_begin[t] + pos_count[t + 1];
-  std::vector<uint64_t> fill(out.step_begin.begin(), out.step_begin.end() - 1);
-  out.order.resize(n);
-  for (uint32_t s : sorted) out.order[fill[step_perm[step_of[s]]]++] = s;
   return out;
 }
 
@@ -133,9 +145,26 @@ Plan plan_from_slots(const PlanProblem& pr, const char* name, const std::vector<
 Plan plan_lockstep(const PlanProblem& pr, const std::vector<int64_t>& batch_of_bucket, const char* name) {
   const int W = pr.world_size;
   BucketedPool pool = shuffled_by_bucket(pr);
+  // A global batch smaller than W of these batches per step: smaller batches (as a bucket
+  // loader with that global batch would use), so the epoch has the target's step count.
+  std::vector<int64_t> size(batch_of_bucket);
+  const uint64_t target = pr.target_steps();
+  for (int pass = 0; pass < 8 && target > 0; ++pass) {
+    uint64_t n_batches = 0;
+    bool shrinkable = false;
+    for (size_t b = 0; b < size.size(); ++b) {
+      const uint64_t n = pool.begin[b + 1] - pool.begin[b], B = uint64_t(std::max<int64_t>(size[b], 1));
+      n_batches += (n + B - 1) / B;
+      shrinkable = shrinkable || (n > 1 && B > 1);
+    }
+    const uint64_t slots = (n_batches + uint64_t(W) - 1) / uint64_t(W);
+    if (slots >= target || !shrinkable) break;
+    const double f = double(slots) / double(target);
+    for (int64_t& B : size) B = std::max<int64_t>(1, std::min<int64_t>(B - 1, int64_t(std::floor(double(B) * f))));
+  }
   std::vector<SlotItem> batches;
   for (size_t b = 0; b < pr.buckets->size(); ++b) {
-    const uint64_t B = uint64_t(std::max<int64_t>(batch_of_bucket[b], 1));
+    const uint64_t B = uint64_t(std::max<int64_t>(size[b], 1));
     for (uint64_t i = pool.begin[b]; i < pool.begin[b + 1]; i += B)
       batches.push_back({i, uint32_t(std::min(B, pool.begin[b + 1] - i)), uint16_t(b), 0});
   }
@@ -167,7 +196,8 @@ Plan plan_lockstep(const PlanProblem& pr, const std::vector<int64_t>& batch_of_b
       const SlotItem& it = batches[s * uint64_t(W) + r];
       key[s] += by_tokens ? uint64_t(pr.tokens(it.bucket)) * it.count : it.count;
     }
-  const SlotSteps steps = steps_of_slots(pr, key, pr.target_steps(), kPurposeStepOrder);
+  const bool padded_last = rem > 0 && pr.end_policy == EndPolicy::kPad;
+  const SlotSteps steps = steps_of_slots(pr, key, pr.target_steps(), kPurposeStepOrder, padded_last);
   Plan plan = plan_from_slots(pr, name, pool.ids, batches, steps);
   plan.dropped = std::move(dropped);
   return plan;

@@ -89,7 +89,9 @@ struct SlotSteps {
   std::vector<uint32_t> order;
   std::vector<uint64_t> step_begin;
 };
-SlotSteps steps_of_slots(const PlanProblem& pr, const std::vector<uint64_t>& key, uint64_t steps, uint64_t purpose);
+// last_at_end: the last slot (padded at the epoch's end) goes into the last step.
+SlotSteps steps_of_slots(const PlanProblem& pr, const std::vector<uint64_t>& key, uint64_t steps, uint64_t purpose,
+                         bool last_at_end = false);
 
 // Writes a plan from slots of W items each (slot-major; item r of a slot runs on rank r):
 // step t gives rank r item r of each of the step's slots, in order.
