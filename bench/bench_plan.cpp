@@ -1,7 +1,7 @@
 // bench_plan: planning time and peak memory at scale (issue 2's target: 10 million samples,
 // 1024 ranks, under 5 s and under 64 bytes of resident memory per sample, on one core).
 //
-//   ./build/bench/bench_plan [--samples N] [--ranks W] [--strategy NAME|all]
+//   ./build/bench/bench_plan [--samples N] [--ranks W] [--strategy NAME|all] [--sync step|micro|both]
 //
 // Samples are synthetic but shaped by published corpus statistics (DESIGN.md / shared
 // SOURCES.md): 30% images, 70% clips with a log-normal duration (median 8.5 s, Panda-70M's
@@ -90,23 +90,25 @@ struct Result {
 }  // namespace
 
 constexpr const char* kUsage =
-    "usage: bench_plan [--samples N] [--ranks W] [--strategy NAME|all]\n"
+    "usage: bench_plan [--samples N] [--ranks W] [--strategy NAME|all] [--sync step|micro|both]\n"
     "  Times the planner on N synthetic samples (default 10,000,000) for W ranks (default 1024),\n"
     "  each strategy (equal_tokens, fixed, dual, balanced, or all) in a child process on one "
     "core,\n"
-    "  and prints a table plus one JSON line per strategy.\n";
+    "  and prints a table plus one JSON line per strategy; --sync: the sync mode(s) planned for\n"
+    "  (step: DDP, micro: FSDP / ZeRO-2/3; both: side by side; default step).\n";
 
 int main(int argc, char** argv) {
   uint64_t n = 10'000'000;
   int W = 1024;
   std::string only = "all";
+  std::string sync = "step";
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
       printf("%s", kUsage);
       return 0;
     }
-    const bool known = arg == "--samples" || arg == "--ranks" || arg == "--strategy";
+    const bool known = arg == "--samples" || arg == "--ranks" || arg == "--strategy" || arg == "--sync";
     if (!known || i + 1 >= argc) {
       fprintf(stderr, "bench_plan: %s '%s'\n%s", known ? "missing value after" : "unknown argument",
               arg.c_str(), kUsage);
@@ -121,20 +123,29 @@ int main(int argc, char** argv) {
       } else if (arg == "--ranks") {
         W = std::stoi(v, &used);
         if (used != v.size() || W < 1 || W > kMaxWorldSize) throw std::invalid_argument(v);
+      } else if (arg == "--sync") {
+        if (v != "step" && v != "micro" && v != "both") throw std::invalid_argument(v);
+        sync = v;
       } else {
         only = v;
       }
     } catch (const std::exception&) {
-      fprintf(stderr, "bench_plan: %s needs a positive integer%s, got '%s'\n", arg.c_str(),
-              arg == "--ranks" ? " up to 1048576" : "", v.c_str());
+      fprintf(stderr, "bench_plan: %s needs %s, got '%s'\n", arg.c_str(),
+              arg == "--sync"    ? "step, micro or both"
+              : arg == "--ranks" ? "a positive integer up to 1048576"
+                                 : "a positive integer",
+              v.c_str());
       return 2;
     }
   }
   printf("bench_plan: %llu synthetic samples, %d ranks, wan2.1-1.3b on h200, one core per strategy\n",
          static_cast<unsigned long long>(n), W);
-  printf("%-13s %9s %9s %11s %10s %9s %9s %10s\n", "strategy", "setup s", "plan s", "peak MB", "B/sample", "steps",
-         "mb", "imbalance");
+  printf("%-13s %6s %9s %9s %11s %10s %9s %9s %10s\n", "strategy", "sync", "setup s", "plan s", "peak MB", "B/sample",
+         "steps", "mb", "imbalance");
   int failures = 0;
+  std::vector<std::string> modes = sync == "both" ? std::vector<std::string>{"step", "micro"}
+                                                  : std::vector<std::string>{sync};
+  for (const std::string& mode : modes)
   for (const auto& s : strategies()) {
     if (only != "all" && only != s.name) continue;
     int fd[2];
@@ -149,6 +160,7 @@ int main(int argc, char** argv) {
       Result r;
       PlannerConfig cfg;
       cfg.world_size = W;
+      cfg.sync = mode;
       cfg.comp_budget = 8e6;  // fixed M_comp (binds on 720p clips): the automatic search plans dual 32 times
       ModelPreset model = load_model(cfg.model);
       BucketGrid grid = load_grid(cfg.grid.empty() ? model.default_grid : cfg.grid);
@@ -176,17 +188,17 @@ int main(int argc, char** argv) {
     int status = 0;
     waitpid(pid, &status, 0);
     if (!ok || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      printf("%-13s FAILED (child status %d)\n", s.name, status);
+      printf("%-13s %6s FAILED (child status %d)\n", s.name, mode.c_str(), status);
       ++failures;
       continue;
     }
     const double bytes_per_sample = double(r.peak_kb) * 1024.0 / double(n);
-    printf("%-13s %9.3f %9.3f %11.1f %10.1f %9llu %9llu %9.2f%%\n", s.name, r.setup_s, r.plan_s, r.peak_kb / 1024.0,
+    printf("%-13s %6s %9.3f %9.3f %11.1f %10.1f %9llu %9llu %9.2f%%\n", s.name, mode.c_str(), r.setup_s, r.plan_s, r.peak_kb / 1024.0,
            bytes_per_sample, static_cast<unsigned long long>(r.steps), static_cast<unsigned long long>(r.micro_batches),
            100 * r.imbalance);
-    printf("{\"bench\":\"plan\",\"strategy\":\"%s\",\"samples\":%llu,\"ranks\":%d,\"setup_s\":%.4f,\"plan_s\":%.4f,"
+    printf("{\"bench\":\"plan\",\"sync\":\"%s\",\"strategy\":\"%s\",\"samples\":%llu,\"ranks\":%d,\"setup_s\":%.4f,\"plan_s\":%.4f,"
            "\"peak_bytes_per_sample\":%.2f,\"steps\":%llu,\"imbalance\":%.5f,\"target_s\":5,\"target_bytes\":64}\n",
-           s.name, static_cast<unsigned long long>(n), W, r.setup_s, r.plan_s, bytes_per_sample,
+           mode.c_str(), s.name, static_cast<unsigned long long>(n), W, r.setup_s, r.plan_s, bytes_per_sample,
            static_cast<unsigned long long>(r.steps), r.imbalance);
   }
   return failures ? 1 : 0;

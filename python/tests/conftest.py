@@ -1,6 +1,8 @@
 """Makes `adaptiveload` importable from an in-place build (setup.py build_ext --inplace)
 when it is not installed, and holds shared paths."""
+import contextlib
 import os
+import signal
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -38,3 +40,26 @@ def torchrun(nproc, log_dir, extra_paths=()):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", f"--nproc_per_node={nproc}",
            "--log_dir", str(log_dir)]
     return cmd, env
+
+
+def kill_tree(pid):
+    """SIGKILLs pid's process group and every descendant. torch 2.11's elastic agent starts
+    each worker in a session of its own, so killing the agent's group alone would leave
+    workers blocked in a collective running on."""
+    parents = {}
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                parents[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (ValueError, OSError, IndexError):
+            continue
+    tree, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo += [c for c, pp in parents.items() if pp == p]
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)
+    for p in tree:
+        with contextlib.suppress(OSError):
+            os.kill(p, signal.SIGKILL)

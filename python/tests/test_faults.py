@@ -22,11 +22,10 @@ import json
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import time
-from conftest import torchrun as run_under_torchrun  # noqa: E402
+from conftest import kill_tree, torchrun as run_under_torchrun  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEED = 5
@@ -165,7 +164,7 @@ def torchrun(nproc, run_dir, manifest, attempt, sleep=0.0, kill_at_step=None, ti
             if time.time() > deadline:
                 raise AssertionError(f"torchrun attempt {attempt} timed out")
             if kill_at_step is not None and os.path.exists(os.path.join(run_dir, "holding")):
-                os.killpg(proc.pid, signal.SIGKILL)
+                kill_tree(proc.pid)
                 killed = True
                 proc.wait()
                 os.remove(os.path.join(run_dir, "holding"))
@@ -173,7 +172,7 @@ def torchrun(nproc, run_dir, manifest, attempt, sleep=0.0, kill_at_step=None, ti
             time.sleep(0.005)
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            kill_tree(proc.pid)
             proc.wait()
         out.close()
     text = open(os.path.join(run_dir, f"torchrun_a{attempt}.out")).read()

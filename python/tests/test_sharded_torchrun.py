@@ -16,12 +16,10 @@ test fails naming the run. Wall times and measured errors go to build/sharded_to
 (and to stdout, `pytest -s`).
 """
 import collections
-import contextlib
 import csv
 import inspect
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -30,7 +28,7 @@ import pytest
 import torch
 
 import adaptiveload
-from conftest import DATASETS, REPO, require_datasets, torchrun
+from conftest import DATASETS, REPO, kill_tree, require_datasets, torchrun
 
 require_datasets("taichi_hd.csv", "coco2017_val_images.csv")
 if not torch.distributed.is_available():
@@ -88,29 +86,6 @@ def samplers(manifest, strategy, sync, world):
         manifest, model="tiny-dit", device="cpu", grid="tiny", strategy=strategy, world_size=world, rank=r,
         seed=SEED, mem_budget=4096, checkpointing=False, on_bad_row="skip", on_oversize="skip", **extra)
         for r in range(world)]
-
-
-def kill_tree(pid):
-    """SIGKILLs pid's process group and every descendant. torch 2.11's elastic agent starts
-    each worker in a session of its own, so killing the agent's group alone would leave
-    workers blocked in a collective running on."""
-    parents = {}
-    for d in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                parents[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (ValueError, OSError, IndexError):
-            continue
-    tree, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        tree.append(p)
-        todo += [c for c, pp in parents.items() if pp == p]
-    with contextlib.suppress(OSError):
-        os.killpg(pid, signal.SIGKILL)
-    for p in tree:
-        with contextlib.suppress(OSError):
-            os.kill(p, signal.SIGKILL)
 
 
 def run_torchrun(name, nproc, args, run_dir, script=None, timeout_s=TIMEOUT_S):

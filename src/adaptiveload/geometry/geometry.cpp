@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 
 #include "adaptiveload/util/error.h"
 #include "adaptiveload/util/format.h"
@@ -46,6 +47,12 @@ Bucketing assign_buckets(const Manifest& manifest, const BucketGrid& grid, const
   const bool images_ok = grid.frames.front() == 1;
   auto first_video = std::upper_bound(grid.frames.begin(), grid.frames.end(), 1);
   const int min_video_frames = first_video == grid.frames.end() ? 0 : *first_video;
+  std::vector<std::vector<double>> tier_log(grid.tiers.size());
+  for (size_t ti = 0; ti < grid.tiers.size(); ++ti)
+    for (const TierSize& s : grid.tiers[ti].sizes) tier_log[ti].push_back(std::log(double(s.h) / s.w));
+  std::unordered_map<uint64_t, uint32_t> spatial_of;
+  uint64_t last_hw = UINT64_MAX;
+  uint32_t last_spatial = UINT32_MAX;
   for (int64_t row = 0; row < n; ++row) {
     if (!manifest.usable(row)) {
       ++out.bad;
@@ -71,25 +78,38 @@ Bucketing assign_buckets(const Manifest& manifest, const BucketGrid& grid, const
       }
       fi = size_t(it - grid.frames.begin() - 1);
     }
-    const double clip_ratio = std::log(double(c.height) / double(c.width));
-    bool placed = false;
-    for (size_t ti = grid.tiers.size(); ti-- > 0 && !placed;) {
-      const Tier& tier = grid.tiers[ti];
-      size_t best = 0;
-      double best_d = 1e300;
-      for (size_t ri = 0; ri < tier.sizes.size(); ++ri) {
-        double d = std::fabs(std::log(double(tier.sizes[ri].h) / tier.sizes[ri].w) - clip_ratio);
-        if (d < best_d - 1e-12) best_d = d, best = ri;
+    // The spatial choice depends only on (height, width): computed once per distinct size.
+    const uint64_t hw = (uint64_t(uint32_t(c.height)) << 32) | uint32_t(c.width);
+    uint32_t spatial;  // ti * max_ratios + ratio index, or UINT32_MAX: too small
+    if (hw == last_hw) {
+      spatial = last_spatial;
+    } else if (auto it = spatial_of.find(hw); it != spatial_of.end()) {
+      spatial = it->second;
+    } else {
+      spatial = UINT32_MAX;
+      const double clip_ratio = std::log(double(c.height) / double(c.width));
+      for (size_t ti = grid.tiers.size(); ti-- > 0;) {
+        const Tier& tier = grid.tiers[ti];
+        size_t best = 0;
+        double best_d = 1e300;
+        for (size_t ri = 0; ri < tier.sizes.size(); ++ri) {
+          double d = std::fabs(tier_log[ti][ri] - clip_ratio);
+          if (d < best_d - 1e-12) best_d = d, best = ri;
+        }
+        const TierSize& s = tier.sizes[best];
+        if (s.h <= c.height && s.w <= c.width) {
+          spatial = uint32_t(ti * max_ratios + best);
+          break;
+        }
       }
-      const TierSize& s = tier.sizes[best];
-      if (s.h <= c.height && s.w <= c.width) {
-        uint32_t key = uint32_t((ti * max_ratios + best) * nf + fi);
-        key_of[size_t(row)] = key;
-        ++key_count[key];
-        placed = true;
-      }
+      spatial_of.emplace(hw, spatial);
     }
-    if (!placed) {
+    last_hw = hw, last_spatial = spatial;
+    if (spatial != UINT32_MAX) {
+      const uint32_t key = uint32_t(spatial * nf + fi);
+      key_of[size_t(row)] = key;
+      ++key_count[key];
+    } else {
       out.unfit.push_back({row, "too small: " + std::to_string(c.height) + "x" + std::to_string(c.width) +
                                     " is smaller than every bucket of its aspect ratio"});
     }

@@ -46,20 +46,25 @@ int64_t to_ticks(double seconds) {
   return std::max<int64_t>(1, std::llround(t));
 }
 
-// Binary min-heap of (load, bin) with replace-top; ties go to the lowest bin index.
+// 4-ary min-heap of (load, bin) with replace-top; ties go to the lowest bin index. Four
+// children share a cache line, so a sift touches half the levels of a binary heap (the heap
+// of 10M samples x 1024 ranks is ~1.5M bins); the minimum and second minimum are the same
+// as any heap's, so decisions do not depend on the arity.
 class BinHeap {
  public:
   explicit BinHeap(uint64_t bins, const std::vector<int64_t>* keys = nullptr) : h_(bins) {
     for (uint64_t j = 0; j < bins; ++j) h_[j] = {keys ? (*keys)[j] : 0, uint32_t(j)};  // all zero: a heap
-    if (keys)
-      for (size_t i = bins / 2; i-- > 0;) sift(i);
+    if (keys && bins > 1)
+      for (size_t i = (bins - 2) / 4 + 1; i-- > 0;) sift(i);
   }
   const std::pair<int64_t, uint32_t>& top() const { return h_[0]; }
   // Load of the second-least-loaded bin (the top's own load when it is alone).
   int64_t second() const {
-    if (h_.size() == 1) return h_[0].first;
-    if (h_.size() == 2) return h_[1].first;
-    return std::min(h_[1].first, h_[2].first);
+    const size_t n = h_.size();
+    if (n == 1) return h_[0].first;
+    int64_t m = h_[1].first;
+    for (size_t c = 2; c < n && c <= 4; ++c) m = std::min(m, h_[c].first);
+    return m;
   }
   void replace_top_load(int64_t load) {
     h_[0].first = load;
@@ -69,14 +74,19 @@ class BinHeap {
  private:
   void sift(size_t i) {
     const size_t n = h_.size();
+    const std::pair<int64_t, uint32_t> x = h_[i];
     for (;;) {
-      size_t l = 2 * i + 1, r = l + 1, m = i;
-      if (l < n && h_[l] < h_[m]) m = l;
-      if (r < n && h_[r] < h_[m]) m = r;
-      if (m == i) return;
-      std::swap(h_[i], h_[m]);
+      const size_t c = 4 * i + 1;
+      if (c >= n) break;
+      size_t m = c;
+      const size_t e = std::min(c + 4, n);
+      for (size_t k = c + 1; k < e; ++k)
+        if (h_[k] < h_[m]) m = k;
+      if (!(h_[m] < x)) break;
+      h_[i] = h_[m];
       i = m;
     }
+    h_[i] = x;
   }
 
   std::vector<std::pair<int64_t, uint32_t>> h_;
@@ -150,11 +160,13 @@ std::vector<int64_t> phase_two_offsets(Counts& c, int W, double fine) {
 // Deals every sample to `bins` bins; with a writer, also writes the plan's ids and
 // micro-batches. Both passes make identical decisions.
 Counts deal(uint64_t bins, const Inputs& in, Writer* w) {
-  Counts c;
+  Counts c;  // the writing pass keeps only the loads (its decisions need no more)
   c.load.assign(bins, 0);
-  c.samples.assign(bins, 0);
-  c.mbs.assign(bins, 0);
-  c.tokens.assign(bins, 0);
+  if (!w) {
+    c.samples.assign(bins, 0);
+    c.mbs.assign(bins, 0);
+    c.tokens.assign(bins, 0);
+  }
   std::vector<int64_t> offset;  // phase two: per bin, its load beyond the common level
   BinHeap heap(bins);
   auto off = [&](uint32_t j) { return offset.empty() ? int64_t(0) : offset[j]; };
@@ -206,10 +218,12 @@ Counts deal(uint64_t bins, const Inputs& in, Writer* w) {
         open_count[j] += uint32_t(n);
       } else {
         last_bucket[j] = uint16_t(b), open_count[j] = uint32_t(n);
-        ++c.mbs[j];
+        if (!w) ++c.mbs[j];
       }
-      c.samples[j] += uint32_t(n);
-      c.tokens[j] += uint64_t(n) * uint64_t(in.tokens[b]);
+      if (!w) {
+        c.samples[j] += uint32_t(n);
+        c.tokens[j] += uint64_t(n) * uint64_t(in.tokens[b]);
+      }
       next += uint64_t(n);
       c.load[j] = load + off(j) + n * per + (merge ? 0 : fixed);
       heap.replace_top_load(c.load[j] - off(j));
@@ -489,7 +503,7 @@ Plan plan_balanced(const PlanProblem& pr) {
       });
       cands.push_back(std::move(c));
     }
-    {
+    if (n_samples <= kSearchSamples) {
       Inputs c = in;
       c.contiguous = true;
       cands.push_back(std::move(c));
