@@ -530,7 +530,9 @@ Plan Planner::plan(const std::string& strategy, int world_size, int64_t epoch) c
   if (world_size < 0 || world_size > kMaxWorldSize)
     throw ConfigError("world size is " + std::to_string(world_size) + "; it must be in 1.." +
                       std::to_string(kMaxWorldSize) + " (or 0: the configured one)");
-  return run(find_strategy(strategy), problem(world_size, epoch < 0 ? cfg_.epoch : epoch, 0, pool_));
+  PlanProblem pr = problem(world_size, epoch < 0 ? cfg_.epoch : epoch, 0, {});
+  pr.pool_view = &pool_;  // the whole pool: lent, not copied (4 bytes a sample at 10M)
+  return run(find_strategy(strategy), pr);
 }
 
 SimEnv Planner::sim_env(int world_size) const {
@@ -594,7 +596,7 @@ Planner::Resumed Planner::resume(const PlanState& state, int world_size, const s
       // The step budget is seconds: an automatic one is re-derived under the adapted model;
       // a given one is raised, if needed, to the adapted model's longest single sample.
       if (cfg_.step_budget_s > 0) {
-        for (uint32_t id : pr.pool) {
+        for (uint32_t id : pr.pool_ids()) {
           const Bucket& b = bucketing_.buckets[bucketing_.sample_bucket[id]];
           pr.step_budget_s = std::max(pr.step_budget_s, adapted->microbatch_time(1, b) * (1 + 1e-9));
         }

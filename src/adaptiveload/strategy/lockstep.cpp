@@ -11,11 +11,12 @@ BucketedPool shuffled_by_bucket(const PlanProblem& pr) {
   const size_t nb = pr.buckets->size();
   BucketedPool out;
   out.begin.assign(nb + 1, 0);
-  for (uint32_t id : pr.pool) ++out.begin[(*pr.sample_bucket)[id] + 1];
+  const std::vector<uint32_t>& ids = pr.pool_ids();
+  for (uint32_t id : ids) ++out.begin[(*pr.sample_bucket)[id] + 1];
   for (size_t b = 0; b < nb; ++b) out.begin[b + 1] += out.begin[b];
-  out.ids.resize(pr.pool.size());
+  out.ids.resize(ids.size());
   std::vector<uint64_t> fill(out.begin.begin(), out.begin.end() - 1);
-  for (uint32_t id : pr.pool) out.ids[fill[(*pr.sample_bucket)[id]]++] = id;
+  for (uint32_t id : ids) out.ids[fill[(*pr.sample_bucket)[id]]++] = id;
   Rng rng = Rng::for_purpose(pr.seed, uint64_t(pr.epoch), kPurposeBucketShuffle | (pr.segment << 8));
   for (size_t b = 0; b < nb; ++b) rng.shuffle(out.ids.data() + out.begin[b], out.begin[b + 1] - out.begin[b]);
   return out;
@@ -41,9 +42,9 @@ uint64_t PlanProblem::target_steps() const {
   if (batch_kind == BatchKind::kFree || !(batch_target > 0)) return 0;
   double total = 0;
   if (batch_kind == BatchKind::kSamples) {
-    total = double(pool.size());
+    total = double(pool_ids().size());
   } else {
-    for (uint32_t id : pool) total += double(tokens((*sample_bucket)[id]));
+    for (uint32_t id : pool_ids()) total += double(tokens((*sample_bucket)[id]));
   }
   const double k = std::round(total / batch_target);
   return k < 1 ? 1 : k > 4e9 ? uint64_t(4e9) : uint64_t(k);

@@ -22,7 +22,9 @@ enum class BatchKind : uint8_t { kFree = 0, kSamples = 1, kTokens = 2 };
 struct PlanProblem {
   const std::vector<Bucket>* buckets = nullptr;
   const std::vector<uint16_t>* sample_bucket = nullptr;  // per sample id (kNoBucket: skip)
-  std::vector<uint32_t> pool;  // sample ids to plan this epoch, ascending
+  std::vector<uint32_t> pool;  // sample ids to plan this epoch, ascending (or pool_view)
+  const std::vector<uint32_t>* pool_view = nullptr;  // when set, the pool (not copied)
+  const std::vector<uint32_t>& pool_ids() const { return pool_view ? *pool_view : pool; }
   const CostModel* cost = nullptr;  // what the planner believes a micro-batch costs
   int world_size = 1;
   uint64_t seed = 0;
