@@ -67,6 +67,8 @@ std::vector<Cell> metric_cells(const Metrics& m, double base_samples_per_s) {
       {"steps", thousands(m.steps), double(m.steps)},
       {"micro_batches_per_rank_step", fmt("%.2f", m.micro_batches_per_rank_step),
        m.micro_batches_per_rank_step},
+      {"fixed_cost_fraction", fmt("%.1f%%", 100 * m.fixed_cost_fraction), m.fixed_cost_fraction},
+      {"collective_s", fmt("%.1f", m.collective_s), m.collective_s},
       {"epoch_time_s", fmt("%.0f", m.epoch_time_s), m.epoch_time_s},
       {"padded", thousands(m.padded), double(m.padded)},
       {"dropped", thousands(m.dropped), double(m.dropped)},
@@ -75,7 +77,8 @@ std::vector<Cell> metric_cells(const Metrics& m, double base_samples_per_s) {
 
 const char* const kColumnHeads[] = {"imbalance", "max-mean", "max-min", "samples/s", "tokens/s",
                                     "speedup",   "mem avg",  "mem max", "buckets",   "steps",
-                                    "mb/rank",   "epoch s",  "padded",  "dropped"};
+                                    "mb/rank",   "fixed",    "sync s",  "epoch s",
+                                    "padded",    "dropped"};
 
 std::string summary_table(const std::vector<Metrics>& metrics) {
   double base = 0;  // < 0: the baseline dropped samples, so no speedup is comparable
@@ -113,7 +116,11 @@ std::string inputs_section(const Planner& planner, const Manifest* manifest) {
     << xml_escape(planner.device().name) << "</b>, grid " << xml_escape(planner.grid().name)
     << ", cost model " << xml_escape(planner.cost().name()) << ", checkpointing "
     << (cfg.checkpointing ? "on" : "off") << ", " << (planner.sharded() ? "fsdp" : "ddp")
+    << ", <b>" << sync_name(planner.sync()) << " sync</b>"
+    << (planner.sync() == SyncMode::kMicro ? " (FSDP / ZeRO-2/3: every rank the same micro-batches per step)"
+                                           : " (DDP / ZeRO-1: one all-reduce per step)")
     << ", seed " << cfg.seed << ", epoch " << cfg.epoch << "</li>\n";
+  o << "<li>global batch: " << xml_escape(planner.global_batch_text()) << "</li>\n";
   o << "<li>budgets: M_mem " << thousands(planner.mem_budget_tokens()) << " tokens"
     << (cfg.mem_budget_tokens ? "" : " (auto)") << ", M_comp " << fmt("%.4g", planner.comp_budget())
     << " (B x S^" << fmt("%.3f", planner.p()) << (cfg.comp_budget > 0 ? "" : ", auto")
