@@ -241,3 +241,51 @@ TEST(GlobalBatch, StepsSamplesAndTokensTargets) {
 
 }  // namespace
 }  // namespace adaptiveload
+
+namespace adaptiveload {
+namespace {
+
+// A given global batch never costs balanced a sample (drop policy) nor fills rank-steps with
+// repeats (pad policy), and micro sync keeps the step count too.
+TEST(GlobalBatch, BalancedFillsEveryRankStepAtTheStepCountInBothPoliciesAndModes) {
+  for (const std::string sync : {"step", "micro"}) {
+    for (const EndPolicy policy : {EndPolicy::kPad, EndPolicy::kDrop}) {
+      for (const char* gb : {"steps:200", "samples:64", "auto"}) {
+        PlannerConfig c = config("wan2.1-1.3b", 16, "none", sync);
+        c.global_batch = gb;
+        c.end_policy = policy;
+        Planner pl(shared_manifest(), c);
+        const std::string ctx = sync + " " + gb + (policy == EndPolicy::kDrop ? " drop" : " pad");
+        const Plan b = pl.plan("balanced");
+        expect_plan_contract(pl, b, ctx);
+        // The same step count as the bucket loader (which, under drop, may drop its last step).
+        const size_t eq = pl.plan("equal_tokens").num_steps();
+        EXPECT_TRUE(b.num_steps() == eq || (policy == EndPolicy::kDrop && b.num_steps() == eq + 1))
+            << ctx << ": " << b.num_steps() << " steps, equal_tokens " << eq;
+        if (sync == "step") {
+          EXPECT_EQ(b.padded_samples, 0) << ctx;
+          EXPECT_TRUE(b.dropped.empty()) << ctx;
+        }
+        // micro: at most one slot of repeats (or of dropped samples), as a bucket loader's.
+        EXPECT_LE(b.padded_samples + int64_t(b.dropped.size()), 16 * 64) << ctx;
+      }
+    }
+  }
+}
+
+TEST(GlobalBatch, TinyManifestUnderDropKeepsItsSamples) {
+  Manifest m;
+  for (int i = 0; i < 64; ++i) m.add_row("img" + std::to_string(i) + ".jpg", "1", "512", "512", "", "mem", i, BadRowPolicy::kError);
+  for (int i = 0; i < 4; ++i) m.add_row("clip" + std::to_string(i) + ".mp4", "81", "480", "832", "16", "mem", 64 + i, BadRowPolicy::kError);
+  PlannerConfig c = config("wan2.1-1.3b", 4, "none", "step");
+  c.global_batch = "samples:4";
+  c.end_policy = EndPolicy::kDrop;
+  Planner pl(m, c);
+  const Plan b = pl.plan("balanced");
+  expect_plan_contract(pl, b, "tiny drop");
+  EXPECT_EQ(b.num_steps(), 17u);
+  EXPECT_TRUE(b.dropped.empty());
+}
+
+}  // namespace
+}  // namespace adaptiveload

@@ -95,7 +95,7 @@ class AdaptiveBatchSampler(Sampler):
       'micro' (FSDP, FSDP2, HSDP, ZeRO-2/3: collectives in every micro-batch, so every rank
       runs the same number of micro-batches in every step), or None: micro when the model
       state is sharded, else step. `sampler.sync` says which one the plan is for; a state
-      saved for the other mode is refused.
+      saved for the other mode is refused. 'auto' is None.
     global_batch: the global batch every step keeps, as the CLI's --global-batch: None or
       'auto' (the step count of a bucket loader with the same memory budget), 'steps:N',
       'samples:N', 'tokens:N' (per global step), or 'free' (balanced picks its step count).
@@ -161,7 +161,7 @@ class AdaptiveBatchSampler(Sampler):
                 raise ValueError(where + "cost_model='profile' needs profile=<file from adaptiveload calibrate>")
         _checks.choice(sharding, where + "sharding", ("auto", "none", "fsdp"))
         if sync is not None:
-            _checks.choice(sync, where + "sync", ("step", "micro"))
+            _checks.choice(sync, where + "sync", ("auto", "step", "micro"))
         if global_batch is not None:
             global_batch = _checks.string(global_batch, where + "global_batch",
                                           "auto, free, steps:N, samples:N or tokens:N")

@@ -53,20 +53,26 @@ void validate_config(PlannerConfig& c) {
 // with a negative value (the step count), resolved once the pool is known.
 std::pair<std::string, double> parse_global_batch(const std::string& v) {
   const std::string help =
-      "; use auto, free, steps:N (steps per epoch), samples:N or tokens:N (per global step)";
+      " (--global-batch / global_batch); use auto, free, steps:N (steps per epoch), samples:N or "
+      "tokens:N (per global step)";
   if (v == "auto" || v == "free") return {v, 0};
   const size_t colon = v.find(':');
   const std::string kind = colon == std::string::npos ? "" : v.substr(0, colon);
   if (kind != "steps" && kind != "samples" && kind != "tokens")
     throw ConfigError("global batch '" + v + "' is not understood" + help);
   const std::string num = v.substr(colon + 1);
-  double x = 0;
-  try {
-    size_t used = 0;
-    x = std::stod(num, &used);
-    if (used != num.size()) x = -1;
-  } catch (...) {
-    x = -1;
+  double x = -1;
+  // Plain decimal digits (and for tokens a fraction or exponent): no sign, space or hex.
+  const bool plain = !num.empty() && num.find_first_not_of(kind == "tokens" ? "0123456789.eE+" : "0123456789") ==
+                                          std::string::npos && num[0] != '+' && num[0] != '.';
+  if (plain) {
+    try {
+      size_t used = 0;
+      x = std::stod(num, &used);
+      if (used != num.size()) x = -1;
+    } catch (...) {
+      x = -1;
+    }
   }
   if (!(x >= 1 && x <= 1e18) || (kind != "tokens" && x != std::floor(x)))
     throw ConfigError("global batch '" + v + "': " + kind + " must be " +

@@ -24,6 +24,7 @@
 // integer arithmetic and identical on every rank.
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "adaptiveload/strategy/strategy.h"
 #include "adaptiveload/util/error.h"
@@ -99,6 +100,7 @@ struct Inputs {
   std::vector<int64_t> min_new;  // fewest samples a new micro-batch of the bucket takes
   bool whole = false;            // deal whole micro-batches of mem_cap samples (LPT), no merging
   bool contiguous = false;       // deal_contiguous instead of LPT
+  double contiguous_total = 0;   // its total load (0: estimated from the batch counts)
   // Two phases (0: one): buckets whose one sample costs more than this ("coarse") are dealt
   // first; then the bins are grouped into steps by their coarse load (W to a step, heaviest
   // first), and the rest ("fine": short clips, images) fills every bin of a step led by a
@@ -243,26 +245,34 @@ Counts deal_contiguous(uint64_t bins, const Inputs& in, Writer* w) {
   c.samples.assign(bins, 0);
   c.mbs.assign(bins, 0);
   c.tokens.assign(bins, 0);
-  double remaining = 0;
-  for (size_t b : in.order) {
-    const double n = double(in.pool->begin[b + 1] - in.pool->begin[b]);
-    remaining += n * double(in.per[b]) + double(in.fixed[b]) * std::ceil(n / double(in.mem_cap[b]));
-  }
+  double remaining = in.contiguous_total;
+  if (!(remaining > 0))
+    for (size_t b : in.order) {
+      const double n = double(in.pool->begin[b + 1] - in.pool->begin[b]);
+      remaining += n * double(in.per[b]) + double(in.fixed[b]) * std::ceil(n / double(in.mem_cap[b]));
+    }
   uint64_t j = 0;
   double target = remaining / double(bins);
+  // Samples not yet dealt: every later bin keeps at least one (n >= bins).
+  uint64_t left = in.pool->begin.back() - in.pool->begin.front();
   for (size_t b : in.order) {
     uint64_t next = in.pool->begin[b];
     const uint64_t end = in.pool->begin[b + 1];
     const int64_t per = in.per[b], fixed = in.fixed[b], cap = in.mem_cap[b];
     while (next < end) {
-      if (j + 1 < bins && double(c.load[j]) + 0.5 * double(per + fixed) >= target) {
+      const uint64_t later = bins - j - 1;
+      if (j + 1 < bins && c.samples[j] > 0 &&
+          (double(c.load[j]) + 0.5 * double(per + fixed) >= target || left <= later)) {
         remaining -= double(c.load[j]);
         ++j;
         target = remaining / double(bins - j);
+        continue;
       }
       const double room = target - double(c.load[j]) - double(fixed);
       int64_t n = j + 1 == bins ? int64_t(end - next) : std::max<int64_t>(1, int64_t(std::ceil(room / double(per))));
       n = std::min<int64_t>({n, int64_t(end - next), cap});
+      if (left > later) n = std::min<int64_t>(n, int64_t(left - later));
+      left -= uint64_t(n);
       if (w) {
         Plan& plan = *w->plan;
         MicroBatch& mb = plan.micro_batches[w->next_mb[j]++];
@@ -504,30 +514,40 @@ Plan plan_balanced(const PlanProblem& pr) {
       cands.push_back(std::move(c));
     }
     if (n_samples <= kSearchSamples) {
+      // The cut's total load counts the fixed cost of every micro-batch, which only a cut
+      // knows (one per bucket a bin spans): refined from two trial cuts, so the last bin
+      // does not collect the estimate's error.
       Inputs c = in;
       c.contiguous = true;
+      for (int it = 0; it < 2; ++it) {
+        const Counts trial = deal_contiguous(bins, c, nullptr);
+        double total = 0;
+        for (int64_t x : trial.load) total += double(x);
+        c.contiguous_total = total;
+      }
       cands.push_back(std::move(c));
     }
-    // A candidate that leaves a rank without work in a step (fewer micro-batches than bins:
-    // that rank runs a padded repeat) competes on time under the pad policy, as a bucket
-    // loader's padded last step does; under drop it is kept only when every candidate does.
-    bool best_full = false;
-    const bool need_full = pr.end_policy == EndPolicy::kDrop;
-    for (const Inputs& c : cands) {
+    // Every rank-step gets work (K <= n / W, so there is a sample for every bin): a
+    // candidate that leaves a bin empty is not kept. If none of the candidates above is full,
+    // plain LPT (new micro-batches of one sample or more, one phase) is: it gives every bin a
+    // sample before any bin a second one.
+    // (Fewer samples than ranks: one step, whose empty bins repeat a sample, as in free mode.)
+    const bool can_fill = n_samples >= bins;
+    auto evaluate = [&](const Inputs& c) {
       Counts counts = c.contiguous ? deal_contiguous(bins, c, nullptr) : deal(bins, c, nullptr);
-      const bool full = !need_full ||
-                        std::find(counts.samples.begin(), counts.samples.end(), 0u) == counts.samples.end();
-      if (best_full && !full) continue;
-      // An empty bin runs a padded repeat of the cheapest sample.
-      const int64_t pad_ticks = in.fixed[in.order.back()] + in.per[in.order.back()];
-      for (uint64_t j = 0; j < bins; ++j)
-        if (counts.samples[j] == 0) counts.load[j] = pad_ticks;
+      if (can_fill && std::find(counts.samples.begin(), counts.samples.end(), 0u) != counts.samples.end()) return;
       std::vector<uint32_t> p = stratified_bins(counts, W, by_tokens, rng);
       const int64_t ticks = epoch_ticks(counts, p, W, allreduce);
-      if (ticks < best_ticks || (full && !best_full)) {
-        best_ticks = ticks, best = std::move(counts), perm = std::move(p), chosen = c, best_full = full;
-      }
+      if (ticks < best_ticks) best_ticks = ticks, best = std::move(counts), perm = std::move(p), chosen = c;
+    };
+    for (const Inputs& c : cands) evaluate(c);
+    if (perm.empty()) {
+      Inputs c = in;
+      c.world_size = W;
+      std::fill(c.min_new.begin(), c.min_new.end(), int64_t(1));
+      evaluate(c);
     }
+    if (perm.empty()) throw std::logic_error("balanced: plain LPT left a rank-step empty");
   }
   const uint64_t bins = perm.size();
   const uint64_t steps = bins / uint64_t(W);
@@ -699,31 +719,55 @@ Plan plan_balanced_micro(const PlanProblem& pr) {
     taus.push_back(int64_t(double(lo_t) * std::pow(double(hi_t) / double(lo_t), double(i) / (kGrid - 1))));
   std::sort(taus.begin(), taus.end());
   taus.erase(std::unique(taus.begin(), taus.end()), taus.end());
-  std::vector<int64_t> best_B = cap;
+  // Candidates are ranked by: slots short of the global batch's step count (each step needs
+  // one slot or more), then padded slots, then the epoch time.
+  const uint64_t target = pr.target_steps();
+  struct Rank {
+    uint64_t shortfall, pad;
+    int64_t ticks;
+    bool operator<(const Rank& o) const {
+      return shortfall != o.shortfall ? shortfall < o.shortfall : pad != o.pad ? pad < o.pad : ticks < o.ticks;
+    }
+  };
+  auto rank_of = [&](const std::vector<Group>& g, uint64_t pad) {
+    uint64_t mbs = pad;
+    for (const Group& x : g) mbs += x.mult;
+    const uint64_t slots = (mbs + w - 1) / w;
+    return Rank{target > slots ? target - slots : 0, pad, epoch_of(g, pad)};
+  };
   uint64_t best_pad = 0;
   std::vector<Group> best_g = groups_of(cap, best_pad);
-  int64_t best_ticks = epoch_of(best_g, best_pad);
+  Rank best = rank_of(best_g, best_pad);
+  auto consider = [&](const std::vector<int64_t>& B) {
+    uint64_t pad = 0;
+    std::vector<Group> g = groups_of(B, pad);
+    const Rank r = rank_of(g, pad);
+    if (r < best) best = r, best_g = std::move(g), best_pad = pad;
+  };
   {
     // The memory budget's sizes (a bucket loader's B = M_mem / S): the fewest fixed costs.
     std::vector<int64_t> B(nb, 1);
     for (size_t b : live)
       B[b] = std::max<int64_t>(1, std::min<int64_t>(pr.max_batch_memory[b], pr.mem_budget_tokens / (*pr.buckets)[b].tokens));
-    uint64_t pad = 0;
-    std::vector<Group> g = groups_of(B, pad);
-    const int64_t ticks = epoch_of(g, pad);
-    if (pad < best_pad || (pad == best_pad && ticks < best_ticks))
-      best_ticks = ticks, best_g = std::move(g), best_B = B, best_pad = pad;
+    consider(B);
   }
   for (int64_t tau : taus) {
     std::vector<int64_t> B(nb, 1);
     for (size_t b : live)
       B[b] = std::max<int64_t>(1, std::min<int64_t>(cap[b], tau >= fixed[b] + per[b] ? (tau - fixed[b]) / per[b] : 1));
-    uint64_t pad = 0;
-    std::vector<Group> g = groups_of(B, pad);
-    const int64_t ticks = epoch_of(g, pad);
-    // Fewer padded slots first, then the shorter epoch.
-    if (pad < best_pad || (pad == best_pad && ticks < best_ticks))
-      best_ticks = ticks, best_g = std::move(g), best_B = B, best_pad = pad;
+    consider(B);
+  }
+  if (best.shortfall > 0) {
+    // Too few slots for the step count: scale the sizes down until there are enough (at
+    // worst one sample per micro-batch).
+    std::vector<int64_t> B = cap;
+    for (int pass = 0; pass < 64 && best.shortfall > 0; ++pass) {
+      bool shrunk = false;
+      for (size_t b : live)
+        if (B[b] > 1) B[b] = std::max<int64_t>(1, B[b] * 3 / 4), shrunk = true;
+      if (!shrunk) break;
+      consider(B);
+    }
   }
 
   // Expand the groups into micro-batches over each bucket's shuffled ids, in cost order.

@@ -150,7 +150,7 @@ Plan plan_lockstep(const PlanProblem& pr, const std::vector<int64_t>& batch_of_b
   // loader with that global batch would use), so the epoch has the target's step count.
   std::vector<int64_t> size(batch_of_bucket);
   const uint64_t target = pr.target_steps();
-  for (int pass = 0; pass < 8 && target > 0; ++pass) {
+  for (int pass = 0; pass < 64 && target > 0; ++pass) {
     uint64_t n_batches = 0;
     bool shrinkable = false;
     for (size_t b = 0; b < size.size(); ++b) {
@@ -160,7 +160,9 @@ Plan plan_lockstep(const PlanProblem& pr, const std::vector<int64_t>& batch_of_b
     }
     const uint64_t slots = (n_batches + uint64_t(W) - 1) / uint64_t(W);
     if (slots >= target || !shrinkable) break;
-    const double f = double(slots) / double(target);
+    // At least 5% smaller each pass: the partial last batch of each bucket makes the count
+    // grow slower than 1 / B.
+    const double f = std::min(0.95, double(slots) / double(target));
     for (int64_t& B : size) B = std::max<int64_t>(1, std::min<int64_t>(B - 1, int64_t(std::floor(double(B) * f))));
   }
   std::vector<SlotItem> batches;
