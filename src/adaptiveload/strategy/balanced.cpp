@@ -269,7 +269,8 @@ Counts deal_contiguous(uint64_t bins, const Inputs& in, Writer* w) {
         continue;
       }
       const double room = target - double(c.load[j]) - double(fixed);
-      int64_t n = j + 1 == bins ? int64_t(end - next) : std::max<int64_t>(1, int64_t(std::ceil(room / double(per))));
+      const double fit = std::ceil(room / double(per));
+      int64_t n = j + 1 == bins || fit >= double(end - next) ? int64_t(end - next) : std::max<int64_t>(1, int64_t(fit));
       n = std::min<int64_t>({n, int64_t(end - next), cap});
       if (left > later) n = std::min<int64_t>(n, int64_t(left - later));
       left -= uint64_t(n);
@@ -491,9 +492,11 @@ Plan plan_balanced(const PlanProblem& pr) {
         Inputs c = in;
         c.world_size = W;
         c.coarse_threshold = int64_t(q * level);
-        for (size_t b = 0; b < nb; ++b)
-          c.min_new[b] = std::min<int64_t>(
-              c.mem_cap[b], std::max<int64_t>(1, int64_t(std::ceil(double(c.fixed[b]) / (f * double(c.per[b]))))));
+        for (size_t b = 0; b < nb; ++b) {
+          // In double first, capped before the conversion (fixed / per can be large).
+          const double need = std::ceil(double(c.fixed[b]) / (f * double(c.per[b])));
+          c.min_new[b] = need >= double(c.mem_cap[b]) ? c.mem_cap[b] : std::max<int64_t>(1, int64_t(need));
+        }
         cands.push_back(std::move(c));
       }
     }
