@@ -8,7 +8,6 @@
 // mean clip) at 720p (50%), 480p (30%) and 360p (20%). Each strategy runs in a forked child
 // pinned to one core; its peak RSS (getrusage) minus the RSS before the samples were made is
 // the memory figure. Prints a table and one JSON line per strategy.
-#include <sched.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +23,7 @@
 
 #include "adaptiveload/planner/planner.h"
 #include "adaptiveload/util/rng.h"
+#include "pin_cpu.h"
 
 using namespace adaptiveload;
 
@@ -152,10 +152,7 @@ int main(int argc, char** argv) {
     if (pipe(fd) != 0) return 1;
     pid_t pid = fork();
     if (pid == 0) {
-      cpu_set_t set;
-      CPU_ZERO(&set);
-      CPU_SET(0, &set);
-      sched_setaffinity(0, sizeof set, &set);
+      pin_to_cpu0();
       const long base_kb = rss_kb();
       Result r;
       PlannerConfig cfg;

@@ -12,7 +12,6 @@
 // (sched_setaffinity, as taskset does) and takes the child's peak RSS from wait4. Beside each
 // size it runs bench_plan (the in-memory planner on synthetic buckets) for the same strategy
 // and ranks. Prints a table and one JSON line per configuration; the median of --reps runs.
-#include <sched.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -28,6 +27,7 @@
 
 #include "adaptiveload/manifest/manifest.h"
 #include "adaptiveload/util/rng.h"
+#include "pin_cpu.h"
 
 using namespace adaptiveload;
 
@@ -121,10 +121,7 @@ Run run_pinned(const std::vector<std::string>& args, const std::string& log) {
   auto t0 = std::chrono::steady_clock::now();
   pid_t pid = fork();
   if (pid == 0) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(0, &set);
-    sched_setaffinity(0, sizeof set, &set);
+    pin_to_cpu0();
     if (!freopen(log.c_str(), "w", stdout) || dup2(fileno(stdout), 2) < 0) _exit(126);
     execv(argv[0], argv.data());
     _exit(127);

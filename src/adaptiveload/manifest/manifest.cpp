@@ -438,10 +438,8 @@ void Manifest::load_csv(std::string_view text, const std::string& name, BadRowPo
         ++lines;
         break;
       }
-      const uint8_t k = kClass[uint8_t(t[pos])];
-      if (k == 0) {
-        ++pos;
-      } else if (k == 1) {
+      const uint8_t k = kClass[uint8_t(t[pos])];  // never 0: next_special stops at a special byte
+      if (k == 1) {
         views.emplace_back(t + fb, pos - fb);
         fb = ++pos;
       } else if (k == 4) {

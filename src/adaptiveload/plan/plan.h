@@ -51,27 +51,4 @@ struct Plan {
   const uint32_t* ids(const MicroBatch& mb) const { return sample_ids.data() + mb.begin; }
 };
 
-// Collects one step at a time, ranks in any order, then appends it to a Plan in rank order.
-class StepBuilder {
- public:
-  explicit StepBuilder(Plan& plan) : plan_(plan), ranks_(size_t(plan.world_size)) {}
-  // Starts a new micro-batch on `rank`; returns its index within that rank's list.
-  size_t open(int rank, uint16_t bucket, bool padded = false);
-  void add(int rank, size_t mb, uint32_t sample_id) { ranks_[size_t(rank)][mb].ids.push_back(sample_id); }
-  size_t micro_batches(int rank) const { return ranks_[size_t(rank)].size(); }
-  bool rank_empty(int rank) const { return ranks_[size_t(rank)].empty(); }
-  // Appends the collected step (tokens_of_bucket gives S per bucket) and clears the builder.
-  void commit(const std::vector<int64_t>& tokens_of_bucket);
-  void clear();
-
- private:
-  struct Pending {
-    uint16_t bucket = 0;
-    bool padded = false;
-    std::vector<uint32_t> ids;
-  };
-  Plan& plan_;
-  std::vector<std::vector<Pending>> ranks_;
-};
-
 }  // namespace adaptiveload

@@ -23,34 +23,8 @@ std::string gb(double bytes) {
 // Largest seconds one sample may cost: beyond it the scheduler's integer ticks saturate.
 constexpr double kMaxSampleSeconds = 1e9;
 
-// Range checks of the numeric options, where they enter the core (the CLI and the Python
-// sampler both come through here); each message names the option and its range.
-void validate_config(PlannerConfig& c) {
-  auto bad = [](const std::string& what, const std::string& range, double v) {
-    throw ConfigError(what + " is " + fmt("%g", v) + "; it must be " + range);
-  };
-  if (c.world_size < 1 || c.world_size > kMaxWorldSize)
-    bad("world size", "in 1.." + std::to_string(kMaxWorldSize), double(c.world_size));
-  if (c.epoch < 0) bad("epoch", ">= 0", double(c.epoch));
-  if (c.mem_budget_tokens < 0 || c.mem_budget_tokens > int64_t(1e15))
-    bad("mem_budget_tokens (M_mem)", "0 (auto) or a token count up to 1e15",
-        double(c.mem_budget_tokens));
-  if (!(c.comp_budget >= 0 && c.comp_budget <= 1e300))
-    bad("comp_budget (M_comp)", "0 (auto) or a positive finite number", c.comp_budget);
-  if (!(c.p == 0 || (c.p > 0 && c.p <= kMaxP)))
-    bad("p (exponent of the compute constraint B x S^p)",
-        "0 (auto) or in (0, " + fmt("%g", kMaxP) + "]", c.p);
-  if (!(c.step_budget_s >= 0 && c.step_budget_s <= kMaxSampleSeconds))
-    bad("step_budget_s", "0 (auto) or a number of seconds up to 1e9", c.step_budget_s);
-  if (!(c.collective_overlap >= 0 && c.collective_overlap <= 1))
-    bad("collective_overlap", "in [0, 1]", c.collective_overlap);
-  if (c.sync != "auto" && c.sync != "step" && c.sync != "micro")
-    throw ConfigError("sync must be auto, step (DDP, ZeRO-1) or micro (FSDP, ZeRO-2/3), not '" + c.sync + "'");
-  if (c.grid.empty()) c.grid = load_model(c.model).default_grid;
-}
-
-// "auto", "free", "steps:N", "samples:N" or "tokens:N" -> (kind, value); steps as kSamples
-// with a negative value (the step count), resolved once the pool is known.
+// "auto", "free", "steps:N", "samples:N" or "tokens:N" -> (kind, N; 0 for auto and free);
+// resolved into a rate per step once the pool is known (Planner::resolve_global_batch).
 std::pair<std::string, double> parse_global_batch(const std::string& v) {
   const std::string help =
       " (--global-batch / global_batch); use auto, free, steps:N (steps per epoch), samples:N or "
@@ -79,6 +53,34 @@ std::pair<std::string, double> parse_global_batch(const std::string& v) {
                       (kind == "tokens" ? "a number" : "a whole number") + " in 1..1e18" + help);
   return {kind, x};
 }
+
+// Range checks of the numeric options, where they enter the core (the CLI and the Python
+// sampler both come through here); each message names the option and its range.
+void validate_config(PlannerConfig& c) {
+  auto bad = [](const std::string& what, const std::string& range, double v) {
+    throw ConfigError(what + " is " + fmt("%g", v) + "; it must be " + range);
+  };
+  if (c.world_size < 1 || c.world_size > kMaxWorldSize)
+    bad("world size", "in 1.." + std::to_string(kMaxWorldSize), double(c.world_size));
+  if (c.epoch < 0) bad("epoch", ">= 0", double(c.epoch));
+  if (c.mem_budget_tokens < 0 || c.mem_budget_tokens > int64_t(1e15))
+    bad("mem_budget_tokens (M_mem)", "0 (auto) or a token count up to 1e15",
+        double(c.mem_budget_tokens));
+  if (!(c.comp_budget >= 0 && c.comp_budget <= 1e300))
+    bad("comp_budget (M_comp)", "0 (auto) or a positive finite number", c.comp_budget);
+  if (!(c.p == 0 || (c.p > 0 && c.p <= kMaxP)))
+    bad("p (exponent of the compute constraint B x S^p)",
+        "0 (auto) or in (0, " + fmt("%g", kMaxP) + "]", c.p);
+  if (!(c.step_budget_s >= 0 && c.step_budget_s <= kMaxSampleSeconds))
+    bad("step_budget_s", "0 (auto) or a number of seconds up to 1e9", c.step_budget_s);
+  if (!(c.collective_overlap >= 0 && c.collective_overlap <= 1))
+    bad("collective_overlap", "in [0, 1]", c.collective_overlap);
+  if (c.sync != "auto" && c.sync != "step" && c.sync != "micro")
+    throw ConfigError("sync must be auto, step (DDP, ZeRO-1) or micro (FSDP, ZeRO-2/3), not '" + c.sync + "'");
+  parse_global_batch(c.global_batch);
+  if (c.grid.empty()) c.grid = load_model(c.model).default_grid;
+}
+
 
 // Advice for a sample too big for memory, following the configuration it was planned under.
 std::string oversize_advice(const PlannerConfig& cfg, bool sharded, bool memory_bound) {
@@ -221,7 +223,6 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
           : cfg_.sync == "step" ? SyncMode::kStep
           : sharded_            ? SyncMode::kMicro
                                 : SyncMode::kStep;
-  parse_global_batch(cfg_.global_batch);  // checked before the budgets are searched
   base_.layout = layout(cfg_.world_size);
   base_.allreduce_s = sim_env(cfg_.world_size).allreduce_s;
   resolve_budgets();

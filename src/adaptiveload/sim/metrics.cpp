@@ -37,7 +37,6 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
   m.steps = int64_t(steps);
   m.padded = plan.padded_samples;
   m.dropped = int64_t(plan.dropped.size());
-  std::vector<double> T(W);  // this step's rank times (per step: no epoch-sized array)
   double sum_mean = 0, sum_max = 0, sum_step_mean = 0, sum_step_maxmin = 0, total_time = 0;
   double mem_sum = 0, mem_max = 0, div_sum = 0, fixed_sum = 0;
   std::vector<uint8_t> seen(env.buckets->size(), 0);
@@ -45,24 +44,21 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
   for (size_t t = 0; t < steps; ++t) {
     double mx = 0, mn = 1e300, sum = 0, peak = 0;
     for (size_t r = 0; r < W; ++r) {
-      double& x = T[r];
-      x = 0;
-      for (uint64_t m = plan.rank_begin[t * W + r]; m < plan.rank_begin[t * W + r + 1]; ++m) {
-        const MicroBatch& mb = plan.micro_batches[m];
-        x += env.cost->microbatch_time(mb.count, (*env.buckets)[mb.bucket]);
-      }
-      mx = std::max(mx, x), mn = std::min(mn, x), sum += x;
+      double x = 0;  // this rank's time in the step
       for (uint64_t i = plan.rank_begin[t * W + r]; i < plan.rank_begin[t * W + r + 1]; ++i) {
         const MicroBatch& mb = plan.micro_batches[i];
         const Bucket& bk = (*env.buckets)[mb.bucket];
+        const double time = env.cost->microbatch_time(mb.count, bk);
+        x += time;
         peak = std::max(peak, env.memory.bytes(mb.count, bk.tokens));
-        fixed_sum += env.cost->microbatch_time(mb.count, bk) - env.cost->marginal_time(mb.count, bk);
+        fixed_sum += time - env.cost->marginal_time(mb.count, bk);
         if (!seen[mb.bucket]) seen[mb.bucket] = 1, touched.push_back(mb.bucket);
         if (!mb.padded) {
           m.samples += mb.count;
           m.tokens += int64_t(mb.count) * bk.tokens;
         }
       }
+      mx = std::max(mx, x), mn = std::min(mn, x), sum += x;
     }
     double mean = sum / double(W);
     if (micro) {

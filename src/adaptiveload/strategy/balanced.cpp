@@ -114,6 +114,22 @@ struct Writer {
   Plan* plan;
   std::vector<uint64_t> next_sample;
   std::vector<uint64_t> next_mb;
+
+  // Writes n samples of bucket b, from position `next` of the bucketed pool, into bin j:
+  // appended to its latest micro-batch (merge) or as a new one.
+  void put(const BucketedPool& pool, uint32_t j, size_t b, uint64_t next, int64_t n, bool merge) {
+    if (merge) {
+      plan->micro_batches[next_mb[j] - 1].count += uint32_t(n);
+    } else {
+      MicroBatch& mb = plan->micro_batches[next_mb[j]++];
+      mb.begin = uint32_t(next_sample[j]);
+      mb.count = uint32_t(n);
+      mb.bucket = uint16_t(b);
+    }
+    std::copy(pool.ids.begin() + int64_t(next), pool.ids.begin() + int64_t(next) + n,
+              plan->sample_ids.begin() + int64_t(next_sample[j]));
+    next_sample[j] += uint64_t(n);
+  }
 };
 
 struct Counts {
@@ -122,6 +138,17 @@ struct Counts {
   std::vector<uint32_t> mbs;      // micro-batches per bin
   std::vector<uint64_t> tokens;   // per bin
   std::vector<uint32_t> fixed_steps;  // two phases: bins of the steps led by a heavy bin, step-major
+
+  // Loads only (a writing pass), or with the per-bin statistics.
+  Counts(uint64_t bins, bool stats) : load(bins, 0) {
+    if (stats) samples.assign(bins, 0), mbs.assign(bins, 0), tokens.assign(bins, 0);
+  }
+  Counts() = default;
+  void add(uint32_t j, int64_t n, int64_t tokens_per_sample, bool new_mb) {
+    samples[j] += uint32_t(n);
+    tokens[j] += uint64_t(n) * uint64_t(tokens_per_sample);
+    if (new_mb) ++mbs[j];
+  }
 };
 
 // Phase two of a two-phase deal: groups the bins into steps by their coarse load, finds the
@@ -162,13 +189,7 @@ std::vector<int64_t> phase_two_offsets(Counts& c, int W, double fine) {
 // Deals every sample to `bins` bins; with a writer, also writes the plan's ids and
 // micro-batches. Both passes make identical decisions.
 Counts deal(uint64_t bins, const Inputs& in, Writer* w) {
-  Counts c;  // the writing pass keeps only the loads (its decisions need no more)
-  c.load.assign(bins, 0);
-  if (!w) {
-    c.samples.assign(bins, 0);
-    c.mbs.assign(bins, 0);
-    c.tokens.assign(bins, 0);
-  }
+  Counts c(bins, !w);  // the writing pass keeps only the loads (its decisions need no more)
   std::vector<int64_t> offset;  // phase two: per bin, its load beyond the common level
   BinHeap heap(bins);
   auto off = [&](uint32_t j) { return offset.empty() ? int64_t(0) : offset[j]; };
@@ -203,28 +224,14 @@ Counts deal(uint64_t bins, const Inputs& in, Writer* w) {
       int64_t n = in.whole ? cap : std::max<int64_t>(merge ? 1 : min_new, gap > 0 ? (gap + per - 1) / per : 1);
       n = std::min<int64_t>({n, int64_t(end - next), merge ? cap - int64_t(open_count[j]) : cap});
       if (w) {
-        Plan& plan = *w->plan;
-        if (merge) {
-          plan.micro_batches[w->next_mb[j] - 1].count += uint32_t(n);
-        } else {
-          MicroBatch& mb = plan.micro_batches[w->next_mb[j]++];
-          mb.begin = uint32_t(w->next_sample[j]);
-          mb.count = uint32_t(n);
-          mb.bucket = uint16_t(b);
-        }
-        std::copy(in.pool->ids.begin() + int64_t(next), in.pool->ids.begin() + int64_t(next) + n,
-                  plan.sample_ids.begin() + int64_t(w->next_sample[j]));
-        w->next_sample[j] += uint64_t(n);
+        w->put(*in.pool, j, b, next, n, merge);
+      } else {
+        c.add(j, n, in.tokens[b], !merge);
       }
       if (merge) {
         open_count[j] += uint32_t(n);
       } else {
         last_bucket[j] = uint16_t(b), open_count[j] = uint32_t(n);
-        if (!w) ++c.mbs[j];
-      }
-      if (!w) {
-        c.samples[j] += uint32_t(n);
-        c.tokens[j] += uint64_t(n) * uint64_t(in.tokens[b]);
       }
       next += uint64_t(n);
       c.load[j] = load + off(j) + n * per + (merge ? 0 : fixed);
@@ -240,11 +247,7 @@ Counts deal(uint64_t bins, const Inputs& in, Writer* w) {
 // samples (images) this gives few micro-batches per bin, where LPT gives every bin a piece
 // of every bucket. Both passes make identical decisions.
 Counts deal_contiguous(uint64_t bins, const Inputs& in, Writer* w) {
-  Counts c;
-  c.load.assign(bins, 0);
-  c.samples.assign(bins, 0);
-  c.mbs.assign(bins, 0);
-  c.tokens.assign(bins, 0);
+  Counts c(bins, true);  // its decisions need the sample counts in both passes
   double remaining = in.contiguous_total;
   if (!(remaining > 0))
     for (size_t b : in.order) {
@@ -274,19 +277,8 @@ Counts deal_contiguous(uint64_t bins, const Inputs& in, Writer* w) {
       n = std::min<int64_t>({n, int64_t(end - next), cap});
       if (left > later) n = std::min<int64_t>(n, int64_t(left - later));
       left -= uint64_t(n);
-      if (w) {
-        Plan& plan = *w->plan;
-        MicroBatch& mb = plan.micro_batches[w->next_mb[j]++];
-        mb.begin = uint32_t(w->next_sample[j]);
-        mb.count = uint32_t(n);
-        mb.bucket = uint16_t(b);
-        std::copy(in.pool->ids.begin() + int64_t(next), in.pool->ids.begin() + int64_t(next) + n,
-                  plan.sample_ids.begin() + int64_t(w->next_sample[j]));
-        w->next_sample[j] += uint64_t(n);
-      }
-      ++c.mbs[j];
-      c.samples[j] += uint32_t(n);
-      c.tokens[j] += uint64_t(n) * uint64_t(in.tokens[b]);
+      if (w) w->put(*in.pool, j, b, next, n, false);
+      c.add(j, n, in.tokens[b], true);
       c.load[j] += fixed + n * per;
       next += uint64_t(n);
     }
@@ -354,13 +346,6 @@ std::vector<uint32_t> stratified_bins(const Counts& c, int W, bool by_tokens, Rn
   std::vector<uint32_t> step_perm(K);
   for (uint64_t t = 0; t < K; ++t) step_perm[t] = uint32_t(t);
   rng.shuffle(step_perm);
-  // Steps with an empty bin (that rank runs a padded repeat) go last: padding is the
-  // end-of-epoch policy.
-  std::stable_partition(step_perm.begin(), step_perm.end(), [&](uint32_t t) {
-    for (uint64_t r = 0; r < w; ++r)
-      if (c.samples[laid[t * w + r]] == 0) return false;
-    return true;
-  });
   std::vector<uint32_t> out(bins);
   for (uint64_t t = 0; t < K; ++t) {
     std::copy(laid.begin() + int64_t(step_perm[t] * w), laid.begin() + int64_t((step_perm[t] + 1) * w),
@@ -698,7 +683,7 @@ Plan plan_balanced_micro(const PlanProblem& pr) {
     return g;
   };
   // Epoch ticks: every W-th micro-batch in cost order leads a slot.
-  auto epoch_of = [&](const std::vector<Group>& g, uint64_t pad) {
+  auto epoch_of = [&](const std::vector<Group>& g) {
     int64_t total = 0;
     uint64_t pos = 0;
     for (const Group& x : g) {
@@ -706,7 +691,6 @@ Plan plan_balanced_micro(const PlanProblem& pr) {
       total += int64_t(last - first) * (x.cost + exposed(x.cost));
       pos += x.mult;
     }
-    (void)pad;
     return total;
   };
   std::vector<int64_t> taus;
@@ -736,7 +720,7 @@ Plan plan_balanced_micro(const PlanProblem& pr) {
     uint64_t mbs = pad;
     for (const Group& x : g) mbs += x.mult;
     const uint64_t slots = (mbs + w - 1) / w;
-    return Rank{target > slots ? target - slots : 0, pad, epoch_of(g, pad)};
+    return Rank{target > slots ? target - slots : 0, pad, epoch_of(g)};
   };
   uint64_t best_pad = 0;
   std::vector<Group> best_g = groups_of(cap, best_pad);
