@@ -9,7 +9,6 @@ turn a hang into a failure."""
 import collections
 import json
 import os
-import signal
 import subprocess
 import time
 
@@ -17,7 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from conftest import DATASETS, HERE, require_datasets, torchrun
+from conftest import DATASETS, HERE, kill_tree, require_datasets, torchrun
 from adaptiveload import sequence_parallel as spl
 from adaptiveload.models import wan_dit
 
@@ -99,13 +98,13 @@ def test_torchrun_epoch_with_groups_of_1_2_4(tmp_path):
     cmd += [os.path.join(HERE, "sp_worker.py"), str(out),
             os.path.join(DATASETS, "taichi_hd.csv"), os.path.join(DATASETS, "coco2017_val_images.csv")]
     env["SP_RTOL"], env["SP_ATOL"] = str(RTOL), str(ATOL)
-    # Its own session, so a hang kills torchrun and its four workers together.
+    # A hang kills torchrun and its four workers (kill_tree: each worker has a session of its own).
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:
         log, _ = proc.communicate(timeout=HANG_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_tree(proc.pid)
         log, _ = proc.communicate()
         pytest.fail(f"torchrun with 4 ranks still running after {HANG_TIMEOUT_S} s: a hang\n{log[-3000:]}")
     assert proc.returncode == 0, log[-4000:]

@@ -315,13 +315,9 @@ void Planner::resolve_budgets() {
     check_finite(hi, "the compute budget search's upper end");
     std::vector<int64_t> count(buckets.size(), 0);
     for (uint32_t id : pool_) ++count[bucketing_.sample_bucket[id]];
-    PlanProblem pr = base_;
-    pr.world_size = cfg_.world_size;
-    pr.layout = layout(cfg_.world_size);
-    pr.allreduce_s = pr.layout.step_sync_s;
-    std::swap(pr.pool, pool_);  // lent for target_steps(), not copied
+    PlanProblem pr = problem(cfg_.world_size, 0, 0, {});
+    pr.pool_view = &pool_;  // lent for target_steps(), not copied
     const uint64_t target_steps = pr.target_steps();
-    std::swap(pr.pool, pool_);
     const int64_t W = cfg_.world_size;
     const double ar = pr.allreduce_s;
     // E[max of W standard normals] = int x W phi(x) Phi(x)^(W-1) dx (midpoint rule).
@@ -390,7 +386,8 @@ void Planner::resolve_budgets() {
       double c = lo * std::pow(hi / lo, double(i) / (kCompSearchPoints - 1));
       double tp = 0;
       if (full) {
-        PlanProblem fp = problem(cfg_.world_size, 0, 0, pool_);
+        PlanProblem fp = problem(cfg_.world_size, 0, 0, {});
+        fp.pool_view = &pool_;
         fp.comp_budget = c;
         tp = simulate(plan_dual(fp)).throughput_samples_per_s;
       } else {
@@ -438,13 +435,9 @@ void Planner::resolve_global_batch() {
     // (B = M_mem / S, capped at memory), W to a step.
     std::vector<uint64_t> per_bucket(buckets.size(), 0);
     for (uint32_t id : pool_) ++per_bucket[bucketing_.sample_bucket[id]];
+    const std::vector<int64_t> B = equal_tokens_batch_sizes(base_);
     uint64_t batches = 0;
-    for (size_t b = 0; b < buckets.size(); ++b) {
-      if (!per_bucket[b]) continue;
-      const int64_t B = std::max<int64_t>(
-          1, std::min<int64_t>(base_.max_batch_memory[b], base_.mem_budget_tokens / buckets[b].tokens));
-      batches += (per_bucket[b] + uint64_t(B) - 1) / uint64_t(B);
-    }
+    for (size_t b = 0; b < buckets.size(); ++b) batches += (per_bucket[b] + uint64_t(B[b]) - 1) / uint64_t(B[b]);
     const uint64_t W = uint64_t(cfg_.world_size);
     steps = double(std::max<uint64_t>(1, (batches + W - 1) / W));
   }
@@ -489,13 +482,10 @@ double Planner::auto_step_budget(const CostModel& cost) const {
   const auto& buckets = bucketing_.buckets;
   std::vector<uint8_t> live(buckets.size(), 0);
   for (uint32_t id : pool_) live[bucketing_.sample_bucket[id]] = 1;
+  const std::vector<int64_t> B = equal_tokens_batch_sizes(base_);
   double s = 0;
-  for (size_t b = 0; b < buckets.size(); ++b) {
-    if (!live[b]) continue;
-    const int64_t B = std::max<int64_t>(
-        1, std::min<int64_t>(base_.max_batch_memory[b], base_.mem_budget_tokens / buckets[b].tokens));
-    s = std::max(s, cost.microbatch_time(B, buckets[b]));
-  }
+  for (size_t b = 0; b < buckets.size(); ++b)
+    if (live[b]) s = std::max(s, cost.microbatch_time(B[b], buckets[b]));
   return s;
 }
 

@@ -337,11 +337,7 @@ std::vector<uint32_t> stratified_bins(const Counts& c, int W, bool by_tokens, Rn
   if (K2 > 0) {
     auto key = [&](uint32_t j) { return by_tokens ? c.tokens[j] : uint64_t(c.samples[j]); };
     std::stable_sort(rest.begin(), rest.end(), [&](uint32_t a, uint32_t b) { return key(a) > key(b); });
-    for (uint64_t i = 0; i < rest.size(); ++i) {
-      const uint64_t row = i / K2, col = i % K2;
-      const uint64_t t = row % 2 == 0 ? col : K2 - 1 - col;
-      laid[(tall_steps + t) * w + row] = rest[i];
-    }
+    for (uint64_t i = 0; i < rest.size(); ++i) laid[(tall_steps + snake_step(i, K2)) * w + i / K2] = rest[i];
   }
   std::vector<uint32_t> step_perm(K);
   for (uint64_t t = 0; t < K; ++t) step_perm[t] = uint32_t(t);
@@ -491,9 +487,7 @@ Plan plan_balanced(const PlanProblem& pr) {
       Inputs c = in;
       c.whole = true;
       if (sizes == 1) {
-        for (size_t b = 0; b < nb; ++b)
-          c.mem_cap[b] = std::max<int64_t>(
-              1, std::min<int64_t>(pr.max_batch_memory[b], pr.mem_budget_tokens / (*pr.buckets)[b].tokens));
+        c.mem_cap = equal_tokens_batch_sizes(pr);
         if (c.mem_cap == in.mem_cap) break;
       }
       std::stable_sort(c.order.begin(), c.order.end(), [&](size_t x, size_t y) {
@@ -733,10 +727,7 @@ Plan plan_balanced_micro(const PlanProblem& pr) {
   };
   {
     // The memory budget's sizes (a bucket loader's B = M_mem / S): the fewest fixed costs.
-    std::vector<int64_t> B(nb, 1);
-    for (size_t b : live)
-      B[b] = std::max<int64_t>(1, std::min<int64_t>(pr.max_batch_memory[b], pr.mem_budget_tokens / (*pr.buckets)[b].tokens));
-    consider(B);
+    consider(equal_tokens_batch_sizes(pr));
   }
   for (int64_t tau : taus) {
     std::vector<int64_t> B(nb, 1);
@@ -791,7 +782,7 @@ Plan plan_balanced_micro(const PlanProblem& pr) {
       const SlotItem& it = items[s * w + r];
       key[s] += by_tokens ? uint64_t(pr.tokens(it.bucket)) * it.count : it.count;
     }
-  const SlotSteps steps = steps_of_slots(pr, key, pr.target_steps(), kPurposeStepOrder, padded_last);
+  const SlotSteps steps = steps_of_slots(pr, key, target, kPurposeStepOrder, padded_last);
   Plan plan = plan_from_slots(pr, "balanced", pool.ids, items, steps);
   plan.dropped = std::move(dropped);
   return plan;

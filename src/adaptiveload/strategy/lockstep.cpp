@@ -74,8 +74,7 @@ SlotSteps steps_of_slots(const PlanProblem& pr, const std::vector<uint64_t>& key
     std::vector<uint32_t> step_of(n);
     std::vector<uint64_t> count(steps + 1, 0);
     for (uint64_t i = 0; i < n; ++i) {
-      const uint64_t row = i / steps, col = i % steps;
-      const uint64_t t = row % 2 == 0 ? col : steps - 1 - col;
+      const uint64_t t = snake_step(i, steps);
       step_of[sorted[i]] = uint32_t(t);
       ++count[t + 1];
     }
@@ -200,7 +199,7 @@ Plan plan_lockstep(const PlanProblem& pr, const std::vector<int64_t>& batch_of_b
       key[s] += by_tokens ? uint64_t(pr.tokens(it.bucket)) * it.count : it.count;
     }
   const bool padded_last = rem > 0 && pr.end_policy == EndPolicy::kPad;
-  const SlotSteps steps = steps_of_slots(pr, key, pr.target_steps(), kPurposeStepOrder, padded_last);
+  const SlotSteps steps = steps_of_slots(pr, key, target, kPurposeStepOrder, padded_last);
   Plan plan = plan_from_slots(pr, name, pool.ids, batches, steps);
   plan.dropped = std::move(dropped);
   return plan;

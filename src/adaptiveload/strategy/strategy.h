@@ -82,6 +82,13 @@ struct SlotItem {
   uint8_t padded = 0;
 };
 
+// Step of the i-th item (by descending key) dealt in a snake over `steps` steps: 0, 1, ..,
+// steps-1, steps-1, .., 1, 0, 0, 1, ..; each step gets one item of every run of `steps`.
+inline uint64_t snake_step(uint64_t i, uint64_t steps) {
+  const uint64_t row = i / steps, col = i % steps;
+  return row % 2 == 0 ? col : steps - 1 - col;
+}
+
 // Groups `slots` slots into global steps: kFree keeps one slot per step in the given order;
 // otherwise K = min(target_steps, slots) steps of floor or ceil(slots / K) slots each, the
 // slots dealt in a snake over the steps by descending `key` (samples or tokens of the slot),
@@ -103,6 +110,10 @@ Plan plan_from_slots(const PlanProblem& pr, const char* name, const std::vector<
 // Dual-constraint batch size of every bucket: floor(min(M_mem / S, M_comp / S^p)), at least 1,
 // never more than fits in memory.
 std::vector<int64_t> dual_batch_sizes(const PlanProblem& pr);
+
+// A bucket loader's batch size of every bucket under the memory budget: floor(M_mem / S),
+// at least 1, never more than fits in memory (equal_tokens; also the global batch's "auto").
+std::vector<int64_t> equal_tokens_batch_sizes(const PlanProblem& pr);
 
 // Pool sample ids grouped by bucket (bucket-major, each bucket shuffled with the problem's
 // seed, epoch and segment); begin[b]..begin[b+1] is bucket b.
