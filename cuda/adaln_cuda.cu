@@ -27,6 +27,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -162,7 +163,7 @@ __device__ __forceinline__ void store8(T* p, int n, const float (&v)[kEpv]) {
 struct Cfg {
   int ts = 1;       // threads per row (power of two <= 32, or a multiple of 32)
   int rpb = 1;      // rows (teams) per block
-  int vpt = 1;      // vectors per thread
+  int vpt = 1;      // vectors per thread; 0: the looped kernels (D > 8192)
   int64_t R = 1;    // rows per team per chunk
   int64_t C = 1;    // rows per chunk = rpb * R
   int64_t L = 0;    // rows per group (sample; all rows when per-token)
@@ -474,6 +475,244 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
   }
 }
 
+// ---------------------------------------------------------------- rows wider than a team
+
+// D > kMaxTeam * kMaxVpt * kEpv (8192): the row no longer fits in the registers of one
+// team, so a team of kMaxTeam threads (the whole block) loops over the row's vectors
+// (vector v = lane + j * ts) once per pass and re-reads it from memory for every pass:
+// the forward reads x three times (sum, squared deviations, output), the backward reads
+// x and dy twice (row sums, then dx). A 12,288- or 16,384-wide row is 24-64 KB per
+// operand, so the re-reads are meant to hit L1 / L2 (as Apex's layer norm does), not DRAM.
+// Modulation, weight and bias are re-read per row and pass for the same reason.
+
+// Columns [col, col + n) of vector v of a row of D.
+__device__ __forceinline__ void vec_cols(int64_t v, int64_t D, int64_t& col, int& n) {
+  col = v * kEpv;
+  n = D - col < kEpv ? int(D - col) : kEpv;
+}
+
+template <typename T, typename TM, bool VEC>
+__global__ void __launch_bounds__(kMaxTeam) adaln_fwd_loop_kernel(const Args a) {
+  const AdalnParams& p = a.p;
+  const Cfg& c = a.c;
+  __shared__ float red[2][32][2];
+  const int ts = c.ts, lane = threadIdx.x;
+  const int64_t D = p.dim, nvec = (D + kEpv - 1) / kEpv;
+  const T* x = static_cast<const T*>(p.x);
+  T* y = static_cast<T*>(p.y);
+  const TM* scale = static_cast<const TM*>(p.scale);
+  const TM* shift = static_cast<const TM*>(p.shift);
+  for (int64_t k = blockIdx.x; k < c.K; k += gridDim.x) {
+    int64_t grp, r0, r1;
+    chunk_rows(c, k, grp, r0, r1);
+    for (int64_t r = r0; r < r1; ++r) {  // rpb = 1: the block is the row's team
+      const T* xr = x + r * p.x_stride;
+      float s[1] = {0.f};
+      for (int64_t v = lane; v < nvec; v += ts) {
+        int64_t col;
+        int n;
+        vec_cols(v, D, col, n);
+        float xv[kEpv];
+        load8<T, VEC>(xr + col, n, xv);
+#pragma unroll
+        for (int e = 0; e < kEpv; ++e) s[0] += xv[e];
+      }
+      team_sum<1>(s, ts, reinterpret_cast<float(*)[32][1]>(red), 0);
+      const float m = s[0] / float(D);
+      float q[2] = {0.f, 0.f};  // sum(x - m), sum((x - m)^2)
+      for (int64_t v = lane; v < nvec; v += ts) {
+        int64_t col;
+        int n;
+        vec_cols(v, D, col, n);
+        float xv[kEpv];
+        load8<T, VEC>(xr + col, n, xv);
+#pragma unroll
+        for (int e = 0; e < kEpv; ++e) {
+          const float d = e < n ? xv[e] - m : 0.f;
+          q[0] += d;
+          q[1] += d * d;
+        }
+      }
+      team_sum<2>(q, ts, red, 1);
+      const float cm = q[0] / float(D);
+      const float var = fmaxf(q[1] / float(D) - cm * cm, 0.f);
+      const float rstd = rsqrtf(var + p.eps);
+      if (lane == 0) {
+        p.mean[r] = m + cm;
+        p.rstd[r] = rstd;
+      }
+      for (int64_t v = lane; v < nvec; v += ts) {
+        int64_t col;
+        int n;
+        vec_cols(v, D, col, n);
+        float xv[kEpv], o[kEpv];
+        load8<T, VEC>(xr + col, n, xv);
+        if (p.per_token) {
+          float sv[kEpv], tv[kEpv];
+          load8<TM, VEC>(scale + r * p.scale_stride + col, n, sv);
+          load8<TM, VEC>(shift + r * p.shift_stride + col, n, tv);
+#pragma unroll
+          for (int e = 0; e < kEpv; ++e) {
+            const bool in = e < n;
+            const float w = in && p.weight ? ld_any(p.weight, p.weight_dtype, col + e) : 1.f;
+            const float b = in && p.bias ? ld_any(p.bias, p.weight_dtype, col + e) : 0.f;
+            o[e] = ((xv[e] - m - cm) * rstd * w + b) * (1.f + sv[e]) + tv[e];
+          }
+        } else {
+#pragma unroll
+          for (int e = 0; e < kEpv; ++e) {
+            const bool in = e < n;
+            const float w = in && p.weight ? ld_any(p.weight, p.weight_dtype, col + e) : 1.f;
+            const float b = in && p.bias ? ld_any(p.bias, p.weight_dtype, col + e) : 0.f;
+            const float s1 = in ? 1.f + to_f(scale[grp * p.scale_stride + col + e]) : 0.f;
+            const float t = in ? to_f(shift[grp * p.shift_stride + col + e]) : 0.f;
+            o[e] = (xv[e] - m - cm) * rstd * (w * s1) + (b * s1 + t);
+          }
+        }
+        store8<T, VEC>(y + r * p.y_stride + col, n, o);
+      }
+    }
+  }
+}
+
+// Vectors of its row a thread's accumulators keep in registers in the looped backward
+// (2 x 8 floats each; the first 8192 columns of the row). Beyond them the thread adds
+// into its chunk's fp32 partial rows in the workspace directly, a read-modify-write of
+// 8 bytes a column and row that is meant to stay in L2 (each column has one owner thread
+// for the whole chunk: no atomics, a fixed order). 3 or 4 vectors spilled (ptxas, sm_80:
+// 8-216 bytes).
+constexpr int kLoopAccVecs = 2;
+
+template <typename T, typename TM, bool VEC, bool AFFINE>
+__global__ void __launch_bounds__(kMaxTeam) adaln_bwd_loop_kernel(const Args a) {
+  const AdalnParams& p = a.p;
+  const Cfg& c = a.c;
+  __shared__ float red[2][32][2];
+  const int ts = c.ts, lane = threadIdx.x;
+  const int64_t D = p.dim, nvec = (D + kEpv - 1) / kEpv;
+  const T* x = static_cast<const T*>(p.x);
+  const T* dy = static_cast<const T*>(p.dy);
+  T* dx = static_cast<T*>(p.dx);
+  const TM* scale = static_cast<const TM*>(p.scale);
+  TM* dscale = static_cast<TM*>(p.dscale);
+  TM* dshift = static_cast<TM*>(p.dshift);
+  float* ws = static_cast<float*>(p.workspace);
+  const bool acc = a.off_s >= 0;
+  unsigned phase = 0;
+  for (int64_t k = blockIdx.x; k < c.K; k += gridDim.x) {
+    int64_t grp, r0, r1;
+    chunk_rows(c, k, grp, r0, r1);
+    float* dst1 = acc ? ws + a.off_t + k * D : nullptr;  // sum g, this chunk
+    float* dst2 = acc ? ws + a.off_s + k * D : nullptr;  // sum g * xhat
+    float acc1[kLoopAccVecs][kEpv], acc2[kLoopAccVecs][kEpv];
+#pragma unroll
+    for (int j = 0; j < kLoopAccVecs; ++j)
+#pragma unroll
+      for (int e = 0; e < kEpv; ++e) acc1[j][e] = acc2[j][e] = 0.f;
+    for (int64_t r = r0; r < r1; ++r) {
+      const float mean = p.mean[r], rstd = p.rstd[r];
+      // xhat, g and dxhat of vector v (g = dy; sv = 1 + scale; nrm = xhat w + b)
+      auto row_vec = [&](int64_t v, int64_t& col, int& n, float(&xh)[kEpv], float(&g)[kEpv],
+                         float(&dxh)[kEpv], float(&nrm)[kEpv], float(&sv)[kEpv]) {
+        vec_cols(v, D, col, n);
+        float xv[kEpv];
+        load8<T, VEC>(x + r * p.x_stride + col, n, xv);
+        load8<T, VEC>(dy + r * p.dy_stride + col, n, g);
+        if (p.per_token) {
+          load8<TM, VEC>(scale + r * p.scale_stride + col, n, sv);
+#pragma unroll
+          for (int e = 0; e < kEpv; ++e) sv[e] += 1.f;
+        } else {
+#pragma unroll
+          for (int e = 0; e < kEpv; ++e)
+            sv[e] = e < n ? 1.f + to_f(scale[grp * p.scale_stride + col + e]) : 0.f;
+        }
+#pragma unroll
+        for (int e = 0; e < kEpv; ++e) {
+          const bool in = e < n;
+          float w = 1.f, b = 0.f;
+          if (AFFINE) {
+            w = in && p.weight ? ld_any(p.weight, p.weight_dtype, col + e) : 1.f;
+            b = in && p.bias ? ld_any(p.bias, p.weight_dtype, col + e) : 0.f;
+          }
+          xh[e] = in ? (xv[e] - mean) * rstd : 0.f;
+          nrm[e] = AFFINE ? xh[e] * w + b : xh[e];
+          const float dn = g[e] * sv[e];
+          dxh[e] = AFFINE ? dn * w : dn;
+        }
+      };
+      float q[2] = {0.f, 0.f};  // sum dxhat, sum dxhat * xhat
+      for (int64_t v = lane; v < nvec; v += ts) {
+        int64_t col;
+        int n;
+        float xh[kEpv], g[kEpv], dxh[kEpv], nrm[kEpv], sv[kEpv];
+        row_vec(v, col, n, xh, g, dxh, nrm, sv);
+#pragma unroll
+        for (int e = 0; e < kEpv; ++e) {
+          q[0] += dxh[e];
+          q[1] += dxh[e] * xh[e];
+        }
+      }
+      team_sum<2>(q, ts, red, int(phase++ & 1u));
+      const float c1 = q[0] / float(D), c2 = q[1] / float(D);
+      // Second pass over vector v: dx, the per-token dscale / dshift, and the reductions
+      // over rows into a1 / a2.
+      auto out_vec = [&](int64_t v, float(&a1)[kEpv], float(&a2)[kEpv]) {
+        int64_t col;
+        int n;
+        float xh[kEpv], g[kEpv], dxh[kEpv], nrm[kEpv], sv[kEpv], o[kEpv];
+        row_vec(v, col, n, xh, g, dxh, nrm, sv);
+#pragma unroll
+        for (int e = 0; e < kEpv; ++e) {
+          o[e] = rstd * (dxh[e] - c1 - xh[e] * c2);
+          const float ga = p.per_token ? g[e] * sv[e] : g[e];
+          a1[e] += ga;
+          a2[e] += ga * xh[e];
+        }
+        store8<T, VEC>(dx + r * p.dx_stride + col, n, o);
+        if (p.per_token) {
+          if (dscale) {
+#pragma unroll
+            for (int e = 0; e < kEpv; ++e) o[e] = g[e] * nrm[e];
+            store8<TM, VEC>(dscale + r * p.dscale_stride + col, n, o);
+          }
+          if (dshift) store8<TM, VEC>(dshift + r * p.dshift_stride + col, n, g);
+        }
+      };
+#pragma unroll
+      for (int j = 0; j < kLoopAccVecs; ++j)
+        if (lane + int64_t(j) * ts < nvec) out_vec(lane + int64_t(j) * ts, acc1[j], acc2[j]);
+      for (int64_t v = lane + int64_t(kLoopAccVecs) * ts; v < nvec; v += ts) {
+        int64_t col;
+        int n;
+        vec_cols(v, D, col, n);
+        float a1[kEpv], a2[kEpv];
+#pragma unroll
+        for (int e = 0; e < kEpv; ++e)
+          a1[e] = acc && r > r0 && e < n ? dst1[col + e] : 0.f,
+          a2[e] = acc && r > r0 && e < n ? dst2[col + e] : 0.f;
+        out_vec(v, a1, a2);
+        if (acc)
+#pragma unroll
+          for (int e = 0; e < kEpv; ++e)
+            if (e < n) dst1[col + e] = a1[e], dst2[col + e] = a2[e];
+      }
+    }
+    if (acc)
+#pragma unroll
+      for (int j = 0; j < kLoopAccVecs; ++j) {
+        const int64_t v = lane + int64_t(j) * ts;
+        if (v >= nvec) continue;
+        int64_t col;
+        int n;
+        vec_cols(v, D, col, n);
+#pragma unroll
+        for (int e = 0; e < kEpv; ++e)
+          if (e < n) dst1[col + e] = acc1[j][e], dst2[col + e] = acc2[j][e];
+      }
+  }
+}
+
 // Per-sample finalize: S1 = sum of the cps partial rows of sample g in slot p1, S2 in p2
 // (row order, 16 fixed phases). Writes dshift = S1, dscale = w S2 + b S1 and, when
 // dweight / dbias are wanted, m1 = (1 + scale) S1 and m2 = (1 + scale) S2 as fp32 [B, D]
@@ -566,7 +805,13 @@ Cfg make_cfg(const AdalnParams& p, bool bwd) {
   const int64_t nvec = (p.dim + kEpv - 1) / kEpv;
   const bool prefer1 = bwd && (p.weight || p.bias) && nvec <= kMaxTeam;
   int64_t best_waste = -1;
+  if (nvec > int64_t(kMaxTeam) * kMaxVpt) {  // looped kernels: one team of kMaxTeam a block
+    c.ts = kMaxTeam;
+    c.vpt = 0;
+    best_waste = 0;
+  }
   for (int vpt : {prefer1 ? 1 : 2, prefer1 ? 2 : 1}) {
+    if (c.vpt == 0) break;
     const int64_t raw = (nvec + vpt - 1) / vpt;
     const int64_t ts = raw <= 32 ? pow2_ceil(int(std::max<int64_t>(raw, 1))) : (raw + 31) / 32 * 32;
     if (ts > kMaxTeam) continue;
@@ -592,10 +837,6 @@ Cfg make_cfg(const AdalnParams& p, bool bwd) {
 }
 
 void check_cuda_limits(const AdalnParams& p) {
-  if (p.dim > adaln_cuda_max_dim())
-    throw std::invalid_argument("AdalnParams.dim (" + std::to_string(p.dim) +
-                                ") exceeds the CUDA kernels' limit of " +
-                                std::to_string(adaln_cuda_max_dim()));
   if (p.mod_dtype != DType::F32 && p.mod_dtype != p.x_dtype)
     throw std::invalid_argument(std::string("AdalnParams.mod_dtype (") + dtype_name(p.mod_dtype) +
                                 ") must be f32 or equal to x_dtype (" + dtype_name(p.x_dtype) +
@@ -651,7 +892,12 @@ template <typename T, typename TM>
 void launch_fwd(const Args& a, cudaStream_t st) {
   const dim3 grid(grid_for(a.c.K)), block(a.c.ts * a.c.rpb);
   const bool vec = vec_ok(a.p, false);
-  if (a.c.vpt == 2) {
+  if (a.c.vpt == 0) {
+    if (vec)
+      adaln_fwd_loop_kernel<T, TM, true><<<grid, block, 0, st>>>(a);
+    else
+      adaln_fwd_loop_kernel<T, TM, false><<<grid, block, 0, st>>>(a);
+  } else if (a.c.vpt == 2) {
     if (vec)
       adaln_fwd_kernel<T, TM, 2, true><<<grid, block, 0, st>>>(a);
     else
@@ -670,7 +916,12 @@ void launch_bwd_affine(const Args& a, cudaStream_t st) {
   const dim3 grid(grid_for(a.c.K)), block(a.c.ts * a.c.rpb);
   const size_t smem = a.c.rpb > 1 ? size_t(a.c.rpb) * size_t(a.p.dim) * sizeof(float) : 0;
   const bool vec = vec_ok(a.p, true);
-  if (a.c.vpt == 2) {
+  if (a.c.vpt == 0) {
+    if (vec)
+      adaln_bwd_loop_kernel<T, TM, true, AFFINE><<<grid, block, 0, st>>>(a);
+    else
+      adaln_bwd_loop_kernel<T, TM, false, AFFINE><<<grid, block, 0, st>>>(a);
+  } else if (a.c.vpt == 2) {
     if (vec)
       adaln_bwd_kernel<T, TM, 2, true, AFFINE><<<grid, block, smem, st>>>(a);
     else
@@ -728,7 +979,8 @@ void finalize(const float* part, int64_t nk, int64_t groups, int64_t D, void* ou
 
 }  // namespace
 
-int64_t adaln_cuda_max_dim() { return int64_t(kMaxTeam) * kMaxVpt * kEpv; }
+// No limit of the kernels' own: rows wider than 8192 take the looped kernels.
+int64_t adaln_cuda_max_dim() { return std::numeric_limits<int64_t>::max(); }
 
 void adaln_fwd_cuda(const AdalnParams& p, void* stream) {
   validate(p, AdalnPass::Fwd);

@@ -7,8 +7,9 @@
 // stream; they throw std::invalid_argument for bad params (validate() plus the limits
 // below) and std::runtime_error when a launch fails.
 //
-// Limits of the CUDA path: dim <= adaln_cuda_max_dim() (8192); mod_dtype is F32 or equal
-// to x_dtype (weight_dtype may be any). Rows may be any int64 count (grid-stride loops).
+// Limits of the CUDA path: mod_dtype is F32 or equal to x_dtype (weight_dtype may be any).
+// Any dim (rows wider than 8192 take looped kernels) and any int64 row count (grid-stride
+// loops).
 //
 // Backward workspace: call adaln_bwd_cuda_workspace_bytes(p) with the params filled in
 // (sizes, per_token and which of dscale / dshift / dweight / dbias are wanted: the
@@ -41,7 +42,8 @@ size_t adaln_bwd_cuda_workspace_bytes(const AdalnParams& p);
 // may contract or order the arithmetic differently).
 void adaln_bwd_cuda(const AdalnParams& p, void* stream);
 
-// Largest dim the CUDA kernels accept.
+// Largest dim the CUDA kernels accept: no limit of their own (INT64_MAX); kept for callers
+// that check it.
 int64_t adaln_cuda_max_dim();
 
 }  // namespace adaptiveload

@@ -196,19 +196,9 @@ void test_cuda_limits() {
   AdalnCase c = shaped(combos()[1], 1, 4, 16, 1);
   AdalnProblem pr(c);
   AdalnParams p = pr.params();
-  p.dim = adaln_cuda_max_dim() + 8;
-  p.x_stride = p.y_stride = p.dy_stride = p.dx_stride = p.scale_stride = p.shift_stride = p.dim;
-  p.dscale_stride = p.dshift_stride = p.dim;
-  bool threw = false;
-  try {
-    adaln_fwd_cuda(p, nullptr);
-  } catch (const std::invalid_argument& e) {
-    threw = std::string(e.what()).find("dim") != std::string::npos;
-  }
-  AL_CHECK(threw, "dim above the CUDA limit must throw naming dim");
-  p = pr.params();
+  AL_CHECK(adaln_cuda_max_dim() >= (int64_t(1) << 31), "any D is accepted");
   p.mod_dtype = DType::F16;  // x is bf16: mixed 16-bit types are not supported on CUDA
-  threw = false;
+  bool threw = false;
   try {
     adaln_fwd_cuda(p, nullptr);
   } catch (const std::invalid_argument& e) {
@@ -229,23 +219,31 @@ void test_cuda_limits() {
   AL_CHECK(adaln_bwd_cuda_workspace_bytes(p) == 0, "per-token without weight needs no workspace");
 }
 
-// Every D from a list of primes, powers of two and their neighbours up to the CUDA limit,
-// per-sample (3 samples) and per-token, with and without weight / bias.
+// Every D from a list of primes, powers of two and their neighbours, per-sample (3
+// samples) and per-token, with and without weight / bias. Up to 8192 a row sits in the
+// registers of one team; above it the looped kernels run (one case per D and few rows, so
+// the emulated run stays short). Past 8192 columns the backward's accumulators live in
+// the workspace instead of registers.
 void test_dims() {
   const auto cs = combos();
   const std::vector<int64_t> dims = {1,    2,    3,    5,    8,    13,   31,   32,
                                      61,   127,  257,  509,  769,  1021, 2039, 2048,
                                      4093, 4096, 4099, 6007, 8179, 8191, 8192};
+  const std::vector<int64_t> wide = g_small ? std::vector<int64_t>{12289, 16411}
+                                            : std::vector<int64_t>{8193,  8209,  12288, 12289,
+                                                                   16381, 16384, 16411, 20011};
   uint64_t seed = 900;
+  auto check = [&](const AdalnCase& c) {
+    auto r = adaln_check::check_adaln_fwd(c, run_fwd_cuda);
+    AL_CHECK(r.ok, c.name() << "\n" << r.report);
+    r = adaln_check::check_adaln_bwd(c, run_bwd_cuda);
+    AL_CHECK(r.ok, c.name() << "\n" << r.report);
+  };
   for (size_t i = 0; i < dims.size(); ++i)
-    for (size_t k = 0; k < (g_small ? 1u : 2u); ++k) {
-      const AdalnCase c =
-          shaped(cs[(i * 5 + k * 7) % cs.size()], 3, g_small ? 2 : 5, dims[i], seed++);
-      auto r = adaln_check::check_adaln_fwd(c, run_fwd_cuda);
-      AL_CHECK(r.ok, c.name() << "\n" << r.report);
-      r = adaln_check::check_adaln_bwd(c, run_bwd_cuda);
-      AL_CHECK(r.ok, c.name() << "\n" << r.report);
-    }
+    for (size_t k = 0; k < (g_small ? 1u : 2u); ++k)
+      check(shaped(cs[(i * 5 + k * 7) % cs.size()], 3, g_small ? 2 : 5, dims[i], seed++));
+  for (size_t i = 0; i < wide.size(); ++i)
+    check(shaped(cs[(i * 5 + 3) % cs.size()], g_small ? 1 : 3, 2, wide[i], seed++));
 }
 
 // A CUDA error left pending by earlier work is reported as such, not as an adaLN launch
