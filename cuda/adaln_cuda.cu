@@ -5,8 +5,9 @@
 // Layout of the work (forward and backward alike):
 //   - a "team" of ts threads owns one row at a time; each thread holds VPT vectors of 8
 //     elements of the row in registers (vector v = i * ts + lane, columns 8v .. 8v+7), so
-//     the row is read from memory exactly once; loads and stores are 128-bit when D % 8 == 0
-//     and the rows are 16-byte aligned (VEC), else predicated per element;
+//     the row is read from memory exactly once; loads and stores are 128-bit for the
+//     16-byte aligned bulk of each row and per element for its head and tail (RowMap);
+//     rows wider than 8192 are looped over by one team (adaln_*_loop_kernel);
 //   - statistics are two-pass in fp32 from registers (mean, then the corrected sum of
 //     squared deviations), reduced with warp shuffles (ts <= 32: sub-warp teams, several
 //     rows per warp) or shuffles + shared memory (ts > 32);
@@ -136,25 +137,73 @@ struct Vec8<__half> {
   }
 };
 
-// n = number of valid elements at p (<= 0: none). VEC: whole vectors are 16-byte aligned.
-template <typename T, bool VEC>
-__device__ __forceinline__ void load8(const T* p, int n, float (&v)[kEpv]) {
-  if (VEC && n >= kEpv) {
-    Vec8<T>::load(p, v);
-  } else {
-#pragma unroll
-    for (int e = 0; e < kEpv; ++e) v[e] = e < n ? to_f(p[e]) : 0.f;
+// Vector layout of every row (row_map on the host). With `vec`: the head [0, head) up to
+// the first 16-byte boundary is vector 0 (when head > 0), then come `full` whole vectors
+// (8 columns each, 16-byte aligned in every row operand: x, y / dy, dx, per-token
+// modulation and its gradients; moved 128 bits at a time), then the tail; head and tail
+// are moved element by element. That is at most one vector more than ceil(D / 8); when
+// the team lacks room for it, or the operands disagree on alignment, or a row stride is
+// not a multiple of 16 bytes, `vec` is off and vector v is columns 8v .. 8v + 7, all
+// moved element by element. count: the vectors of a row.
+struct RowMap {
+  int64_t D = 0, head = 0, full = 0, count = 0;
+  bool vec = false;
+};
+
+// Where vector v of a row lies: elements e < nv, at columns c0 + e. With m.vec, nv = 8
+// only for the whole (16-byte aligned) vectors: 128-bit accesses. Columns are 32-bit
+// (D < 2^31, adaln_cuda_max_dim): one register less per vector.
+struct VecPos {
+  int c0;
+  int nv;
+};
+__device__ __forceinline__ VecPos vec_pos(const RowMap& m, int64_t v) {
+  VecPos r;
+  if (!m.vec) {
+    const int64_t c0 = v * kEpv;
+    r.c0 = int(c0 < m.D ? c0 : m.D);
+    r.nv = int(m.D - c0 <= 0 ? 0 : (m.D - c0 < kEpv ? m.D - c0 : kEpv));
+    return r;
   }
+  const int64_t h1 = m.head > 0 ? 1 : 0, w = v - h1;
+  if (w < 0) {  // the head
+    r.c0 = 0;
+    r.nv = int(m.head);
+  } else if (w < m.full) {
+    r.c0 = int(m.head + w * kEpv);
+    r.nv = kEpv;
+  } else {  // the tail, then nothing
+    r.c0 = int(m.head + m.full * kEpv);
+    r.nv = w == m.full ? int(m.D - r.c0) : 0;
+  }
+  return r;
 }
-template <typename T, bool VEC>
-__device__ __forceinline__ void store8(T* p, int n, const float (&v)[kEpv]) {
-  if (VEC && n >= kEpv) {
-    Vec8<T>::store(p, v);
-  } else {
-#pragma unroll
-    for (int e = 0; e < kEpv; ++e)
-      if (e < n) p[e] = from_f<T>(v[e]);
+__device__ __forceinline__ int64_t col_at(const RowMap&, const VecPos& v, int e) {
+  return int64_t(v.c0) + e;
+}
+
+// Vector v of the row at `row`; zeros outside the row or when !valid. vec: RowMap::vec.
+template <typename T>
+__device__ __forceinline__ void load_vec(const T* row, bool vec, const VecPos& v, bool valid,
+                                         float (&o)[kEpv]) {
+  if (valid && vec && v.nv == kEpv) {
+    Vec8<T>::load(row + v.c0, o);
+    return;
   }
+  const int n = valid ? v.nv : 0;
+#pragma unroll
+  for (int e = 0; e < kEpv; ++e) o[e] = e < n ? to_f(row[v.c0 + e]) : 0.f;
+}
+template <typename T>
+__device__ __forceinline__ void store_vec(T* row, bool vec, const VecPos& v,
+                                          const float (&o)[kEpv]) {
+  if (vec && v.nv == kEpv) {
+    Vec8<T>::store(row + v.c0, o);
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < kEpv; ++e)
+    if (e < v.nv) row[v.c0 + e] = from_f<T>(o[e]);
 }
 
 // ---------------------------------------------------------------- team reductions
@@ -203,6 +252,7 @@ struct Args {
   AdalnParams p;
   Cfg c;
   int64_t off_s, off_t, off_w, off_b;  // workspace slots (floats), -1 = absent
+  RowMap m;
 };
 
 // Rows [r0, r1) of chunk k.
@@ -216,7 +266,7 @@ __device__ __forceinline__ void chunk_rows(const Cfg& c, int64_t k, int64_t& grp
 
 // ---------------------------------------------------------------- forward
 
-template <typename T, typename TM, int VPT, bool VEC>
+template <typename T, typename TM, int VPT>
 __global__ void __launch_bounds__(kMaxTeam) adaln_fwd_kernel(const Args a) {
   const AdalnParams& p = a.p;
   const Cfg& c = a.c;
@@ -227,13 +277,10 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_fwd_kernel(const Args a) {
   T* y = static_cast<T*>(p.y);
   const TM* scale = static_cast<const TM*>(p.scale);
   const TM* shift = static_cast<const TM*>(p.shift);
-  int64_t col[VPT];
-  int nv[VPT];
+  const RowMap& rm = a.m;
+  VecPos vp[VPT];  // this thread's vectors of the row
 #pragma unroll
-  for (int i = 0; i < VPT; ++i) {
-    col[i] = int64_t(i * ts + lane) * kEpv;
-    nv[i] = D - col[i] < kEpv ? int(D - col[i]) : kEpv;  // <= 0: beyond the row
-  }
+  for (int i = 0; i < VPT; ++i) vp[i] = vec_pos(rm, int64_t(i) * ts + lane);
   // Per-sample: y = xhat * A + B, A = w (1 + s), B = b (1 + s) + t, folded once per chunk.
   // Per-token: A = w, B = b, and the modulation is applied per row.
   float A[VPT][kEpv], B[VPT][kEpv];
@@ -244,13 +291,14 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_fwd_kernel(const Args a) {
     for (int i = 0; i < VPT; ++i)
 #pragma unroll
       for (int e = 0; e < kEpv; ++e) {
-        const int64_t j = col[i] + e;
+        const int64_t j = col_at(rm, vp[i], e);
+        const bool in = e < vp[i].nv;
         float w = 1.f, b = 0.f;
-        if (e < nv[i]) {
+        if (in) {
           if (p.weight) w = ld_any(p.weight, p.weight_dtype, j);
           if (p.bias) b = ld_any(p.bias, p.weight_dtype, j);
         }
-        if (!p.per_token && e < nv[i]) {
+        if (!p.per_token && in) {
           const float s1 = 1.f + to_f(scale[grp * p.scale_stride + j]);
           A[i][e] = w * s1;
           B[i][e] = b * s1 + to_f(shift[grp * p.shift_stride + j]);
@@ -266,7 +314,7 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_fwd_kernel(const Args a) {
       float s[1] = {0.f};
 #pragma unroll
       for (int i = 0; i < VPT; ++i) {
-        load8<T, VEC>(x + r * p.x_stride + col[i], valid ? nv[i] : 0, v[i]);
+        load_vec<T>(x + r * p.x_stride, rm.vec, vp[i], valid, v[i]);
 #pragma unroll
         for (int e = 0; e < kEpv; ++e) s[0] += v[i][e];
       }
@@ -277,7 +325,7 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_fwd_kernel(const Args a) {
       for (int i = 0; i < VPT; ++i)
 #pragma unroll
         for (int e = 0; e < kEpv; ++e) {
-          const float d = e < nv[i] ? v[i][e] - m : 0.f;
+          const float d = e < vp[i].nv ? v[i][e] - m : 0.f;
           q[0] += d;
           q[1] += d * d;
         }
@@ -295,8 +343,8 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_fwd_kernel(const Args a) {
         float o[kEpv];
         if (p.per_token) {
           float sv[kEpv], tv[kEpv];
-          load8<TM, VEC>(scale + r * p.scale_stride + col[i], nv[i], sv);
-          load8<TM, VEC>(shift + r * p.shift_stride + col[i], nv[i], tv);
+          load_vec<TM>(scale + r * p.scale_stride, rm.vec, vp[i], true, sv);
+          load_vec<TM>(shift + r * p.shift_stride, rm.vec, vp[i], true, tv);
 #pragma unroll
           for (int e = 0; e < kEpv; ++e)
             o[e] = ((v[i][e] - m - cm) * rstd * A[i][e] + B[i][e]) * (1.f + sv[e]) + tv[e];
@@ -304,7 +352,7 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_fwd_kernel(const Args a) {
 #pragma unroll
           for (int e = 0; e < kEpv; ++e) o[e] = (v[i][e] - m - cm) * rstd * A[i][e] + B[i][e];
         }
-        store8<T, VEC>(y + r * p.y_stride + col[i], nv[i], o);
+        store_vec<T>(y + r * p.y_stride, rm.vec, vp[i], o);
       }
     }
   }
@@ -312,7 +360,7 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_fwd_kernel(const Args a) {
 
 // ---------------------------------------------------------------- backward
 
-template <typename T, typename TM, int VPT, bool VEC, bool AFFINE>
+template <typename T, typename TM, int VPT, bool AFFINE>
 __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
   const AdalnParams& p = a.p;
   const Cfg& c = a.c;
@@ -328,13 +376,10 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
   TM* dshift = static_cast<TM*>(p.dshift);
   float* ws = static_cast<float*>(p.workspace);
   const bool acc = a.off_s >= 0;  // row reductions wanted (see ws_layout)
-  int64_t col[VPT];
-  int nv[VPT];
+  const RowMap& rm = a.m;
+  VecPos vp[VPT];  // this thread's vectors of the row
 #pragma unroll
-  for (int i = 0; i < VPT; ++i) {
-    col[i] = int64_t(i * ts + lane) * kEpv;
-    nv[i] = D - col[i] < kEpv ? int(D - col[i]) : kEpv;
-  }
+  for (int i = 0; i < VPT; ++i) vp[i] = vec_pos(rm, int64_t(i) * ts + lane);
   // Weight, bias and the sample's 1 + scale stay in registers with one vector a thread.
   // With two, they do not fit beside the accumulators under the 128-register cap of 512
   // threads (ptxas spilled 520-570 bytes), so they are re-read for every row from the
@@ -343,9 +388,10 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
   auto load_wb = [&](int i, float(&wv)[kEpv], float(&bv)[kEpv]) {
 #pragma unroll
     for (int e = 0; e < kEpv; ++e) {
-      const bool in = e < nv[i];
-      wv[e] = in && p.weight ? ld_any(p.weight, p.weight_dtype, col[i] + e) : 1.f;
-      bv[e] = in && p.bias ? ld_any(p.bias, p.weight_dtype, col[i] + e) : 0.f;
+      const bool in = e < vp[i].nv;
+      const int64_t j = col_at(rm, vp[i], e);
+      wv[e] = in && p.weight ? ld_any(p.weight, p.weight_dtype, j) : 1.f;
+      bv[e] = in && p.bias ? ld_any(p.bias, p.weight_dtype, j) : 0.f;
     }
   };
   float w[kRegs ? VPT : 1][kEpv], b[kRegs ? VPT : 1][kEpv];
@@ -368,8 +414,8 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
 #pragma unroll
       for (int e = 0; e < kEpv; ++e) {
         if constexpr (kRegs)
-          s1[i][e] = (!p.per_token && e < nv[i])
-                         ? 1.f + to_f(scale[grp * p.scale_stride + col[i] + e])
+          s1[i][e] = (!p.per_token && (e < vp[i].nv))
+                         ? 1.f + to_f(scale[grp * p.scale_stride + col_at(rm, vp[i], e)])
                          : 0.f;
         acc1[i][e] = acc2[i][e] = 0.f;
       }
@@ -380,9 +426,9 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
       float xh[VPT][kEpv], g[VPT][kEpv], dxh[VPT][kEpv];
       float q[2] = {0.f, 0.f};  // sum dxhat, sum dxhat * xhat
       // 1 + scale and weight / bias of vector i of row r
-      auto mod = [&](int i, int n, float(&sv)[kEpv], float(&wv)[kEpv], float(&bv)[kEpv]) {
+      auto mod = [&](int i, bool ok, float(&sv)[kEpv], float(&wv)[kEpv], float(&bv)[kEpv]) {
         if (p.per_token) {
-          load8<TM, VEC>(scale + r * p.scale_stride + col[i], n, sv);
+          load_vec<TM>(scale + r * p.scale_stride, rm.vec, vp[i], ok, sv);
 #pragma unroll
           for (int e = 0; e < kEpv; ++e) sv[e] += 1.f;
         } else if constexpr (kRegs) {
@@ -391,7 +437,9 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
         } else {
 #pragma unroll
           for (int e = 0; e < kEpv; ++e)
-            sv[e] = e < nv[i] ? 1.f + to_f(scale[grp * p.scale_stride + col[i] + e]) : 0.f;
+            sv[e] = e < vp[i].nv
+                        ? 1.f + to_f(scale[grp * p.scale_stride + col_at(rm, vp[i], e)])
+                        : 0.f;
         }
         if constexpr (AFFINE && kRegs) {
 #pragma unroll
@@ -402,15 +450,14 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
       };
 #pragma unroll
       for (int i = 0; i < VPT; ++i) {
-        const int n = valid ? nv[i] : 0;
         float xv[kEpv], sv[kEpv], wv[kEpv], bv[kEpv];
-        load8<T, VEC>(x + r * p.x_stride + col[i], n, xv);
-        load8<T, VEC>(dy + r * p.dy_stride + col[i], n, g[i]);
-        mod(i, n, sv, wv, bv);
+        load_vec<T>(x + r * p.x_stride, rm.vec, vp[i], valid, xv);
+        load_vec<T>(dy + r * p.dy_stride, rm.vec, vp[i], valid, g[i]);
+        mod(i, valid, sv, wv, bv);
         float nrm[kEpv];
 #pragma unroll
         for (int e = 0; e < kEpv; ++e) {
-          xh[i][e] = e < n ? (xv[e] - mean) * rstd : 0.f;
+          xh[i][e] = e < vp[i].nv ? (xv[e] - mean) * rstd : 0.f;  // 0 too when !valid
           nrm[e] = AFFINE ? xh[i][e] * wv[e] + bv[e] : xh[i][e];
           const float dn = g[i][e] * sv[e];
           dxh[i][e] = AFFINE ? dn * wv[e] : dn;
@@ -422,14 +469,14 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
             acc2[i][e] += ga * xh[i][e];
           }
         }
-        if (p.per_token && n > 0) {
+        if (p.per_token && valid) {
           float o[kEpv];
           if (dscale) {
 #pragma unroll
             for (int e = 0; e < kEpv; ++e) o[e] = g[i][e] * nrm[e];
-            store8<TM, VEC>(dscale + r * p.dscale_stride + col[i], n, o);
+            store_vec<TM>(dscale + r * p.dscale_stride, rm.vec, vp[i], o);
           }
-          if (dshift) store8<TM, VEC>(dshift + r * p.dshift_stride + col[i], n, g[i]);
+          if (dshift) store_vec<TM>(dshift + r * p.dshift_stride, rm.vec, vp[i], g[i]);
         }
       }
       team_sum<2>(q, ts, red, int(phase++ & 1u));
@@ -440,7 +487,7 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
         float o[kEpv];
 #pragma unroll
         for (int e = 0; e < kEpv; ++e) o[e] = rstd * (dxh[i][e] - c1 - xh[i][e] * c2);
-        store8<T, VEC>(dx + r * p.dx_stride + col[i], nv[i], o);
+        store_vec<T>(dx + r * p.dx_stride, rm.vec, vp[i], o);
       }
     }
     // One partial row per chunk and slot: teams combine in team order.
@@ -452,7 +499,7 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
         for (int i = 0; i < VPT; ++i)
 #pragma unroll
           for (int e = 0; e < kEpv; ++e)
-            if (e < nv[i]) dst[col[i] + e] = acc[i][e];
+            if (e < vp[i].nv) dst[col_at(rm, vp[i], e)] = acc[i][e];
         return;
       }
       __syncthreads();
@@ -460,7 +507,7 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
       for (int i = 0; i < VPT; ++i)
 #pragma unroll
         for (int e = 0; e < kEpv; ++e)
-          if (e < nv[i]) part[team * D + col[i] + e] = acc[i][e];
+          if (e < vp[i].nv) part[team * D + col_at(rm, vp[i], e)] = acc[i][e];
       __syncthreads();
       for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
         float s = 0.f;
@@ -485,50 +532,42 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
 // operand, so the re-reads are meant to hit L1 / L2 (as Apex's layer norm does), not DRAM.
 // Modulation, weight and bias are re-read per row and pass for the same reason.
 
-// Columns [col, col + n) of vector v of a row of D.
-__device__ __forceinline__ void vec_cols(int64_t v, int64_t D, int64_t& col, int& n) {
-  col = v * kEpv;
-  n = D - col < kEpv ? int(D - col) : kEpv;
-}
-
-template <typename T, typename TM, bool VEC>
+template <typename T, typename TM>
 __global__ void __launch_bounds__(kMaxTeam) adaln_fwd_loop_kernel(const Args a) {
   const AdalnParams& p = a.p;
   const Cfg& c = a.c;
   __shared__ float red[2][32][2];
   const int ts = c.ts, lane = threadIdx.x;
-  const int64_t D = p.dim, nvec = (D + kEpv - 1) / kEpv;
+  const int64_t D = p.dim, nvec = a.m.count;
   const T* x = static_cast<const T*>(p.x);
   T* y = static_cast<T*>(p.y);
   const TM* scale = static_cast<const TM*>(p.scale);
   const TM* shift = static_cast<const TM*>(p.shift);
+  const RowMap& rm = a.m;
   for (int64_t k = blockIdx.x; k < c.K; k += gridDim.x) {
     int64_t grp, r0, r1;
     chunk_rows(c, k, grp, r0, r1);
     for (int64_t r = r0; r < r1; ++r) {  // rpb = 1: the block is the row's team
       const T* xr = x + r * p.x_stride;
       float s[1] = {0.f};
+#pragma unroll 1
       for (int64_t v = lane; v < nvec; v += ts) {
-        int64_t col;
-        int n;
-        vec_cols(v, D, col, n);
         float xv[kEpv];
-        load8<T, VEC>(xr + col, n, xv);
+        load_vec<T>(xr, rm.vec, vec_pos(rm, v), true, xv);
 #pragma unroll
         for (int e = 0; e < kEpv; ++e) s[0] += xv[e];
       }
       team_sum<1>(s, ts, reinterpret_cast<float(*)[32][1]>(red), 0);
       const float m = s[0] / float(D);
       float q[2] = {0.f, 0.f};  // sum(x - m), sum((x - m)^2)
+#pragma unroll 1
       for (int64_t v = lane; v < nvec; v += ts) {
-        int64_t col;
-        int n;
-        vec_cols(v, D, col, n);
         float xv[kEpv];
-        load8<T, VEC>(xr + col, n, xv);
+        const VecPos vp = vec_pos(rm, v);
+        load_vec<T>(xr, rm.vec, vp, true, xv);
 #pragma unroll
         for (int e = 0; e < kEpv; ++e) {
-          const float d = e < n ? xv[e] - m : 0.f;
+          const float d = e < vp.nv ? xv[e] - m : 0.f;
           q[0] += d;
           q[1] += d * d;
         }
@@ -541,35 +580,36 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_fwd_loop_kernel(const Args a) 
         p.mean[r] = m + cm;
         p.rstd[r] = rstd;
       }
+#pragma unroll 1
       for (int64_t v = lane; v < nvec; v += ts) {
-        int64_t col;
-        int n;
-        vec_cols(v, D, col, n);
         float xv[kEpv], o[kEpv];
-        load8<T, VEC>(xr + col, n, xv);
+        const VecPos vp = vec_pos(rm, v);
+        load_vec<T>(xr, rm.vec, vp, true, xv);
         if (p.per_token) {
           float sv[kEpv], tv[kEpv];
-          load8<TM, VEC>(scale + r * p.scale_stride + col, n, sv);
-          load8<TM, VEC>(shift + r * p.shift_stride + col, n, tv);
+          load_vec<TM>(scale + r * p.scale_stride, rm.vec, vp, true, sv);
+          load_vec<TM>(shift + r * p.shift_stride, rm.vec, vp, true, tv);
 #pragma unroll
           for (int e = 0; e < kEpv; ++e) {
-            const bool in = e < n;
-            const float w = in && p.weight ? ld_any(p.weight, p.weight_dtype, col + e) : 1.f;
-            const float b = in && p.bias ? ld_any(p.bias, p.weight_dtype, col + e) : 0.f;
+            const int64_t j = col_at(rm, vp, e);
+            const bool in = e < vp.nv;
+            const float w = in && p.weight ? ld_any(p.weight, p.weight_dtype, j) : 1.f;
+            const float b = in && p.bias ? ld_any(p.bias, p.weight_dtype, j) : 0.f;
             o[e] = ((xv[e] - m - cm) * rstd * w + b) * (1.f + sv[e]) + tv[e];
           }
         } else {
 #pragma unroll
           for (int e = 0; e < kEpv; ++e) {
-            const bool in = e < n;
-            const float w = in && p.weight ? ld_any(p.weight, p.weight_dtype, col + e) : 1.f;
-            const float b = in && p.bias ? ld_any(p.bias, p.weight_dtype, col + e) : 0.f;
-            const float s1 = in ? 1.f + to_f(scale[grp * p.scale_stride + col + e]) : 0.f;
-            const float t = in ? to_f(shift[grp * p.shift_stride + col + e]) : 0.f;
+            const int64_t j = col_at(rm, vp, e);
+            const bool in = e < vp.nv;
+            const float w = in && p.weight ? ld_any(p.weight, p.weight_dtype, j) : 1.f;
+            const float b = in && p.bias ? ld_any(p.bias, p.weight_dtype, j) : 0.f;
+            const float s1 = in ? 1.f + to_f(scale[grp * p.scale_stride + j]) : 0.f;
+            const float t = in ? to_f(shift[grp * p.shift_stride + j]) : 0.f;
             o[e] = (xv[e] - m - cm) * rstd * (w * s1) + (b * s1 + t);
           }
         }
-        store8<T, VEC>(y + r * p.y_stride + col, n, o);
+        store_vec<T>(y + r * p.y_stride, rm.vec, vp, o);
       }
     }
   }
@@ -581,15 +621,16 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_fwd_loop_kernel(const Args a) 
 // 8 bytes a column and row that is meant to stay in L2 (each column has one owner thread
 // for the whole chunk: no atomics, a fixed order). 3 or 4 vectors spilled (ptxas, sm_80:
 // 8-216 bytes).
-constexpr int kLoopAccVecs = 2;
+template <bool AFFINE>
+constexpr int kLoopAccVecs = AFFINE ? 1 : 2;
 
-template <typename T, typename TM, bool VEC, bool AFFINE>
+template <typename T, typename TM, bool AFFINE>
 __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_loop_kernel(const Args a) {
   const AdalnParams& p = a.p;
   const Cfg& c = a.c;
   __shared__ float red[2][32][2];
   const int ts = c.ts, lane = threadIdx.x;
-  const int64_t D = p.dim, nvec = (D + kEpv - 1) / kEpv;
+  const int64_t D = p.dim, nvec = a.m.count;
   const T* x = static_cast<const T*>(p.x);
   const T* dy = static_cast<const T*>(p.dy);
   T* dx = static_cast<T*>(p.dx);
@@ -598,42 +639,44 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_loop_kernel(const Args a) 
   TM* dshift = static_cast<TM*>(p.dshift);
   float* ws = static_cast<float*>(p.workspace);
   const bool acc = a.off_s >= 0;
+  const RowMap& rm = a.m;
   unsigned phase = 0;
   for (int64_t k = blockIdx.x; k < c.K; k += gridDim.x) {
     int64_t grp, r0, r1;
     chunk_rows(c, k, grp, r0, r1);
     float* dst1 = acc ? ws + a.off_t + k * D : nullptr;  // sum g, this chunk
     float* dst2 = acc ? ws + a.off_s + k * D : nullptr;  // sum g * xhat
-    float acc1[kLoopAccVecs][kEpv], acc2[kLoopAccVecs][kEpv];
+    float acc1[kLoopAccVecs<AFFINE>][kEpv], acc2[kLoopAccVecs<AFFINE>][kEpv];
 #pragma unroll
-    for (int j = 0; j < kLoopAccVecs; ++j)
+    for (int j = 0; j < kLoopAccVecs<AFFINE>; ++j)
 #pragma unroll
       for (int e = 0; e < kEpv; ++e) acc1[j][e] = acc2[j][e] = 0.f;
     for (int64_t r = r0; r < r1; ++r) {
       const float mean = p.mean[r], rstd = p.rstd[r];
       // xhat, g and dxhat of vector v (g = dy; sv = 1 + scale; nrm = xhat w + b)
-      auto row_vec = [&](int64_t v, int64_t& col, int& n, float(&xh)[kEpv], float(&g)[kEpv],
-                         float(&dxh)[kEpv], float(&nrm)[kEpv], float(&sv)[kEpv]) {
-        vec_cols(v, D, col, n);
+      auto row_vec = [&](int64_t v, float(&xh)[kEpv], float(&g)[kEpv], float(&dxh)[kEpv],
+                         float(&nrm)[kEpv], float(&sv)[kEpv]) {
         float xv[kEpv];
-        load8<T, VEC>(x + r * p.x_stride + col, n, xv);
-        load8<T, VEC>(dy + r * p.dy_stride + col, n, g);
+        const VecPos vp = vec_pos(rm, v);
+        load_vec<T>(x + r * p.x_stride, rm.vec, vp, true, xv);
+        load_vec<T>(dy + r * p.dy_stride, rm.vec, vp, true, g);
         if (p.per_token) {
-          load8<TM, VEC>(scale + r * p.scale_stride + col, n, sv);
+          load_vec<TM>(scale + r * p.scale_stride, rm.vec, vp, true, sv);
 #pragma unroll
           for (int e = 0; e < kEpv; ++e) sv[e] += 1.f;
         } else {
 #pragma unroll
           for (int e = 0; e < kEpv; ++e)
-            sv[e] = e < n ? 1.f + to_f(scale[grp * p.scale_stride + col + e]) : 0.f;
+            sv[e] = e < vp.nv ? 1.f + to_f(scale[grp * p.scale_stride + col_at(rm, vp, e)]) : 0.f;
         }
 #pragma unroll
         for (int e = 0; e < kEpv; ++e) {
-          const bool in = e < n;
+          const int64_t j = col_at(rm, vp, e);
+          const bool in = e < vp.nv;
           float w = 1.f, b = 0.f;
           if (AFFINE) {
-            w = in && p.weight ? ld_any(p.weight, p.weight_dtype, col + e) : 1.f;
-            b = in && p.bias ? ld_any(p.bias, p.weight_dtype, col + e) : 0.f;
+            w = in && p.weight ? ld_any(p.weight, p.weight_dtype, j) : 1.f;
+            b = in && p.bias ? ld_any(p.bias, p.weight_dtype, j) : 0.f;
           }
           xh[e] = in ? (xv[e] - mean) * rstd : 0.f;
           nrm[e] = AFFINE ? xh[e] * w + b : xh[e];
@@ -642,11 +685,10 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_loop_kernel(const Args a) 
         }
       };
       float q[2] = {0.f, 0.f};  // sum dxhat, sum dxhat * xhat
+#pragma unroll 1
       for (int64_t v = lane; v < nvec; v += ts) {
-        int64_t col;
-        int n;
         float xh[kEpv], g[kEpv], dxh[kEpv], nrm[kEpv], sv[kEpv];
-        row_vec(v, col, n, xh, g, dxh, nrm, sv);
+        row_vec(v, xh, g, dxh, nrm, sv);
 #pragma unroll
         for (int e = 0; e < kEpv; ++e) {
           q[0] += dxh[e];
@@ -658,10 +700,8 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_loop_kernel(const Args a) 
       // Second pass over vector v: dx, the per-token dscale / dshift, and the reductions
       // over rows into a1 / a2.
       auto out_vec = [&](int64_t v, float(&a1)[kEpv], float(&a2)[kEpv]) {
-        int64_t col;
-        int n;
         float xh[kEpv], g[kEpv], dxh[kEpv], nrm[kEpv], sv[kEpv], o[kEpv];
-        row_vec(v, col, n, xh, g, dxh, nrm, sv);
+        row_vec(v, xh, g, dxh, nrm, sv);
 #pragma unroll
         for (int e = 0; e < kEpv; ++e) {
           o[e] = rstd * (dxh[e] - c1 - xh[e] * c2);
@@ -669,46 +709,44 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_loop_kernel(const Args a) 
           a1[e] += ga;
           a2[e] += ga * xh[e];
         }
-        store8<T, VEC>(dx + r * p.dx_stride + col, n, o);
+        const VecPos vp = vec_pos(rm, v);
+        store_vec<T>(dx + r * p.dx_stride, rm.vec, vp, o);
         if (p.per_token) {
           if (dscale) {
 #pragma unroll
             for (int e = 0; e < kEpv; ++e) o[e] = g[e] * nrm[e];
-            store8<TM, VEC>(dscale + r * p.dscale_stride + col, n, o);
+            store_vec<TM>(dscale + r * p.dscale_stride, rm.vec, vp, o);
           }
-          if (dshift) store8<TM, VEC>(dshift + r * p.dshift_stride + col, n, g);
+          if (dshift) store_vec<TM>(dshift + r * p.dshift_stride, rm.vec, vp, g);
         }
       };
 #pragma unroll
-      for (int j = 0; j < kLoopAccVecs; ++j)
+      for (int j = 0; j < kLoopAccVecs<AFFINE>; ++j)
         if (lane + int64_t(j) * ts < nvec) out_vec(lane + int64_t(j) * ts, acc1[j], acc2[j]);
-      for (int64_t v = lane + int64_t(kLoopAccVecs) * ts; v < nvec; v += ts) {
-        int64_t col;
-        int n;
-        vec_cols(v, D, col, n);
+#pragma unroll 1
+      for (int64_t v = lane + int64_t(kLoopAccVecs<AFFINE>) * ts; v < nvec; v += ts) {
         float a1[kEpv], a2[kEpv];
+        const VecPos vp = vec_pos(rm, v);
 #pragma unroll
-        for (int e = 0; e < kEpv; ++e)
-          a1[e] = acc && r > r0 && e < n ? dst1[col + e] : 0.f,
-          a2[e] = acc && r > r0 && e < n ? dst2[col + e] : 0.f;
+        for (int e = 0; e < kEpv; ++e) {
+          const bool in = acc && r > r0 && e < vp.nv;
+          a1[e] = in ? dst1[col_at(rm, vp, e)] : 0.f;
+          a2[e] = in ? dst2[col_at(rm, vp, e)] : 0.f;
+        }
         out_vec(v, a1, a2);
         if (acc)
 #pragma unroll
           for (int e = 0; e < kEpv; ++e)
-            if (e < n) dst1[col + e] = a1[e], dst2[col + e] = a2[e];
+            if (e < vp.nv) dst1[col_at(rm, vp, e)] = a1[e], dst2[col_at(rm, vp, e)] = a2[e];
       }
     }
     if (acc)
 #pragma unroll
-      for (int j = 0; j < kLoopAccVecs; ++j) {
-        const int64_t v = lane + int64_t(j) * ts;
-        if (v >= nvec) continue;
-        int64_t col;
-        int n;
-        vec_cols(v, D, col, n);
+      for (int j = 0; j < kLoopAccVecs<AFFINE>; ++j) {
+        const VecPos vp = vec_pos(rm, lane + int64_t(j) * ts);
 #pragma unroll
         for (int e = 0; e < kEpv; ++e)
-          if (e < n) dst1[col + e] = acc1[j][e], dst2[col + e] = acc2[j][e];
+          if (e < vp.nv) dst1[col_at(rm, vp, e)] = acc1[j][e], dst2[col_at(rm, vp, e)] = acc2[j][e];
       }
   }
 }
@@ -837,33 +875,49 @@ Cfg make_cfg(const AdalnParams& p, bool bwd) {
 }
 
 void check_cuda_limits(const AdalnParams& p) {
+  if (p.dim > adaln_cuda_max_dim())
+    throw std::invalid_argument("AdalnParams.dim (" + std::to_string(p.dim) +
+                                ") exceeds the CUDA kernels' limit of " +
+                                std::to_string(adaln_cuda_max_dim()) + " (32-bit columns)");
   if (p.mod_dtype != DType::F32 && p.mod_dtype != p.x_dtype)
     throw std::invalid_argument(std::string("AdalnParams.mod_dtype (") + dtype_name(p.mod_dtype) +
                                 ") must be f32 or equal to x_dtype (" + dtype_name(p.x_dtype) +
                                 ") for the CUDA kernels");
 }
 
-bool aligned16(const void* ptr, int64_t stride, size_t es) {
-  return ptr == nullptr ||
-         (reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (stride * int64_t(es)) % 16 == 0);
-}
-
-bool vec_ok(const AdalnParams& p, bool bwd) {
-  if (p.dim % kEpv != 0) return false;
+// The vector layout of the rows (RowMap): the head is where x's rows reach a 16-byte
+// boundary; every other row operand must reach one at the same column and every row
+// stride must be a multiple of 16 bytes, else no vector is whole (all ragged).
+RowMap row_map(const AdalnParams& p, const Cfg& c, bool bwd) {
+  RowMap m;
+  m.D = p.dim;
+  m.count = (p.dim + kEpv - 1) / kEpv;
   const size_t es = dtype_size(p.x_dtype), em = dtype_size(p.mod_dtype);
-  bool ok = aligned16(p.x, p.x_stride, es);
+  const uintptr_t ax = reinterpret_cast<uintptr_t>(p.x);
+  if (ax % es != 0) return m;
+  const int64_t head = std::min<int64_t>(int64_t((16 - ax % 16) % 16 / es), p.dim);
+  auto ok = [&](const void* ptr, int64_t stride, size_t sz) {
+    return ptr == nullptr || ((reinterpret_cast<uintptr_t>(ptr) + uintptr_t(head) * sz) % 16 == 0 &&
+                              (stride * int64_t(sz)) % 16 == 0);
+  };
+  bool all = ok(p.x, p.x_stride, es);
   if (bwd)
-    ok = ok && aligned16(p.dy, p.dy_stride, es) && aligned16(p.dx, p.dx_stride, es);
+    all = all && ok(p.dy, p.dy_stride, es) && ok(p.dx, p.dx_stride, es);
   else
-    ok = ok && aligned16(p.y, p.y_stride, es);
+    all = all && ok(p.y, p.y_stride, es);
   if (p.per_token) {
-    ok = ok && aligned16(p.scale, p.scale_stride, em);
-    if (!bwd) ok = ok && aligned16(p.shift, p.shift_stride, em);
-    if (bwd)
-      ok = ok && aligned16(p.dscale, p.dscale_stride, em) &&
-           aligned16(p.dshift, p.dshift_stride, em);
+    all = all && ok(p.scale, p.scale_stride, em);
+    if (!bwd) all = all && ok(p.shift, p.shift_stride, em);
+    if (bwd) all = all && ok(p.dscale, p.dscale_stride, em) && ok(p.dshift, p.dshift_stride, em);
   }
-  return ok;
+  const int64_t full = (p.dim - head) / kEpv;
+  const int64_t count = (head > 0) + full + (p.dim - head - full * kEpv > 0);
+  if (!all || (c.vpt > 0 && count > int64_t(c.ts) * c.vpt)) return m;
+  m.vec = true;
+  m.head = head;
+  m.full = full;
+  m.count = count;
+  return m;
 }
 
 // Workspace slot offsets (floats); returns the total floats. off_t / off_s: the kernel's
@@ -891,23 +945,12 @@ int grid_for(int64_t K) { return int(std::min<int64_t>(K, int64_t(1) << 30)); }
 template <typename T, typename TM>
 void launch_fwd(const Args& a, cudaStream_t st) {
   const dim3 grid(grid_for(a.c.K)), block(a.c.ts * a.c.rpb);
-  const bool vec = vec_ok(a.p, false);
-  if (a.c.vpt == 0) {
-    if (vec)
-      adaln_fwd_loop_kernel<T, TM, true><<<grid, block, 0, st>>>(a);
-    else
-      adaln_fwd_loop_kernel<T, TM, false><<<grid, block, 0, st>>>(a);
-  } else if (a.c.vpt == 2) {
-    if (vec)
-      adaln_fwd_kernel<T, TM, 2, true><<<grid, block, 0, st>>>(a);
-    else
-      adaln_fwd_kernel<T, TM, 2, false><<<grid, block, 0, st>>>(a);
-  } else {
-    if (vec)
-      adaln_fwd_kernel<T, TM, 1, true><<<grid, block, 0, st>>>(a);
-    else
-      adaln_fwd_kernel<T, TM, 1, false><<<grid, block, 0, st>>>(a);
-  }
+  if (a.c.vpt == 0)
+    adaln_fwd_loop_kernel<T, TM><<<grid, block, 0, st>>>(a);
+  else if (a.c.vpt == 2)
+    adaln_fwd_kernel<T, TM, 2><<<grid, block, 0, st>>>(a);
+  else
+    adaln_fwd_kernel<T, TM, 1><<<grid, block, 0, st>>>(a);
   check_launch("forward kernel");
 }
 
@@ -915,23 +958,12 @@ template <typename T, typename TM, bool AFFINE>
 void launch_bwd_affine(const Args& a, cudaStream_t st) {
   const dim3 grid(grid_for(a.c.K)), block(a.c.ts * a.c.rpb);
   const size_t smem = a.c.rpb > 1 ? size_t(a.c.rpb) * size_t(a.p.dim) * sizeof(float) : 0;
-  const bool vec = vec_ok(a.p, true);
-  if (a.c.vpt == 0) {
-    if (vec)
-      adaln_bwd_loop_kernel<T, TM, true, AFFINE><<<grid, block, 0, st>>>(a);
-    else
-      adaln_bwd_loop_kernel<T, TM, false, AFFINE><<<grid, block, 0, st>>>(a);
-  } else if (a.c.vpt == 2) {
-    if (vec)
-      adaln_bwd_kernel<T, TM, 2, true, AFFINE><<<grid, block, smem, st>>>(a);
-    else
-      adaln_bwd_kernel<T, TM, 2, false, AFFINE><<<grid, block, smem, st>>>(a);
-  } else {
-    if (vec)
-      adaln_bwd_kernel<T, TM, 1, true, AFFINE><<<grid, block, smem, st>>>(a);
-    else
-      adaln_bwd_kernel<T, TM, 1, false, AFFINE><<<grid, block, smem, st>>>(a);
-  }
+  if (a.c.vpt == 0)
+    adaln_bwd_loop_kernel<T, TM, AFFINE><<<grid, block, 0, st>>>(a);
+  else if (a.c.vpt == 2)
+    adaln_bwd_kernel<T, TM, 2, AFFINE><<<grid, block, smem, st>>>(a);
+  else
+    adaln_bwd_kernel<T, TM, 1, AFFINE><<<grid, block, smem, st>>>(a);
   check_launch("backward kernel");
 }
 
@@ -979,15 +1011,16 @@ void finalize(const float* part, int64_t nk, int64_t groups, int64_t D, void* ou
 
 }  // namespace
 
-// No limit of the kernels' own: rows wider than 8192 take the looped kernels.
-int64_t adaln_cuda_max_dim() { return std::numeric_limits<int64_t>::max(); }
+// Rows wider than 8192 take the looped kernels; columns are 32-bit in the kernels.
+int64_t adaln_cuda_max_dim() { return std::numeric_limits<int32_t>::max() - kEpv; }
 
 void adaln_fwd_cuda(const AdalnParams& p, void* stream) {
   validate(p, AdalnPass::Fwd);
   check_cuda_limits(p);
   if (p.rows == 0 || p.dim == 0) return;
   check_pending("adaln_fwd_cuda");
-  Args a{p, make_cfg(p, false), -1, -1, -1, -1};
+  Args a{p, make_cfg(p, false), -1, -1, -1, -1, {}};
+  a.m = row_map(p, a.c, false);
   const cudaStream_t st = static_cast<cudaStream_t>(stream);
   dispatch(p, [&](auto t, auto tm) { launch_fwd<decltype(t), decltype(tm)>(a, st); });
 }
@@ -1001,7 +1034,8 @@ size_t adaln_bwd_cuda_workspace_bytes(const AdalnParams& p) {
 void adaln_bwd_cuda(const AdalnParams& p, void* stream) {
   validate(p, AdalnPass::Bwd);
   check_cuda_limits(p);
-  Args a{p, make_cfg(p, true), -1, -1, -1, -1};
+  Args a{p, make_cfg(p, true), -1, -1, -1, -1, {}};
+  a.m = row_map(p, a.c, true);
   const size_t need = size_t(ws_layout(p, a.c, a.off_s, a.off_t, a.off_w, a.off_b)) * sizeof(float);
   if (need > 0 && (p.workspace == nullptr || p.workspace_bytes < need))
     throw std::invalid_argument("AdalnParams.workspace: needs " + std::to_string(need) +

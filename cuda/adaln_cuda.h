@@ -7,9 +7,11 @@
 // stream; they throw std::invalid_argument for bad params (validate() plus the limits
 // below) and std::runtime_error when a launch fails.
 //
-// Limits of the CUDA path: mod_dtype is F32 or equal to x_dtype (weight_dtype may be any).
-// Any dim (rows wider than 8192 take looped kernels) and any int64 row count (grid-stride
-// loops).
+// Limits of the CUDA path: mod_dtype is F32 or equal to x_dtype (weight_dtype may be any);
+// dim <= adaln_cuda_max_dim() (2^31 - 9: 32-bit columns; rows wider than 8192 take looped
+// kernels). Any int64 row count (grid-stride loops), any strides >= dim and any element-
+// aligned pointers (128-bit accesses for the 16-byte aligned bulk of the rows when the
+// operands agree on where it starts, element accesses for the rest).
 //
 // Backward workspace: call adaln_bwd_cuda_workspace_bytes(p) with the params filled in
 // (sizes, per_token and which of dscale / dshift / dweight / dbias are wanted: the
@@ -42,8 +44,7 @@ size_t adaln_bwd_cuda_workspace_bytes(const AdalnParams& p);
 // may contract or order the arithmetic differently).
 void adaln_bwd_cuda(const AdalnParams& p, void* stream);
 
-// Largest dim the CUDA kernels accept: no limit of their own (INT64_MAX); kept for callers
-// that check it.
+// Largest dim the CUDA kernels accept.
 int64_t adaln_cuda_max_dim();
 
 }  // namespace adaptiveload

@@ -42,28 +42,31 @@ class DeviceMirror {
  public:
   AdalnParams dp;  // the same params, device pointers
 
-  explicit DeviceMirror(const AdalnParams& hp, bool bwd) : dp(hp) {
+  // shift: every tensor starts that many of its own elements past a 256-byte aligned
+  // allocation (misaligned operands that still agree on the column where their rows reach
+  // 16 bytes, when the row strides are multiples of 16 bytes); 0 = aligned.
+  explicit DeviceMirror(const AdalnParams& hp, bool bwd, int shift = 0) : dp(hp), shift_(shift) {
     const size_t es = dtype_size(hp.x_dtype), em = dtype_size(hp.mod_dtype), ew = dtype_size(hp.weight_dtype);
     const int64_t mod_rows = hp.per_token ? hp.rows : hp.batch;
     const int64_t N = hp.rows, D = hp.dim;
-    dp.x = mirror(hp.x, span(N, hp.x_stride, D) * es, false);
-    dp.scale = mirror(hp.scale, span(mod_rows, hp.scale_stride, D) * em, false);
-    dp.shift = mirror(hp.shift, span(mod_rows, hp.shift_stride, D) * em, false);
-    dp.weight = mirror(hp.weight, size_t(D) * ew, false);
-    dp.bias = mirror(hp.bias, size_t(D) * ew, false);
-    dp.mean = static_cast<float*>(mirror(hp.mean, size_t(N) * 4, !bwd));
-    dp.rstd = static_cast<float*>(mirror(hp.rstd, size_t(N) * 4, !bwd));
+    dp.x = mirror(hp.x, span(N, hp.x_stride, D), es, false);
+    dp.scale = mirror(hp.scale, span(mod_rows, hp.scale_stride, D), em, false);
+    dp.shift = mirror(hp.shift, span(mod_rows, hp.shift_stride, D), em, false);
+    dp.weight = mirror(hp.weight, size_t(D), ew, false);
+    dp.bias = mirror(hp.bias, size_t(D), ew, false);
+    dp.mean = static_cast<float*>(mirror(hp.mean, size_t(N), 4, !bwd));
+    dp.rstd = static_cast<float*>(mirror(hp.rstd, size_t(N), 4, !bwd));
     if (!bwd) {
-      dp.y = mirror(hp.y, span(N, hp.y_stride, D) * es, true);
+      dp.y = mirror(hp.y, span(N, hp.y_stride, D), es, true);
       dp.dy = dp.dx = dp.dscale = dp.dshift = dp.dweight = dp.dbias = nullptr;
     } else {
       dp.y = nullptr;
-      dp.dy = mirror(hp.dy, span(N, hp.dy_stride, D) * es, false);
-      dp.dx = mirror(hp.dx, span(N, hp.dx_stride, D) * es, true);
-      dp.dscale = mirror(hp.dscale, span(mod_rows, hp.dscale_stride, D) * em, true);
-      dp.dshift = mirror(hp.dshift, span(mod_rows, hp.dshift_stride, D) * em, true);
-      dp.dweight = mirror(hp.dweight, size_t(D) * ew, true);
-      dp.dbias = mirror(hp.dbias, size_t(D) * ew, true);
+      dp.dy = mirror(hp.dy, span(N, hp.dy_stride, D), es, false);
+      dp.dx = mirror(hp.dx, span(N, hp.dx_stride, D), es, true);
+      dp.dscale = mirror(hp.dscale, span(mod_rows, hp.dscale_stride, D), em, true);
+      dp.dshift = mirror(hp.dshift, span(mod_rows, hp.dshift_stride, D), em, true);
+      dp.dweight = mirror(hp.dweight, size_t(D), ew, true);
+      dp.dbias = mirror(hp.dbias, size_t(D), ew, true);
       dp.workspace_bytes = adaln_bwd_cuda_workspace_bytes(dp);
       dp.workspace = dp.workspace_bytes ? alloc(dp.workspace_bytes) : nullptr;
     }
@@ -85,6 +88,7 @@ class DeviceMirror {
     void* dev;
     size_t bytes;
   };
+  int shift_ = 0;
   std::vector<void*> owned_;
   std::vector<Out> outs_;
 
@@ -94,9 +98,10 @@ class DeviceMirror {
     owned_.push_back(d);
     return d;
   }
-  void* mirror(const void* host, size_t bytes, bool output) {
+  void* mirror(const void* host, size_t elems, size_t es, bool output) {
+    const size_t bytes = elems * es;
     if (host == nullptr || bytes == 0) return host == nullptr ? nullptr : alloc(16);
-    void* d = alloc(bytes);
+    void* d = static_cast<char*>(alloc(bytes + size_t(shift_) * es)) + size_t(shift_) * es;
     cuda_ok(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice), "copy in");  // keeps NaN sentinels
     if (output) outs_.push_back({const_cast<void*>(host), d, bytes});
     return d;
@@ -111,6 +116,18 @@ inline void run_fwd_cuda(const AdalnParams& hp) {
 
 inline void run_bwd_cuda(const AdalnParams& hp) {
   DeviceMirror m(hp, true);
+  adaln_bwd_cuda(m.dp, nullptr);
+  m.copy_back();
+}
+
+// The same with every device tensor `shift` elements past an aligned address.
+inline void run_fwd_cuda_shifted(const AdalnParams& hp, int shift) {
+  DeviceMirror m(hp, false, shift);
+  adaln_fwd_cuda(m.dp, nullptr);
+  m.copy_back();
+}
+inline void run_bwd_cuda_shifted(const AdalnParams& hp, int shift) {
+  DeviceMirror m(hp, true, shift);
   adaln_bwd_cuda(m.dp, nullptr);
   m.copy_back();
 }
