@@ -218,7 +218,8 @@ struct Cfg {
   int64_t L = 0;    // rows per group (sample; all rows when per-token)
   int64_t cps = 0;  // chunks per group
   int64_t groups = 0;
-  int64_t K = 0;  // chunks in all
+  int64_t K = 0;     // chunks in all
+  int64_t G = 512;   // blocks launched at most: resident on the device at once
 };
 
 // Sum over the ts threads of a team; all threads of the block must call it together.
@@ -838,7 +839,9 @@ int pow2_ceil(int v) {
 // Team width and vectors per thread for D: least padding, prefer 2 vectors per thread
 // (more loads in flight), except for the affine backward, whose 4 accumulators plus
 // weight and bias would spill at 2 when 1 fits in a team.
-Cfg make_cfg(const AdalnParams& p, bool bwd) {
+// Team, vectors a thread and teams a block for D (the kernel instance); make_chunks then
+// cuts the rows.
+Cfg make_layout(const AdalnParams& p, bool bwd) {
   Cfg c;
   const int64_t nvec = (p.dim + kEpv - 1) / kEpv;
   const bool prefer1 = bwd && (p.weight || p.bias) && nvec <= kMaxTeam;
@@ -861,17 +864,23 @@ Cfg make_cfg(const AdalnParams& p, bool bwd) {
     }
   }
   c.rpb = c.ts >= kBlockTarget ? 1 : kBlockTarget / c.ts;
+  return c;
+}
+
+// Rows per chunk for G resident blocks: one chunk a block where the samples allow (a
+// chunk never straddles one), so the grid fills the device once and the backward writes
+// few partial rows; at most 256 rows a team (more chunks than blocks beyond that).
+void make_chunks(const AdalnParams& p, int64_t G, Cfg& c) {
   const int64_t N = p.rows;
+  c.G = std::max<int64_t>(G, 1);
   c.L = p.per_token ? N : p.rows_per_sample;
   c.groups = p.per_token ? (N > 0 ? 1 : 0) : p.batch;
-  // About 512 chunks in all: enough blocks to fill a GPU, few partial rows to finalize.
-  int64_t R = std::clamp<int64_t>((N + 512 * c.rpb - 1) / (512 * c.rpb), 1, 256);
+  int64_t R = std::clamp<int64_t>((N + c.G * c.rpb - 1) / (c.G * c.rpb), 1, 256);
   R = std::min<int64_t>(R, std::max<int64_t>(1, (c.L + c.rpb - 1) / c.rpb));
   c.R = R;
   c.C = c.rpb * R;
   c.cps = c.L > 0 ? (c.L + c.C - 1) / c.C : 0;
   c.K = c.groups * c.cps;
-  return c;
 }
 
 void check_cuda_limits(const AdalnParams& p) {
@@ -940,11 +949,11 @@ int64_t ws_layout(const AdalnParams& p, const Cfg& c, int64_t& off_s, int64_t& o
   return n;
 }
 
-int grid_for(int64_t K) { return int(std::min<int64_t>(K, int64_t(1) << 30)); }
+int grid_for(const Cfg& c) { return int(std::min<int64_t>({c.K, c.G, int64_t(1) << 30})); }
 
 template <typename T, typename TM>
 void launch_fwd(const Args& a, cudaStream_t st) {
-  const dim3 grid(grid_for(a.c.K)), block(a.c.ts * a.c.rpb);
+  const dim3 grid(grid_for(a.c)), block(a.c.ts * a.c.rpb);
   if (a.c.vpt == 0)
     adaln_fwd_loop_kernel<T, TM><<<grid, block, 0, st>>>(a);
   else if (a.c.vpt == 2)
@@ -956,7 +965,7 @@ void launch_fwd(const Args& a, cudaStream_t st) {
 
 template <typename T, typename TM, bool AFFINE>
 void launch_bwd_affine(const Args& a, cudaStream_t st) {
-  const dim3 grid(grid_for(a.c.K)), block(a.c.ts * a.c.rpb);
+  const dim3 grid(grid_for(a.c)), block(a.c.ts * a.c.rpb);
   const size_t smem = a.c.rpb > 1 ? size_t(a.c.rpb) * size_t(a.p.dim) * sizeof(float) : 0;
   if (a.c.vpt == 0)
     adaln_bwd_loop_kernel<T, TM, AFFINE><<<grid, block, 0, st>>>(a);
@@ -965,6 +974,35 @@ void launch_bwd_affine(const Args& a, cudaStream_t st) {
   else
     adaln_bwd_kernel<T, TM, 1, AFFINE><<<grid, block, smem, st>>>(a);
   check_launch("backward kernel");
+}
+
+// Blocks of `kernel` the current device holds at once (occupancy x SMs); 0 when the
+// runtime cannot say (no device).
+template <typename K>
+int64_t resident_blocks(K* kernel, int block, size_t smem) {
+  int dev = 0, sms = 0, per_sm = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, smem) != cudaSuccess)
+    return 0;
+  return int64_t(per_sm) * sms;
+}
+
+// The kernel instance launch_fwd / launch_bwd_affine pick for c, for its occupancy.
+template <typename T, typename TM>
+int64_t resident_fwd(const Cfg& c) {
+  const int block = c.ts * c.rpb;
+  if (c.vpt == 0) return resident_blocks(adaln_fwd_loop_kernel<T, TM>, block, 0);
+  if (c.vpt == 2) return resident_blocks(adaln_fwd_kernel<T, TM, 2>, block, 0);
+  return resident_blocks(adaln_fwd_kernel<T, TM, 1>, block, 0);
+}
+template <typename T, typename TM, bool AFFINE>
+int64_t resident_bwd(const Cfg& c, int64_t D) {
+  const int block = c.ts * c.rpb;
+  const size_t smem = c.rpb > 1 ? size_t(c.rpb) * size_t(D) * sizeof(float) : 0;
+  if (c.vpt == 0) return resident_blocks(adaln_bwd_loop_kernel<T, TM, AFFINE>, block, 0);
+  if (c.vpt == 2) return resident_blocks(adaln_bwd_kernel<T, TM, 2, AFFINE>, block, smem);
+  return resident_blocks(adaln_bwd_kernel<T, TM, 1, AFFINE>, block, smem);
 }
 
 template <typename T, typename TM>
@@ -998,6 +1036,25 @@ void dispatch(const AdalnParams& p, Fn&& fn) {
     default:  // validate() admits only the three above on this path
       break;
   }
+}
+
+// The whole work layout: the kernel instance for D, then chunks for as many blocks as the
+// current device holds of it (512 when the runtime cannot say).
+Cfg make_cfg(const AdalnParams& p, bool bwd) {
+  Cfg c = make_layout(p, bwd);
+  int64_t G = 0;
+  dispatch(p, [&](auto t, auto tm) {
+    using T = decltype(t);
+    using TM = decltype(tm);
+    if (!bwd)
+      G = resident_fwd<T, TM>(c);
+    else if (p.weight || p.bias)
+      G = resident_bwd<T, TM, true>(c, p.dim);
+    else
+      G = resident_bwd<T, TM, false>(c, p.dim);
+  });
+  make_chunks(p, G > 0 ? G : 512, c);
+  return c;
 }
 
 void finalize(const float* part, int64_t nk, int64_t groups, int64_t D, void* out, DType t,

@@ -17,10 +17,12 @@
 // (sizes, per_token and which of dscale / dshift / dweight / dbias are wanted: the
 // pointers only need to be non-null at this point), allocate that many bytes of device
 // memory (any cudaMalloc / caching-allocator block; 16-byte alignment suffices) and set
-// p.workspace and p.workspace_bytes before calling adaln_bwd_cuda. The size depends only
-// on (rows, dim, batch, rows_per_sample, per_token, whether weight / bias are given (they
-// select the kernel's layout), requested outputs); it is 0 when no reduction over rows is
-// requested (per-token without dweight / dbias). It holds fp32 partial sums: two partial
+// p.workspace and p.workspace_bytes before calling adaln_bwd_cuda, with the same device
+// current. The size depends only on (rows, dim, batch, rows_per_sample, per_token, dtypes,
+// whether weight / bias are given (they select the kernel), requested outputs) and on the
+// current device (its SM count and how many blocks of that kernel it holds at once: the
+// rows are cut into about one chunk per resident block); it is 0 when no reduction over
+// rows is requested (per-token without dweight / dbias). It holds fp32 partial sums: two partial
 // rows per chunk of rows, plus two [batch, dim] rows for per-sample dweight / dbias; it
 // needs no initialisation and may be reused once the call's work on the stream is done.
 #pragma once
@@ -39,9 +41,10 @@ void adaln_fwd_cuda(const AdalnParams& p, void* stream);
 size_t adaln_bwd_cuda_workspace_bytes(const AdalnParams& p);
 
 // Backward: writes dx and the requested dscale / dshift / dweight / dbias. Deterministic:
-// the row partition depends only on the shape, so results are bit-identical run to run and
-// across GPUs of one architecture with the same binary (the SASS of another architecture
-// may contract or order the arithmetic differently).
+// the row partition depends only on the shape and the device model (SM count, occupancy),
+// so results are bit-identical run to run and across GPUs of one model with the same
+// binary (another SM count cuts other chunks; the SASS of another architecture may
+// contract or order the arithmetic differently).
 void adaln_bwd_cuda(const AdalnParams& p, void* stream);
 
 // Largest dim the CUDA kernels accept.

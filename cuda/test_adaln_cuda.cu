@@ -181,7 +181,8 @@ void test_empty() {
   }
 }
 
-// More chunks (blocks) than a 16-bit grid dimension could hold.
+// More chunks than a 16-bit grid dimension could hold (and than the device's resident
+// blocks: the grid-stride loop walks them).
 void test_many_blocks() {
   AdalnCase a = shaped(combos()[0], g_small ? 2000 : 70000, 1, 16,
                        11);  // per-sample, L = 1: one chunk a sample
@@ -288,6 +289,37 @@ void test_ragged() {
   }
 }
 
+// The grid is sized from the device (occupancy x SMs) and the rows are cut into one chunk
+// a block: on a device of one SM (the emulator's set_sms; a real GPU runs the same cases
+// with its own size) every block walks many rows, the looped backward adds rows past its
+// first into the workspace rows, and a per-sample chunk ends at its sample's last row.
+void test_few_sms() {
+#ifdef __CUDA_EMU__
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  cuda_emu::set_sms(1);
+#endif
+  const auto cs = combos();
+  struct F {
+    size_t combo;
+    int64_t B, L, D;
+  };
+  const std::vector<F> full = {{3, 1, 24, 16411},  {7, 1, 24, 16411}, {4, 3, 7, 12289},
+                               {11, 2, 300, 1500}, {1, 5, 100, 64},   {9, 1, 2000, 8}};
+  const std::vector<F> small = {{3, 1, 10, 16411}, {11, 2, 40, 1500}};
+  uint64_t seed = 1500;
+  for (const F& t : g_small ? small : full) {
+    const AdalnCase c = shaped(cs[t.combo % cs.size()], t.B, t.L, t.D, seed++);
+    auto r = adaln_check::check_adaln_fwd(c, run_fwd_cuda);
+    AL_CHECK(r.ok, c.name() << "\n" << r.report);
+    r = adaln_check::check_adaln_bwd(c, run_bwd_cuda);
+    AL_CHECK(r.ok, c.name() << "\n" << r.report);
+  }
+#ifdef __CUDA_EMU__
+  cuda_emu::set_sms(sms);
+#endif
+}
+
 // A CUDA error left pending by earlier work is reported as such, not as an adaLN launch
 // failure, and does not fail the next call.
 void test_pending_error() {
@@ -326,7 +358,8 @@ const CudaTest kTests[] = {
     {"matrix_bwd", test_matrix_bwd, true},       {"determinism", test_determinism, true},
     {"nan_rows", test_nan_rows, true},           {"empty", test_empty, true},
     {"many_blocks", test_many_blocks, true},     {"dims", test_dims, true},
-    {"ragged", test_ragged, true},               {"pending_error", test_pending_error, true},
+    {"ragged", test_ragged, true},               {"few_sms", test_few_sms, true},
+    {"pending_error", test_pending_error, true},
 };
 
 // Names the test in ctest's listing (gtest finds it by ADL) instead of a byte dump.

@@ -950,6 +950,11 @@ void set_threads(int n) {
   std::lock_guard<std::mutex> lk(detail::g_opt_mu);
   detail::g_opt.threads = std::max(1, n);
 }
+void set_sms(int n) {
+  detail::options();
+  std::lock_guard<std::mutex> lk(detail::g_opt_mu);
+  detail::g_opt.sms = std::max(1, n);
+}
 const char* take_failure() {
   static thread_local std::string s;
   s = detail::tl_failure;

@@ -113,6 +113,10 @@ void set_order(Order o, uint64_t seed = 1);
 Order order();
 // OS threads a launch spreads its blocks over (>= 1).
 void set_threads(int n);
+// SM count of the emulated device (>= 1; overrides CUDA_EMU_SMS): what
+// cudaDeviceGetAttribute(cudaDevAttrMultiProcessorCount) and cudaGetDeviceProperties report.
+// Lets a test shrink the device so that work sized from it (grids, chunks) changes shape.
+void set_sms(int n);
 // The message of the last failed launch (empty when none since the last call), cleared.
 const char* take_failure();
 // Launches completed and fibers switched, since the start (for the tests' statistics).

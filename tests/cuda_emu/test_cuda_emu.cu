@@ -7,7 +7,9 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -384,6 +386,31 @@ TEST(CudaEmu, ReportsLaunchLimits) {
   cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, bounded, 256, 100 * 1024);
   EXPECT_EQ(blocks, 2);
   cudaFree(d);
+}
+
+// What a grid sized from the device (occupancy x SMs) reads: an H100-like sm_90 with
+// CUDA_EMU_SMS SMs (132 unless set), and set_sms overriding it.
+TEST(CudaEmu, DeviceSmCountAndOccupancy) {
+  int sms = 0, dev = -1;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
+  const char* env = std::getenv("CUDA_EMU_SMS");
+  EXPECT_EQ(sms, env ? std::max(1, std::atoi(env)) : 132);
+  cudaDeviceProp prop;
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, dev), cudaSuccess);
+  EXPECT_EQ(prop.multiProcessorCount, sms);
+  cuda_emu::set_sms(3);
+  int now = 0;
+  cudaDeviceGetAttribute(&now, cudaDevAttrMultiProcessorCount, 0);
+  EXPECT_EQ(now, 3);
+  cuda_emu::set_sms(sms);
+  int blocks = 0;  // 2048 threads an SM, at most 32 blocks
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, full_mask, 512, 0);
+  EXPECT_EQ(blocks, 4);
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, full_mask, 32, 0);
+  EXPECT_EQ(blocks, 32);
+  EXPECT_EQ(cudaDeviceGetAttribute(&now, cudaDevAttrMultiProcessorCount, 1), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
 }
 
 TEST(CudaEmu, SharedMemoryStartsPoisoned) {
