@@ -3,7 +3,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
 #include <iomanip>
+#include <map>
 #include <sstream>
 
 #include "adaptiveload/strategy/strategy.h"
@@ -118,6 +120,21 @@ void PlanOptions::add_to(CLI::App& app, bool with_manifest) {
                  "reshard_after_forward, ZeRO-3), on/off")
       ->capture_default_str()
       ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--sp", config.sp,
+                 "Sequence parallelism (Ulysses): auto (a sample that does not fit one GPU runs on a group of "
+                 "GPUs: the smallest it fits, or a larger one where balanced's simulation says that shortens "
+                 "the epoch; no groups when every sample fits), min (always the smallest it fits), per-sample "
+                 "(groups tried even when every sample fits one GPU), off (one GPU per sample; a sample that "
+                 "does not fit is oversize), or a group size G "
+                 "for every sample (one fixed size, as a trainer's sp_size). Only balanced mixes group sizes; "
+                 "the other strategies run every sample on the largest group any sample needs. With groups in "
+                 "use the table adds balanced on each fixed group size (balanced g=G) for comparison")
+      ->capture_default_str();
+  app.add_option("--sp-sizes", config.sp_sizes,
+                 "Allowed sequence-parallel group sizes, powers of two; one is used only where it divides the "
+                 "world size and the model's heads and fits in a node (the device preset's node_size). Groups "
+                 "are aligned blocks of consecutive ranks")
+      ->capture_default_str();
   app.add_option("--fixed-config", config.fixed_config,
                  "JSON of per-bucket batch sizes for `fixed`: {\"<tier>\": {\"<frames>\": B}}")
       ->check(CLI::ExistingFile);
@@ -176,6 +193,20 @@ Comparison compare(const Planner& planner, const std::vector<std::string>& names
     c.plans.push_back(planner.plan(n));
     c.metrics.push_back(planner.simulate(c.plans.back()));
   }
+  // With sequence parallelism in use, balanced on each single fixed group size that every
+  // sample fits (today's practice: one sp_size for the run) beside its per-sample groups.
+  const bool all = names.size() > 1 && std::find(names.begin(), names.end(), "balanced") != names.end();
+  if (all && planner.max_group() > 1) {
+    const SeqParallel sp = planner.seq_parallel();
+    for (int g = planner.max_group(); g <= kMaxGroup; g *= 2) {
+      if (!sp.allows(g)) continue;
+      Plan p = planner.plan_fixed_group("balanced", g);
+      Metrics m = planner.simulate(p);
+      m.name = "balanced g=" + std::to_string(g);
+      c.metrics.push_back(std::move(m));
+      c.plans.push_back(std::move(p));
+    }
+  }
   return c;
 }
 
@@ -213,6 +244,16 @@ void print_table(const Planner& planner, const Manifest& manifest, const Compari
       << ", " << (planner.sharded() ? "fsdp" : "ddp") << ", " << sync_name(planner.sync()) << " sync"
       << (cfg.sync == "auto" ? " (auto)" : "") << ", seed " << cfg.seed << ", epoch " << cfg.epoch << "\n";
   out << "global batch: " << planner.global_batch_text() << "\n";
+  if (planner.max_group() > 1) {
+    // Samples per group size (per-sample groups), and what the other strategies run on.
+    std::map<int, int64_t> per_g;
+    for (size_t b = 0; b < bk.buckets.size(); ++b)
+      if (bk.bucket_counts[b] > 0) per_g[planner.bucket_groups().empty() ? 1 : planner.bucket_groups()[b]] += bk.bucket_counts[b];
+    out << "sequence parallelism (" << cfg.sp << ", sizes " << cfg.sp_sizes << "): samples on g GPUs:";
+    for (const auto& [g, n] : per_g) out << " g=" << g << " " << thousands(n);
+    out << "; balanced mixes them, equal_tokens/fixed/dual run all on g=" << planner.max_group()
+        << ", balanced g=G: every sample on G\n";
+  }
   out << "budgets: M_mem " << thousands(planner.mem_budget_tokens()) << " tokens"
       << (cfg.mem_budget_tokens ? "" : " (auto)") << ", M_comp " << fmt("%.4g", planner.comp_budget()) << " (B x S^"
       << fmt("%.3f", planner.p()) << (cfg.comp_budget > 0 ? "" : ", auto") << "), step budget "
@@ -228,7 +269,7 @@ void print_table(const Planner& planner, const Manifest& manifest, const Compari
       << "max-mean" << std::setw(11) << "max-min" << std::setw(11) << "samples/s" << std::setw(11) << "tokens/s"
       << std::setw(9) << "speedup" << std::setw(9) << "mem avg" << std::setw(9) << "mem max" << std::setw(8) << "buckets"
       << std::setw(7) << "steps" << std::setw(9) << "batch" << std::setw(8) << "mb/rank" << std::setw(7) << "fixed"
-      << std::setw(7) << "sync" << std::setw(8) << "padded" << std::setw(8) << "dropped" << "\n";
+      << std::setw(7) << "sync" << std::setw(5) << "g" << std::setw(8) << "padded" << std::setw(8) << "dropped" << "\n";
   for (const auto& m : c.metrics) {
     const bool dropped = m.dropped > 0;
     any_dropped = any_dropped || dropped;
@@ -249,6 +290,9 @@ void print_table(const Planner& planner, const Manifest& manifest, const Compari
         << fmt("%.1f", m.global_batch_samples_mean) << std::setw(8)
         << fmt("%.2f", m.micro_batches_per_rank_step) << std::setw(7) << fmt("%.1f%%", 100 * m.fixed_cost_fraction)
         << std::setw(7) << fmt("%.1f%%", m.epoch_time_s > 0 ? 100 * m.collective_s / m.epoch_time_s : 0.0)
+        << std::setw(5)
+        << (m.group_min == m.group_max ? std::to_string(m.group_max)
+                                       : std::to_string(m.group_min) + "-" + std::to_string(m.group_max))
         << std::setw(8) << m.padded << std::setw(8)
         << (dropped ? std::to_string(m.dropped) + "*" : std::to_string(m.dropped)) << "\n";
   }
@@ -267,7 +311,7 @@ void print_table(const Planner& planner, const Manifest& manifest, const Compari
          "fixed: share of GPU time in per-micro-batch fixed costs (overhead and small-batch "
          "inefficiency); sync: share of the epoch in synchronisation the compute does not hide "
          "(step: one gradient all-reduce per step; micro: every micro-batch's all-gathers and "
-         "reduce-scatter beyond what overlaps).\n"
+         "reduce-scatter beyond what overlaps); g: sequence-parallel group sizes (GPUs per sample) used.\n"
          "padded: repeated samples added at the epoch's end so every rank has work (--end-policy "
          "pad); dropped: "
          "samples left out of the epoch for that reason (--end-policy drop).\n";
@@ -317,6 +361,8 @@ nlohmann::json comparison_json(const Planner& planner, const Manifest& manifest,
          {"collective_s", m.collective_s},
          {"fixed_cost_fraction", m.fixed_cost_fraction},
          {"sync", m.sync},
+         {"group_min", m.group_min},
+         {"group_max", m.group_max},
          {"steps", m.steps},
          {"samples", m.samples},
          {"tokens", m.tokens},
@@ -334,6 +380,7 @@ nlohmann::json comparison_json(const Planner& planner, const Manifest& manifest,
     const Bucket& x = bk.buckets[b];
     buckets.push_back({{"name", x.name()}, {"frames", x.frames}, {"height", x.height}, {"width", x.width},
                        {"tokens", x.tokens}, {"samples", bk.bucket_counts[b]},
+                       {"sp_group", planner.bucket_groups().empty() ? 1 : int(planner.bucket_groups()[b])},
                        {"sample_time_s", planner.cost().sample_time(x)}});
   }
   char fp[17];
@@ -362,6 +409,9 @@ nlohmann::json comparison_json(const Planner& planner, const Manifest& manifest,
                    {"global_batch_resolved", planner.global_batch_text()},
                    {"collective_overlap", cfg.collective_overlap},
                    {"reshard_after_forward", cfg.reshard_after_forward},
+                   {"sp", cfg.sp},
+                   {"sp_sizes", cfg.sp_sizes},
+                   {"sp_max_group", planner.max_group()},
                    {"end_policy", cfg.end_policy == EndPolicy::kPad ? "pad" : "drop"},
                    {"fingerprint", fp},
                    {"buckets", buckets}};

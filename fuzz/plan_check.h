@@ -13,10 +13,12 @@ inline void append_trained(const Plan& p, size_t first, size_t end, std::vector<
   end = std::min(end, p.num_steps());
   if (first >= end) return;
   const size_t W = size_t(p.world_size);
-  for (uint64_t m = p.rank_begin[first * W]; m < p.rank_begin[end * W]; ++m) {
-    const MicroBatch& mb = p.micro_batches[m];
-    if (!mb.padded) out.insert(out.end(), p.ids(mb), p.ids(mb) + mb.count);
-  }
+  // A sequence-parallel group's micro-batch is listed by each of its ranks: counted once.
+  for (size_t i = first * W; i < end * W; ++i)
+    for (uint64_t m = p.rank_begin[i]; m < p.rank_begin[i + 1]; ++m) {
+      const MicroBatch& mb = p.micro_batches[m];
+      if (!mb.padded && (i % W) % size_t(p.group(m)) == 0) out.insert(out.end(), p.ids(mb), p.ids(mb) + mb.count);
+    }
 }
 
 inline std::vector<uint32_t> usable_ids(const Planner& pl) {
@@ -40,6 +42,9 @@ inline void check_plan(const Planner& pl, const Plan& p) {
   uint64_t samples = 0;
   for (const StepInfo& s : p.steps) samples += s.samples;
   AL_FUZZ_CHECK(samples == p.sample_ids.size(), "step sample counts do not add up");
+  AL_FUZZ_CHECK(p.mb_group.empty() || p.mb_group.size() == p.micro_batches.size(), "group sizes do not match");
+  for (size_t i = 0; i < p.mb_group.size(); ++i)
+    AL_FUZZ_CHECK(p.mb_group[i] >= 1 && W % p.mb_group[i] == 0, "a group size does not divide the world size");
   for (const MicroBatch& mb : p.micro_batches) {
     AL_FUZZ_CHECK(mb.count > 0 && uint64_t(mb.begin) + mb.count <= p.sample_ids.size(), "micro-batch out of range");
     for (uint32_t k = 0; k < mb.count; ++k)

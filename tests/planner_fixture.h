@@ -30,10 +30,13 @@ inline std::vector<uint32_t> trained_ids(const Plan& p, size_t first_step = 0, s
   end_step = std::min(end_step, p.num_steps());
   if (first_step >= end_step) return ids;
   const size_t W = size_t(p.world_size);
-  for (uint64_t m = p.rank_begin[first_step * W]; m < p.rank_begin[end_step * W]; ++m) {
-    const MicroBatch& mb = p.micro_batches[m];
-    if (!mb.padded) ids.insert(ids.end(), p.ids(mb), p.ids(mb) + mb.count);
-  }
+  // A sequence-parallel group's micro-batch is listed by each of its ranks: counted once, at
+  // the group's first rank.
+  for (size_t i = first_step * W; i < end_step * W; ++i)
+    for (uint64_t m = p.rank_begin[i]; m < p.rank_begin[i + 1]; ++m) {
+      const MicroBatch& mb = p.micro_batches[m];
+      if (!mb.padded && (i % W) % size_t(p.group(m)) == 0) ids.insert(ids.end(), p.ids(mb), p.ids(mb) + mb.count);
+    }
   std::sort(ids.begin(), ids.end());
   return ids;
 }
@@ -61,19 +64,24 @@ inline void expect_plan_contract(const Planner& pl, const Plan& p, const std::st
   const double usable = pl.usable_memory_bytes();
   for (size_t i = 0; i + 1 < p.rank_begin.size(); ++i)
     ASSERT_LT(p.rank_begin[i], p.rank_begin[i + 1]) << ctx << ": rank " << i % W << " idle in step " << i / W;
-  for (const MicroBatch& mb : p.micro_batches) {
+  for (size_t m = 0; m < p.micro_batches.size(); ++m) {
+    const MicroBatch& mb = p.micro_batches[m];
     const Bucket& b = buckets[mb.bucket];
+    // On a sequence-parallel group of g, a rank holds S / g tokens of each sample.
+    const int g = p.group(m);
+    const int64_t per_gpu = (b.tokens + g - 1) / g;
     ASSERT_GT(mb.count, 0u) << ctx;
     for (uint32_t k = 0; k < mb.count; ++k)
       ASSERT_EQ(pl.bucketing().sample_bucket[p.ids(mb)[k]], mb.bucket) << ctx << ": sample in the wrong bucket";
     // `fixed` follows its table (capped at device memory), not the token budget.
     if (p.strategy != "fixed") {
-      EXPECT_LE(int64_t(mb.count) * b.tokens, pl.mem_budget_tokens()) << ctx << ": B x S over M_mem in " << b.name();
+      EXPECT_LE(int64_t(mb.count) * per_gpu, pl.mem_budget_tokens())
+          << ctx << ": B x S / g over M_mem in " << b.name();
     }
-    EXPECT_LE(pl.memory().bytes(mb.count, b.tokens), usable) << ctx << ": micro-batch over device memory";
+    EXPECT_LE(pl.memory().bytes(mb.count, per_gpu), usable) << ctx << ": micro-batch over device memory";
     // dual obeys M_comp; balanced's whole-batch candidates may use the memory budget's sizes
     // (its dealing balances them), so it is held to M_mem and memory above.
-    if (p.strategy == "dual" && mb.count > 1) {
+    if (p.strategy == "dual" && mb.count > 1 && g == 1) {
       EXPECT_LE(double(mb.count) * std::pow(double(b.tokens), pl.p()), pl.comp_budget() * (1 + 1e-12))
           << ctx << ": B x S^p over M_comp in " << b.name();
     }

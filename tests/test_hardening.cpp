@@ -598,8 +598,10 @@ TEST(HardeningPlanner, AdviceFollowsTheConfiguration) {
   PlannerConfig cfg;
   cfg.device = "a100";
   cfg.checkpointing = false;
+  cfg.sp = "off";  // one GPU per sample; the advice then names sequence parallelism too
   std::string e = error_of([&] { Planner pl(m, cfg); });
   EXPECT_NE(e.find("enable activation checkpointing"), std::string::npos) << e;
+  EXPECT_NE(e.find("--sp auto"), std::string::npos) << e;
   // Checkpointing already on: not suggested again.
   // Checkpointing already on (40 GB: the 1.3B state fits, one 720p 81-frame clip does not).
   cfg.checkpointing = true;
@@ -619,6 +621,7 @@ TEST(HardeningPlanner, AdviceFollowsTheConfiguration) {
   EXPECT_EQ(e.find("--sharding fsdp"), std::string::npos) << e;
   // Over the token budget: the advice is about the budget, not memory.
   cfg = PlannerConfig{};
+  cfg.sp = "off";
   cfg.mem_budget_tokens = 50000;
   e = error_of([&] { Planner pl(m, cfg); });
   EXPECT_NE(e.find("raise --mem-budget"), std::string::npos) << e;

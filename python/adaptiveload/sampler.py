@@ -49,6 +49,12 @@ class PlannedStep:
     # Per micro-batch of micro_batches: True when it is such a repeat (a trainer may skip or
     # down-weight it; the step's other ranks still run theirs, so skip its loss, not the step).
     padded_micro_batches: List[bool] = dataclasses.field(default_factory=list)
+    # Per micro-batch of micro_batches: the global ranks of its sequence-parallel group, an
+    # aligned block of consecutive ranks holding this one ((rank,) when it runs alone). Every
+    # rank of the group lists the same micro-batch (same ids) at the same point; this rank's
+    # position in the group is ranks.index(rank). Create the groups once with
+    # sequence_parallel.new_sp_groups(world_size, sampler.sp_sizes()).
+    groups: List[tuple] = dataclasses.field(default_factory=list)
 
 
 def _whole(v: Any, where: str, lo: int, hi: int, hint: str) -> int:
@@ -99,6 +105,13 @@ class AdaptiveBatchSampler(Sampler):
     global_batch: the global batch every step keeps, as the CLI's --global-batch: None or
       'auto' (the step count of a bucket loader with the same memory budget), 'steps:N',
       'samples:N', 'tokens:N' (per global step), or 'free' (balanced picks its step count).
+    sp: sequence parallelism, as the CLI's --sp: 'auto' (a sample that does not fit one GPU
+      runs on a group of ranks: the smallest it fits, or larger where that shortens the
+      epoch), 'min' (the smallest), 'per-sample' (groups tried even when every sample fits),
+      'off', or a group size for every sample ('4'). Each micro-batch
+      of steps() / schedule() comes with its group's ranks (PlannedStep.groups).
+    sp_sizes: allowed group sizes (powers of two; used where they divide the world size and
+      the model's heads and fit in a node), e.g. (1, 2, 4, 8) or "1,2,4".
     adapt_every: online adaptation: after this many observed steps (observe_step), refit the
       cost model to the measured per-rank step times and re-plan the rest of the epoch with
       it. Every rank must observe the same times for the same steps (all-gathered; see
@@ -129,6 +142,8 @@ class AdaptiveBatchSampler(Sampler):
         sharding: str = "auto",
         sync: Optional[str] = None,
         global_batch: Optional[str] = None,
+        sp: str = "auto",
+        sp_sizes: Any = (1, 2, 4, 8),
     ):
         # Sampler.__init__ takes data_source in torch 1.x and nothing in 2.x; it stores
         # nothing either way, so it is not called.
@@ -165,6 +180,18 @@ class AdaptiveBatchSampler(Sampler):
         if global_batch is not None:
             global_batch = _checks.string(global_batch, where + "global_batch",
                                           "auto, free, steps:N, samples:N or tokens:N")
+        sp = _checks.string(sp, where + "sp", "auto, min, per-sample, off or a group size")
+        if isinstance(sp_sizes, str):
+            sp_sizes_text = sp_sizes
+        else:
+            try:
+                sizes = [_checks.integer(g, where + "sp_sizes", 1, 128, " (powers of two)") for g in sp_sizes]
+            except TypeError:
+                raise TypeError(where + "sp_sizes must be a sequence of group sizes such as (1, 2, 4, 8), not "
+                                + type(sp_sizes).__name__) from None
+            if not sizes:
+                raise ValueError(where + "sp_sizes is empty; give at least (1,)")
+            sp_sizes_text = ",".join(str(g) for g in sizes)
         if adapt_every is not None:
             adapt_every = _checks.integer(adapt_every, where + "adapt_every", 1, MAX_INT64,
                                           " (steps between refits, or None = off)")
@@ -183,6 +210,8 @@ class AdaptiveBatchSampler(Sampler):
             sharding=sharding,
             sync=sync or "auto",
             global_batch=global_batch or "auto",
+            sp=sp,
+            sp_sizes=sp_sizes_text,
         )
         self.adapt_every = adapt_every
         self._observations: List[tuple] = []  # ([(tokens, batch), ...], seconds) per rank-step
@@ -357,6 +386,11 @@ class AdaptiveBatchSampler(Sampler):
         never reaches the fit. A refit the core cannot make is skipped with a RuntimeWarning
         (the measurements are kept for the next one)."""
         where = "observe_step"
+        if self._plan.has_groups:
+            # The refit models one GPU per micro-batch; a group's rank-step time mixes compute
+            # split g ways with all-to-alls, which the fit does not separate yet.
+            raise ValueError(f"{where}: online adaptation does not yet model sequence-parallel groups, and this "
+                             f"plan has them; use adapt_every=None (or sp='off' where every sample fits one GPU)")
         if isinstance(step, bool) or not isinstance(step, numbers.Integral):
             raise TypeError(f"{where}: step must be an integer (a global step index), got {type(step).__name__} "
                             f"{step!r}")
@@ -423,10 +457,18 @@ class AdaptiveBatchSampler(Sampler):
         self._observed_since = 0  # the fit keeps every observation of the epoch
         return summary
 
+    def _groups(self, plan: "_C.Plan", t: int, rank: int) -> List[tuple]:
+        out = []
+        for g in plan.rank_step_groups(t, rank):
+            first = rank - rank % g
+            out.append(tuple(range(first, first + g)))
+        return out
+
     def _step_info(self, t: int, offset: int) -> PlannedStep:
         samples, tokens, padded = self._plan.step_info(t)
         return PlannedStep(self.epoch, self._steps_before + t, self._plan.rank_step(t, self.rank)[offset:], samples,
-                           tokens, padded, self._plan.rank_step_padded(t, self.rank)[offset:])
+                           tokens, padded, self._plan.rank_step_padded(t, self.rank)[offset:],
+                           self._groups(self._plan, t, self.rank)[offset:])
 
     # iter(sampler) and steps() start (or restart) the iteration when called, not at the
     # first next(), so state_dict() right after them is exact. They read the current plan at
@@ -500,7 +542,8 @@ class AdaptiveBatchSampler(Sampler):
                     return
                 mbs, flags = plan.rank_step(t, rank), plan.rank_step_padded(t, rank)
                 samples, tokens, padded = plan.step_info(t)
-                yield PlannedStep(epoch, g, mbs[offset:], samples, tokens, padded, flags[offset:])
+                yield PlannedStep(epoch, g, mbs[offset:], samples, tokens, padded, flags[offset:],
+                                  self._groups(plan, t, rank)[offset:])
                 g, offset = g + 1, 0
 
         return steps()
@@ -649,6 +692,11 @@ class AdaptiveBatchSampler(Sampler):
             "allreduce_s": p.allreduce_s(self.world_size),
             "slot_comm_s": p.slot_comm_s(self.world_size),
         }
+
+    def sp_sizes(self) -> List[int]:
+        """Sequence-parallel group sizes this sampler's plans may use on its world size (1
+        always): pass them to sequence_parallel.new_sp_groups once, on every rank."""
+        return list(self._planner(self._budget_world).allowed_groups(self.world_size))
 
     @property
     def sync(self) -> str:

@@ -19,13 +19,18 @@ namespace {
 
 BadRowPolicy bad_row_policy(bool skip) { return skip ? BadRowPolicy::kSkip : BadRowPolicy::kError; }
 
-// One rank's micro-batches of one step as lists of row ids.
-pb::list rank_step(const Plan& p, size_t step, int rank) {
+// Micro-batch range of (step, rank); IndexError naming what is out of range.
+std::pair<uint64_t, uint64_t> checked_range(const Plan& p, size_t step, int rank) {
   if (step >= p.num_steps())
     throw pb::index_error("step " + std::to_string(step) + " out of range");
   if (rank < 0 || rank >= p.world_size)
     throw pb::index_error("rank " + std::to_string(rank) + " out of range");
-  auto [first, last] = p.rank_range(step, rank);
+  return p.rank_range(step, rank);
+}
+
+// One rank's micro-batches of one step as lists of row ids.
+pb::list rank_step(const Plan& p, size_t step, int rank) {
+  auto [first, last] = checked_range(p, step, rank);
   pb::list out;
   for (uint64_t m = first; m < last; ++m) {
     const MicroBatch& mb = p.micro_batches[m];
@@ -113,6 +118,8 @@ void bind_planner(pb::module_& m) {
       .def_readwrite("fixed_config", &PlannerConfig::fixed_config)
       .def_readwrite("sharding", &PlannerConfig::sharding)
       .def_readwrite("sync", &PlannerConfig::sync)
+      .def_readwrite("sp", &PlannerConfig::sp)
+      .def_readwrite("sp_sizes", &PlannerConfig::sp_sizes)
       .def_readwrite("global_batch", &PlannerConfig::global_batch)
       .def_readwrite("collective_overlap", &PlannerConfig::collective_overlap)
       .def_readwrite("reshard_after_forward", &PlannerConfig::reshard_after_forward)
@@ -148,11 +155,7 @@ void bind_planner(pb::module_& m) {
       .def(
           "rank_step_padded",
           [](const Plan& p, size_t step, int rank) {
-            if (step >= p.num_steps())
-              throw pb::index_error("step " + std::to_string(step) + " out of range");
-            if (rank < 0 || rank >= p.world_size)
-              throw pb::index_error("rank " + std::to_string(rank) + " out of range");
-            auto [first, last] = p.rank_range(step, rank);
+            auto [first, last] = checked_range(p, step, rank);
             std::vector<bool> out;
             for (uint64_t m = first; m < last; ++m) out.push_back(p.micro_batches[m].padded != 0);
             return out;
@@ -161,6 +164,18 @@ void bind_planner(pb::module_& m) {
           "Per micro-batch of rank_step(step, rank): True when it repeats earlier samples "
           "(end-of-epoch padding, to keep ranks in lockstep); a trainer may skip or down-weight "
           "those.")
+      .def(
+          "rank_step_groups",
+          [](const Plan& p, size_t step, int rank) {
+            auto [first, last] = checked_range(p, step, rank);
+            std::vector<int> out;
+            for (uint64_t m = first; m < last; ++m) out.push_back(p.group(m));
+            return out;
+          },
+          pb::arg("step"), pb::arg("rank"),
+          "Per micro-batch of rank_step(step, rank): the size g of its sequence-parallel group, "
+          "the aligned block of ranks [rank - rank % g, rank - rank % g + g) (1: this rank alone).")
+      .def_property_readonly("has_groups", [](const Plan& p) { return !p.mb_group.empty(); })
       .def(
           "rank_counts",
           [](const Plan& p, int rank) {
@@ -193,6 +208,17 @@ void bind_planner(pb::module_& m) {
       .def_property_readonly("sync", [](const Planner& self) { return std::string(sync_name(self.sync())); })
       .def_property_readonly("sharded", &Planner::sharded)
       .def_property_readonly("global_batch", &Planner::global_batch_text)
+      .def_property_readonly("max_group", &Planner::max_group)
+      .def(
+          "allowed_groups",
+          [](const Planner& self, int world_size) {
+            std::vector<int> out;
+            const SeqParallel sp = self.seq_parallel(world_size);
+            for (int g = 1; g <= kMaxGroup; g *= 2)
+              if (sp.allows(g)) out.push_back(g);
+            return out;
+          },
+          pb::arg("world_size"), "Sequence-parallel group sizes usable on world_size ranks.")
       .def(
           "slot_comm_s", [](const Planner& self, int world_size) { return self.sim_env(world_size).layout.slot_comm_s; },
           pb::arg("world_size"), "micro sync: modelled collectives of one micro-batch slot, seconds (0 in step sync).")

@@ -3,7 +3,8 @@
 In process: the split, the group of one (identity, no communication) against the plain model,
 the heads check. Two processes (torch.multiprocessing, gloo): the all-to-all, gather and loss
 reduction forward and backward against the dense tensors, and the model with g=2. Four
-processes under torchrun (gloo, CPU): one epoch with groups of 1, 2 and 4 (sp_worker.py).
+processes under torchrun (gloo, CPU): one epoch with groups of 1, 2 and 4 on a hand-made
+schedule (sp_worker.py) and one on the planner's schedule (sp_plan_worker.py).
 Tolerances fp32: rtol 1e-5, atol 1e-6 (measured errors are in docs/python.md). Timeouts only
 turn a hang into a failure."""
 import collections
@@ -91,14 +92,10 @@ def test_pair_exchange_and_model_against_dense(tmp_path):
     assert all(w["grad_tol_ratio"] <= 1 for w in worst), worst
 
 
-def test_torchrun_epoch_with_groups_of_1_2_4(tmp_path):
-    require_datasets("taichi_hd.csv", "coco2017_val_images.csv")
-    out = tmp_path / "result.json"
-    cmd, env = torchrun(4, tmp_path / "logs", [HERE])
-    cmd += [os.path.join(HERE, "sp_worker.py"), str(out),
-            os.path.join(DATASETS, "taichi_hd.csv"), os.path.join(DATASETS, "coco2017_val_images.csv")]
+def run_torchrun(cmd, env):
+    """Runs a 4-process torchrun to its end; a hang kills torchrun and its workers (kill_tree:
+    each worker has a session of its own) and fails the test."""
     env["SP_RTOL"], env["SP_ATOL"] = str(RTOL), str(ATOL)
-    # A hang kills torchrun and its four workers (kill_tree: each worker has a session of its own).
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:
@@ -108,6 +105,15 @@ def test_torchrun_epoch_with_groups_of_1_2_4(tmp_path):
         log, _ = proc.communicate()
         pytest.fail(f"torchrun with 4 ranks still running after {HANG_TIMEOUT_S} s: a hang\n{log[-3000:]}")
     assert proc.returncode == 0, log[-4000:]
+
+
+def test_torchrun_epoch_with_groups_of_1_2_4(tmp_path):
+    require_datasets("taichi_hd.csv", "coco2017_val_images.csv")
+    out = tmp_path / "result.json"
+    cmd, env = torchrun(4, tmp_path / "logs", [HERE])
+    cmd += [os.path.join(HERE, "sp_worker.py"), str(out),
+            os.path.join(DATASETS, "taichi_hd.csv"), os.path.join(DATASETS, "coco2017_val_images.csv")]
+    run_torchrun(cmd, env)
     result = json.loads(out.read_text())
     records = [e for r in result["ranks"] for e in r["records"]]
     steps = result["steps"]
@@ -143,3 +149,115 @@ def test_torchrun_epoch_with_groups_of_1_2_4(tmp_path):
     assert result["weights_spread"] == 0.0  # every rank applied the same all-reduced update
     assert result["weights_moved"] > 1e-3
     assert result["replay_rel_err"] <= RTOL, result  # max |w - w_replay| / max |w_replay|
+
+
+# A device whose memory holds ~131 tokens of one tiny-DiT sample per GPU (3 GB runtime + the
+# model state + 360,000 bytes; activations 8,192 + 2,688 bytes a token): on the tiny grid,
+# images (60 tokens) fit one GPU, 96p 4:3 clips (240) need 2, 96p 16:9 clips (300) need 4.
+TINY_STATE_BYTES = 98_304 * 18 + 3e9
+
+
+def small_gpu(path):
+    path.write_text(json.dumps({"name": "small-gpu", "memory_gb": (TINY_STATE_BYTES + 360_000) / 1e9,
+                                "peak_tflops": 0.1, "efficiency": 0.3, "allreduce_bus_gbps": 5,
+                                "microbatch_overhead_ms": 2, "half_efficiency_tokens": 256,
+                                "memory_reserve_fraction": 0, "node_size": 8, "alltoall_gbps": 5}))
+    return str(path)
+
+
+def mixed_manifest(path):
+    """Real rows: 6 Taichi-HD 480x640 clips, 4 of 720x1280, 12 COCO images."""
+    import csv
+    rows, want = [], {(480, 640): 6, (720, 1280): 4}
+    with open(os.path.join(DATASETS, "taichi_hd.csv"), newline="") as f:
+        for r in csv.DictReader(f):
+            key = (int(r["height"]), int(r["width"]))
+            if want.get(key, 0) > 0:
+                want[key] -= 1
+                rows.append(r)
+    with open(os.path.join(DATASETS, "coco2017_val_images.csv"), newline="") as f:
+        for r in csv.DictReader(f):
+            if len(rows) < 22 and int(r["width"]) >= int(r["height"]) * 16 // 10:
+                rows.append(r)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["path", "num_frames", "height", "width", "fps"])
+        w.writeheader()
+        w.writerows(rows)
+    return str(path), len(rows)
+
+
+def test_sampler_gives_each_micro_batch_its_group(tmp_path):
+    require_datasets("taichi_hd.csv", "coco2017_val_images.csv")
+    from adaptiveload.sampler import AdaptiveBatchSampler
+    manifest, n = mixed_manifest(tmp_path / "m.csv")
+    device = small_gpu(tmp_path / "gpu.json")
+    # sp="min": each clip on the smallest group it fits (auto's search prefers one group of 4
+    # for all on so few samples), so the epoch mixes 1, 2 and 4.
+    per_rank = [AdaptiveBatchSampler(manifest, model="tiny-dit", device=device, world_size=4, rank=r,
+                                     sharding="none", sync="step", sp="min") for r in range(4)]
+    assert per_rank[0].sp_sizes() == [1, 2, 4]
+    seen, sizes = collections.Counter(), set()
+    steps = [list(s.steps()) for s in per_rank]
+    assert len({len(x) for x in steps}) == 1
+    for r in range(4):
+        for st in steps[r]:
+            assert len(st.groups) == len(st.micro_batches)
+            prev = 4
+            for mb, ranks, padded in zip(st.micro_batches, st.groups, st.padded_micro_batches):
+                g = len(ranks)
+                assert ranks == tuple(range(r - r % g, r - r % g + g)) and r in ranks
+                assert g <= prev  # largest group first: the group's ranks reach it together
+                prev = g
+                sizes.add(g)
+                if ranks[0] == r and not padded:
+                    seen.update(mb)
+            # Every rank of a group lists the same micro-batches.
+            for mb, ranks in zip(st.micro_batches, st.groups):
+                for other in ranks:
+                    o = steps[other][st.step]
+                    assert o.step == st.step and mb in o.micro_batches and ranks in o.groups
+    assert sizes == {1, 2, 4}
+    assert sorted(seen) == list(range(n)) and set(seen.values()) == {1}
+    # Off: the clips do not fit one GPU and the sampler says which and what to do.
+    with pytest.raises(Exception, match="--sp auto"):
+        AdaptiveBatchSampler(manifest, model="tiny-dit", device=device, world_size=4, rank=0, sharding="none",
+                             sp="off")
+
+
+def test_torchrun_planned_epoch_with_groups_of_1_2_4(tmp_path):
+    require_datasets("taichi_hd.csv", "coco2017_val_images.csv")
+    manifest, n = mixed_manifest(tmp_path / "m.csv")
+    device = small_gpu(tmp_path / "gpu.json")
+    out = tmp_path / "result.json"
+    cmd, env = torchrun(4, tmp_path / "logs", [HERE])
+    cmd += [os.path.join(HERE, "sp_plan_worker.py"), str(out), device, manifest]
+    run_torchrun(cmd, env)
+    result = json.loads(out.read_text())
+    records = [e for r in result["ranks"] for e in r["records"]]
+    assert {len(e["ranks"]) for e in records} == {1, 2, 4}
+    # Every planned row trained exactly once, by its whole group, whose shards cover it.
+    by_mb = collections.defaultdict(list)
+    for e in records:
+        by_mb[(e["step"], e["ranks"][0], tuple(e["rows"]))].append(e)
+    trained = collections.Counter()
+    for (step, first, rows), es in by_mb.items():
+        assert sorted(e["rank"] for e in es) == es[0]["ranks"], (step, rows)
+        assert sorted(e["position"] for e in es) == list(range(len(es)))
+        for k, tokens in enumerate(es[0]["tokens"]):
+            shards = sorted(tuple(e["shards"][k]) for e in es)
+            assert shards[0][0] == 0 and shards[-1][1] == tokens
+            assert all(a[1] == b[0] for a, b in zip(shards, shards[1:]))
+        assert len({e["loss"] for e in es}) == 1  # the group's ranks hold one total
+        if not es[0]["padded"]:
+            trained.update(rows)
+    assert sorted(trained) == sorted(result["planned_rows"]) == list(range(n))
+    assert set(trained.values()) == {1}
+    # Loss and gradients equal the non-parallel computation; the epoch equals its replay.
+    for e in records:
+        assert abs(e["loss"] - e["ref_loss"]) <= ATOL + RTOL * abs(e["ref_loss"]), e
+        assert e["grad_tol_ratio"] <= 1, e
+    assert result["weights_spread"] == 0.0
+    assert result["replay_rel_err"] <= RTOL, result
+    worst = max(e["grad_tol_ratio"] for e in records)
+    print(f"planned SP epoch: {len(by_mb)} micro-batches, groups {sorted({len(e['ranks']) for e in records})}, "
+          f"worst gradient error {worst:.3g} of tolerance, replay rel err {result['replay_rel_err']:.3g}")

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "adaptiveload/geometry/geometry.h"
+#include "adaptiveload/plan/layout.h"
 #include "adaptiveload/presets/presets.h"
 
 namespace adaptiveload {
@@ -32,6 +33,30 @@ class CostModel {
 
   double overhead_s = 0;
   double half_efficiency_tokens = 0;
+};
+
+// One micro-batch of `batch` samples of bucket b on a sequence-parallel group of g ranks, as
+// every rank of the group sees it (docs/planner.md, "Sequence parallelism"):
+//   T_g(B, S) = overhead + a2a latency + (t(S) / g + a2a(S, g)) * (B + N_half * g / S)
+// the compute split g ways (heads in attention, tokens elsewhere), the all-to-alls of the
+// Ulysses layers, and the small-batch ramp at the S / g tokens a rank holds: efficiency falls
+// with g. g = 1 is microbatch_time exactly.
+double group_microbatch_time(const CostModel& c, int64_t batch, const Bucket& b, int g, const SeqParallel& sp);
+// Its marginal seconds per sample, t(S) / g + a2a(S, g).
+double group_sample_time(const CostModel& c, const Bucket& b, int g, const SeqParallel& sp);
+
+// A cost model as a group of g ranks sees it: microbatch_time(B, b) = group_microbatch_time
+// of the base model. Lets a strategy plan W / g groups as if they were ranks.
+class GroupCost : public CostModel {
+ public:
+  GroupCost(const CostModel& base, int g, const SeqParallel& sp);
+  std::string name() const override { return base_.name(); }
+  double sample_time(const Bucket& b) const override;
+
+ private:
+  const CostModel& base_;
+  int g_;
+  SeqParallel sp_;
 };
 
 // Most samples in one micro-batch (MicroBatch::count is 32-bit).

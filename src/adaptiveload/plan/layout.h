@@ -8,6 +8,12 @@
 //          collectives (parameter all-gather, gradient reduce-scatter) that every rank
 //          joins, so every rank runs the same number of micro-batches in every step and
 //          the ranks meet at every micro-batch "slot".
+//
+// Sequence parallelism (docs/planner.md, "Sequence parallelism"): a micro-batch may run on a
+// group of g ranks (Ulysses: each holds S / g tokens of every sample and all-to-alls switch
+// between sequence and head sharding around self-attention). Groups are aligned blocks of
+// consecutive ranks, [r - r % g, r - r % g + g), g a power of two, so that the process groups
+// can be created once at start-up.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -18,6 +24,20 @@ enum class SyncMode : uint8_t { kStep = 0, kMicro = 1 };
 
 inline const char* sync_name(SyncMode s) { return s == SyncMode::kMicro ? "micro" : "step"; }
 
+constexpr int kMaxGroup = 128;  // largest sequence-parallel group (Plan::mb_group is a byte)
+
+// Ulysses sequence parallelism: which group sizes are allowed and what their all-to-alls cost.
+struct SeqParallel {
+  uint32_t sizes = 1;  // bit k set: groups of 2^k ranks allowed (bit 0, g = 1, always)
+  // Per sample of S video tokens on g > 1 ranks: the all-to-alls of one forward + backward
+  // take a2a_s_per_token * S * (g - 1) / g^2 seconds (bytes over the in-node bandwidth) plus
+  // a2a_latency_s per micro-batch.
+  double a2a_s_per_token = 0;
+  double a2a_latency_s = 0;
+  bool allows(int g) const { return g >= 1 && g <= kMaxGroup && (g & (g - 1)) == 0 && (sizes >> __builtin_ctz(unsigned(g)) & 1u); }
+  int largest() const { return 1 << (31 - __builtin_clz(sizes | 1u)); }
+};
+
 struct ParallelLayout {
   SyncMode sync = SyncMode::kStep;
   // step mode: the gradient all-reduce of one global step, seconds.
@@ -27,6 +47,7 @@ struct ParallelLayout {
   // seconds, and the fraction of them that can overlap the slot's compute.
   double slot_comm_s = 0;
   double overlap = 0;
+  SeqParallel sp;
 
   // Seconds of a slot's collectives not hidden behind `compute_s` of its compute: at most
   // `overlap` of them overlap, and never more than the compute they hide behind.

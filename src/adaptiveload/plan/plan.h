@@ -4,6 +4,11 @@
 //   sample_ids     step-major, then rank, then micro-batch
 //   micro_batches  step-major, then rank; each a range of sample_ids
 //   rank_begin     [steps * W + 1] micro-batch range of (step, rank)
+//   mb_group       per micro-batch, its sequence-parallel group size g (empty: all 1). The
+//                  group is the aligned block of g ranks holding the rank; every rank of it
+//                  lists the micro-batch (the same sample_ids range), in the same order:
+//                  in step sync a rank's list runs its groups from the largest g down, in
+//                  micro sync the ranks of a group hold it in the same slot.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -41,6 +46,7 @@ struct Plan {
   std::vector<StepInfo> steps;
   int64_t padded_samples = 0;
   std::vector<uint32_t> dropped;  // sample ids dropped by the end-of-epoch policy
+  std::vector<uint8_t> mb_group;  // per micro-batch SP group size; empty: no sequence parallelism
 
   size_t num_steps() const { return steps.size(); }
   // Micro-batch index range [first, last) of rank r in step t.
@@ -49,6 +55,7 @@ struct Plan {
     return {rank_begin[i], rank_begin[i + 1]};
   }
   const uint32_t* ids(const MicroBatch& mb) const { return sample_ids.data() + mb.begin; }
+  int group(uint64_t m) const { return mb_group.empty() ? 1 : int(mb_group[m]); }
 };
 
 }  // namespace adaptiveload

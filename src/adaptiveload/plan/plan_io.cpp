@@ -50,7 +50,40 @@ void write_plan_jsonl(const Plan& plan, std::ostream& out, size_t first) {
         line += '[', num(uint64_t(r)), line += ',', num(m - b), line += ']';
       }
     }
-    line += "]}\n";
+    line += ']';
+    if (!plan.mb_group.empty()) {
+      // Sequence-parallel groups of the step: each group of g > 1 ranks and the indices, in
+      // each of its ranks' lists, of the micro-batches it runs together.
+      line += ",\"groups\":[";
+      bool first_group = true;
+      for (int r = 0; r < W; ++r) {
+        auto [b, e] = plan.rank_range(t, r);
+        // A group is listed once, at its first rank, with its run of consecutive indices.
+        for (uint64_t m = b; m < e;) {
+          const int g = plan.group(m);
+          uint64_t n = m;
+          while (n < e && plan.group(n) == g) ++n;
+          if (g > 1 && r % g == 0) {
+            if (!first_group) line += ',';
+            first_group = false;
+            line += "{\"ranks\":[";
+            for (int k = 0; k < g; ++k) {
+              if (k) line += ',';
+              num(uint64_t(r + k));
+            }
+            line += "],\"mbs\":[";
+            for (uint64_t i = m; i < n; ++i) {
+              if (i != m) line += ',';
+              num(i - b);
+            }
+            line += "]}";
+          }
+          m = n;
+        }
+      }
+      line += ']';
+    }
+    line += "}\n";
     out << line;
   }
 }

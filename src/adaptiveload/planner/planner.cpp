@@ -54,6 +54,38 @@ std::pair<std::string, double> parse_global_batch(const std::string& v) {
   return {kind, x};
 }
 
+// "1,2,4,8" -> bit mask of allowed sequence-parallel group sizes (1 is always allowed).
+uint32_t parse_sp_sizes(const std::string& v) {
+  uint32_t mask = 1;
+  size_t i = 0;
+  while (i <= v.size()) {
+    const size_t j = std::min(v.find(',', i), v.size());
+    const std::string t = v.substr(i, j - i);
+    const bool digits = !t.empty() && t.size() <= 5 && t.find_first_not_of("0123456789") == std::string::npos;
+    const int g = digits ? std::stoi(t) : 0;
+    if (!(g >= 1 && g <= kMaxGroup && (g & (g - 1)) == 0))
+      throw ConfigError("sequence-parallel size '" + t + "' in '" + v +
+                        "' (--sp-sizes / sp_sizes) must be a power of two in 1..128, e.g. 1,2,4,8");
+    mask |= 1u << __builtin_ctz(unsigned(g));
+    i = j + 1;
+  }
+  return mask;
+}
+
+// "auto" | "off" | "per-sample" -> 0; "G" (a power of two) -> G.
+int parse_sp(const std::string& v) {
+  if (v == "auto" || v == "min" || v == "off" || v == "per-sample") return 0;
+  const bool digits = !v.empty() && v.size() <= 5 && v.find_first_not_of("0123456789") == std::string::npos;
+  const int g = digits ? std::stoi(v) : 0;
+  if (!(g >= 1 && g <= kMaxGroup && (g & (g - 1)) == 0))
+    throw ConfigError("sequence parallelism '" + v +
+                      "' (--sp / sp) must be auto (groups for samples that do not fit one GPU, larger ones "
+                      "where they shorten the epoch), min (each such sample on the smallest group it fits), "
+                      "per-sample (groups tried even where every sample fits one GPU), off, or a group size "
+                      "for every sample (a power of two, e.g. 4)");
+  return g;
+}
+
 // Range checks of the numeric options, where they enter the core (the CLI and the Python
 // sampler both come through here); each message names the option and its range.
 void validate_config(PlannerConfig& c) {
@@ -78,15 +110,23 @@ void validate_config(PlannerConfig& c) {
   if (c.sync != "auto" && c.sync != "step" && c.sync != "micro")
     throw ConfigError("sync must be auto, step (DDP, ZeRO-1) or micro (FSDP, ZeRO-2/3), not '" + c.sync + "'");
   parse_global_batch(c.global_batch);
+  parse_sp_sizes(c.sp_sizes);
+  parse_sp(c.sp);
   if (c.grid.empty()) c.grid = load_model(c.model).default_grid;
 }
 
 
 // Advice for a sample too big for memory, following the configuration it was planned under.
-std::string oversize_advice(const PlannerConfig& cfg, bool sharded, bool memory_bound) {
+std::string oversize_advice(const PlannerConfig& cfg, bool sharded, bool memory_bound, int largest_group,
+                            int node_size) {
   std::string a;
   auto add = [&](const std::string& s) { a += (a.empty() ? "" : ", ") + s; };
   if (memory_bound) {
+    if (cfg.sp == "off")
+      add("allow sequence parallelism (--sp auto) to split such a sample over a group of GPUs");
+    else if (largest_group < node_size)
+      add("allow larger sequence-parallel groups (--sp-sizes, up to the node size " + std::to_string(node_size) +
+          ", dividing the world size and the model's heads)");
     if (!cfg.checkpointing) add("enable activation checkpointing (--checkpointing on)");
     if (!sharded && cfg.world_size > 1) add("shard the model state (--sharding fsdp)");
     if (!sharded && cfg.world_size == 1)
@@ -164,13 +204,30 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
                         "; it must be in (0, 1e9] s: check the model, device or profile");
   }
 
-  // Oversize samples: one alone exceeds device memory or the token budget.
-  std::vector<int64_t> max_mem(buckets.size());
-  std::vector<uint8_t> too_big(buckets.size(), 0);
-  for (size_t b = 0; b < buckets.size(); ++b) {
-    max_mem[b] = memory_.max_batch(buckets[b].tokens, usable);
-    too_big[b] = max_mem[b] < 1 || (cfg_.mem_budget_tokens > 0 && buckets[b].tokens > cfg_.mem_budget_tokens);
+  // Sequence parallelism: the allowed group sizes and the cost model on each.
+  sp_sizes_ = cfg_.sp == "off" ? 1u : parse_sp_sizes(cfg_.sp_sizes);
+  sp_fixed_ = parse_sp(cfg_.sp);
+  if (sp_fixed_ > 0) sp_sizes_ |= 1u << __builtin_ctz(unsigned(sp_fixed_));
+  {
+    const SeqParallel sp = seq_parallel(cfg_.world_size);
+    for (int g = 1; g <= kMaxGroup; g *= 2) group_costs_.push_back(std::make_unique<GroupCost>(*cost_, g, sp));
+    if (sp_fixed_ > 1 && !sp.allows(sp_fixed_))
+      throw ConfigError("sequence-parallel group size " + std::to_string(sp_fixed_) + " (--sp) cannot be used on " +
+                        std::to_string(cfg_.world_size) + " ranks of " + device_.name + " with " + model_.name +
+                        ": a group size must divide the world size and the model's " + std::to_string(model_.heads) +
+                        " heads, and be at most the node size " + std::to_string(device_.node_size));
   }
+
+  // Oversize samples: one alone exceeds device memory (on every allowed group size) or the
+  // token budget.
+  std::vector<int64_t> max_mem;
+  std::vector<uint8_t> group;
+  choose_groups(cfg_.world_size, sp_fixed_, group, max_mem);
+  std::vector<uint8_t> too_big(buckets.size(), 0);
+  for (size_t b = 0; b < buckets.size(); ++b)
+    too_big[b] = max_mem[b] < 1 || (cfg_.mem_budget_tokens > 0 && (buckets[b].tokens + group[b] - 1) / group[b] >
+                                                                      cfg_.mem_budget_tokens);
+  const int largest = seq_parallel(cfg_.world_size).largest();
   const int64_t rows = int64_t(bucketing_.sample_bucket.size());
   for (int64_t row = 0; row < rows; ++row) {
     uint16_t b = bucketing_.sample_bucket[size_t(row)];
@@ -182,20 +239,24 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
     const Bucket& bk = buckets[b];
     std::string msg;
     if (max_mem[b] < 1) {
-      double need = memory_.bytes(1, bk.tokens);
+      const int g = sp_fixed_ > 0 ? sp_fixed_ : largest;
+      double need = memory_.bytes(1, (bk.tokens + g - 1) / g);
       msg = "one sample of bucket " + bk.name() + " (" + std::to_string(bk.tokens) + " tokens) needs " + gb(need) +
+            (g > 1 ? " per GPU on a sequence-parallel group of " + std::to_string(g) + " (the largest allowed)" : "") +
             ", " + gb(need - usable) + " more than the " + gb(usable) + " usable on " + device_.name;
     } else {
-      msg = "one sample of bucket " + bk.name() + " has " + std::to_string(bk.tokens) + " tokens, " +
-            std::to_string(bk.tokens - cfg_.mem_budget_tokens) + " more than the memory budget of " +
-            std::to_string(cfg_.mem_budget_tokens) + " tokens";
+      msg = "one sample of bucket " + bk.name() + " has " + std::to_string(bk.tokens) + " tokens" +
+            (group[b] > 1 ? " (" + std::to_string((bk.tokens + group[b] - 1) / group[b]) + " per GPU on " +
+                                std::to_string(int(group[b])) + ")"
+                          : "") +
+            ", more than the memory budget of " + std::to_string(cfg_.mem_budget_tokens) + " tokens";
     }
     if (cfg_.oversize == OversizePolicy::kError) {
       throw ConfigError(
           "manifest row " + std::to_string(row) +
           (manifest ? " (" + manifest->where(row) + ", " + std::string(manifest->path(row)) + ")"
                     : "") +
-          ": " + msg + oversize_advice(cfg_, sharded_, max_mem[b] < 1));
+          ": " + msg + oversize_advice(cfg_, sharded_, max_mem[b] < 1, largest, device_.node_size));
     }
     oversize_.push_back({row, msg});
   }
@@ -218,6 +279,7 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
   base_.epoch = cfg_.epoch;
   base_.end_policy = cfg_.end_policy;
   base_.max_batch_memory = max_mem;
+  if (std::any_of(group.begin(), group.end(), [](uint8_t g) { return g > 1; })) base_.bucket_group = group;
   base_.fixed_batch = resolve_fixed(fixed_error_);
   sync_ = cfg_.sync == "micro"  ? SyncMode::kMicro
           : cfg_.sync == "step" ? SyncMode::kStep
@@ -263,6 +325,11 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
   h.pod(memory_.static_bytes);
   h.pod(uint8_t(sync_)), h.pod(cfg_.collective_overlap), h.pod(uint8_t(cfg_.reshard_after_forward));
   h.pod(uint8_t(base_.batch_kind)), h.pod(base_.batch_target);
+  if (!base_.bucket_group.empty() || sp_fixed_ > 0 || cfg_.sp == "per-sample") {
+    // Sequence parallelism changes plans; without it the fingerprint stays as it was.
+    h.str(cfg_.sp), h.pod(sp_sizes_), h.pod(device_.node_size);
+    h.bytes(base_.bucket_group.data(), base_.bucket_group.size());
+  }
   fingerprint_ = h.digest();
 }
 
@@ -275,12 +342,14 @@ void Planner::resolve_budgets() {
   int64_t M = cfg_.mem_budget_tokens;
   if (M <= 0) {
     M = INT64_MAX;
+    // Tokens per GPU: a sample on a group of g holds S / g on each.
+    auto per_gpu = [&](size_t b) { return (buckets[b].tokens + base_.group(uint16_t(b)) - 1) / base_.group(uint16_t(b)); };
     for (size_t b = 0; b < buckets.size(); ++b)
-      if (live[b]) M = std::min<int64_t>(M, (base_.max_batch_memory[b] + 1) * buckets[b].tokens - 1);
+      if (live[b]) M = std::min<int64_t>(M, (base_.max_batch_memory[b] + 1) * per_gpu(b) - 1);
     if (M == INT64_MAX) M = 0;
     // Never below the longest sample: each bucket's batch is capped at memory separately.
     for (size_t b = 0; b < buckets.size(); ++b)
-      if (live[b]) M = std::max<int64_t>(M, buckets[b].tokens);
+      if (live[b]) M = std::max<int64_t>(M, per_gpu(b));
   }
   base_.mem_budget_tokens = M;
   resolve_global_batch();
@@ -288,6 +357,15 @@ void Planner::resolve_budgets() {
 
   if (cfg_.comp_budget > 0) {
     base_.comp_budget = cfg_.comp_budget;
+  } else if (max_group() > 1) {
+    // With sequence parallelism M_comp is not searched: it never binds (dual runs as
+    // equal_tokens) unless --comp-budget gives one.
+    double hi = 0;
+    for (size_t b = 0; b < buckets.size(); ++b)
+      if (live[b])
+        hi = std::max(hi, double(std::max<int64_t>(1, base_.max_batch_memory[b])) *
+                              std::pow(double(buckets[b].tokens), base_.p));
+    base_.comp_budget = hi;
   } else if (!pool_.empty()) {
     // Search M_comp on a geometric grid from "every bucket alone" to "never binds" for the
     // best throughput of `dual`, in expectation over its random batch order: computed from the
@@ -435,10 +513,15 @@ void Planner::resolve_global_batch() {
     // (B = M_mem / S, capped at memory), W to a step.
     std::vector<uint64_t> per_bucket(buckets.size(), 0);
     for (uint32_t id : pool_) ++per_bucket[bucketing_.sample_bucket[id]];
-    const std::vector<int64_t> B = equal_tokens_batch_sizes(base_);
+    // With sequence parallelism: equal_tokens on groups of the largest g any sample needs.
+    const int g = max_group();
+    PlanProblem pr = base_;
+    pr.world_size = cfg_.world_size;
+    if (g > 1) pr = as_groups(pr, g);
+    const std::vector<int64_t> B = equal_tokens_batch_sizes(pr);
     uint64_t batches = 0;
     for (size_t b = 0; b < buckets.size(); ++b) batches += (per_bucket[b] + uint64_t(B[b]) - 1) / uint64_t(B[b]);
-    const uint64_t W = uint64_t(cfg_.world_size);
+    const uint64_t W = uint64_t(pr.world_size);
     steps = double(std::max<uint64_t>(1, (batches + W - 1) / W));
   }
   // A step count is kept as tokens per step, as a bucket loader keeps them (its samples per
@@ -483,9 +566,10 @@ double Planner::auto_step_budget(const CostModel& cost) const {
   std::vector<uint8_t> live(buckets.size(), 0);
   for (uint32_t id : pool_) live[bucketing_.sample_bucket[id]] = 1;
   const std::vector<int64_t> B = equal_tokens_batch_sizes(base_);
+  const SeqParallel sp = seq_parallel(cfg_.world_size);
   double s = 0;
   for (size_t b = 0; b < buckets.size(); ++b)
-    if (live[b]) s = std::max(s, cost.microbatch_time(B[b], buckets[b]));
+    if (live[b]) s = std::max(s, group_microbatch_time(cost, B[b], buckets[b], base_.group(uint16_t(b)), sp));
   return s;
 }
 
@@ -497,7 +581,117 @@ PlanProblem Planner::problem(int world_size, int64_t epoch, uint64_t segment, st
   pr.allreduce_s = pr.layout.step_sync_s;
   pr.segment = segment;
   pr.pool = std::move(pool);
+  if (pr.world_size != cfg_.world_size && sp_sizes_ != 1) {
+    // Another world size (elastic resume) allows other group sizes: choose them again.
+    std::vector<uint8_t> group;
+    choose_groups(pr.world_size, sp_fixed_, group, pr.max_batch_memory);
+    for (size_t b = 0; b < group.size(); ++b)
+      if (pr.max_batch_memory[b] < 1 && bucketing_.bucket_counts[b] > 0 && base_.max_batch_memory[b] >= 1)
+        throw ConfigError("on " + std::to_string(pr.world_size) + " ranks no allowed sequence-parallel group size fits "
+                          "a sample of bucket " + bucketing_.buckets[b].name() + " (it needed a group of " +
+                          std::to_string(base_.group(uint16_t(b))) + " on " + std::to_string(cfg_.world_size) +
+                          "); resume on a world size that the group sizes (--sp-sizes) divide");
+    pr.bucket_group.clear();
+    if (std::any_of(group.begin(), group.end(), [](uint8_t g) { return g > 1; })) pr.bucket_group = group;
+  }
   return pr;
+}
+
+SeqParallel Planner::seq_parallel(int world_size) const {
+  const int W = world_size > 0 ? world_size : cfg_.world_size;
+  SeqParallel sp;
+  for (int k = 1; (1 << k) <= kMaxGroup; ++k) {
+    const int g = 1 << k;
+    if ((sp_sizes_ >> k & 1u) && g <= device_.node_size && W % g == 0 && model_.heads % g == 0) sp.sizes |= 1u << k;
+  }
+  // Ulysses (DeepSpeed-Ulysses, Jacobs et al. 2023): around every self-attention, all-to-alls
+  // of q, k, v (sequence -> heads) and of the output (heads -> sequence), each rank sending
+  // (g - 1) / g of its S / g x D bf16 values; in forward, in backward (their gradients) and
+  // again in the recomputed forward under checkpointing: 4 x (2 + ckpt) per layer.
+  const double per_layer = 4.0 * (2 + (cfg_.checkpointing ? 1 : 0));
+  const double a2a = per_layer * double(model_.layers);
+  sp.a2a_s_per_token = a2a * 2.0 * double(model_.dim) / device_.alltoall_bytes_per_s;
+  sp.a2a_latency_s = a2a * device_.alltoall_latency_s;
+  return sp;
+}
+
+void Planner::choose_groups(int world_size, int fixed_g, std::vector<uint8_t>& group,
+                            std::vector<int64_t>& max_mem) const {
+  const auto& buckets = bucketing_.buckets;
+  const SeqParallel sp = seq_parallel(world_size);
+  const double usable = usable_memory_bytes();
+  group.assign(buckets.size(), 1);
+  max_mem.assign(buckets.size(), 0);
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    for (int g = fixed_g > 0 ? fixed_g : 1; g <= kMaxGroup; g *= 2) {
+      if (g > 1 && !sp.allows(g)) {
+        if (fixed_g > 0) break;
+        continue;
+      }
+      const int64_t per_gpu = (buckets[b].tokens + g - 1) / g;
+      const int64_t m = memory_.max_batch(per_gpu, usable);
+      group[b] = uint8_t(g);
+      max_mem[b] = m;
+      if (m >= 1 && (cfg_.mem_budget_tokens <= 0 || per_gpu <= cfg_.mem_budget_tokens)) break;
+      if (fixed_g > 0) break;
+    }
+  }
+}
+
+int Planner::max_group() const {
+  int g = 1;
+  for (size_t b = 0; b < base_.bucket_group.size(); ++b)
+    if (bucketing_.bucket_counts[b] > 0 && base_.max_batch_memory[b] >= 1) g = std::max(g, int(base_.bucket_group[b]));
+  return g;
+}
+
+PlanProblem Planner::as_groups(const PlanProblem& pr, int g) const {
+  PlanProblem q = pr;
+  if (g <= 1) {
+    q.bucket_group.clear();
+    return q;
+  }
+  q.world_size = pr.world_size / g;
+  q.cost = group_costs_[size_t(__builtin_ctz(unsigned(g)))].get();
+  std::vector<uint8_t> group;
+  choose_groups(pr.world_size, g, group, q.max_batch_memory);
+  q.bucket_group.clear();
+  // A group holds g times a GPU's tokens and does 1 / g of the compute per GPU.
+  q.mem_budget_tokens = pr.mem_budget_tokens * g;
+  q.comp_budget = pr.comp_budget * g;
+  return q;
+}
+
+Plan Planner::run_on_groups(const StrategyEntry& s, const PlanProblem& pr, int g) const {
+  const PlanProblem q = as_groups(pr, g);
+  for (size_t b = 0; b < q.max_batch_memory.size(); ++b)
+    if (q.max_batch_memory[b] < 1 && bucketing_.bucket_counts[b] > 0 && base_.max_batch_memory[b] >= 1)
+      throw ConfigError("a sample of bucket " + bucketing_.buckets[b].name() + " does not fit a sequence-parallel group of " +
+                        std::to_string(g) + "; use a larger group size");
+  if (std::string(s.name) == "fixed" && q.fixed_batch.size() != bucketing_.buckets.size())
+    throw ConfigError(fixed_error_);
+  Plan p = s.fn(q);
+  // Each of the W / g plan ranks is a group: its g ranks list the same micro-batches.
+  Plan out;
+  out.strategy = p.strategy;
+  out.world_size = pr.world_size;
+  out.sync = p.sync;
+  out.sample_ids = std::move(p.sample_ids);
+  out.steps = std::move(p.steps);
+  out.padded_samples = p.padded_samples;
+  out.dropped = std::move(p.dropped);
+  out.micro_batches.reserve(p.micro_batches.size() * size_t(g));
+  out.rank_begin.reserve(out.steps.size() * size_t(pr.world_size) + 1);
+  for (size_t t = 0; t < out.steps.size(); ++t)
+    for (int v = 0; v < q.world_size; ++v) {
+      const auto [b, e] = p.rank_range(t, v);
+      for (int k = 0; k < g; ++k) {
+        out.micro_batches.insert(out.micro_batches.end(), p.micro_batches.begin() + long(b), p.micro_batches.begin() + long(e));
+        out.rank_begin.push_back(out.micro_batches.size());
+      }
+    }
+  out.mb_group.assign(out.micro_batches.size(), uint8_t(g));
+  return out;
 }
 
 std::vector<int64_t> Planner::resolve_fixed(std::string& error) const {
@@ -520,7 +714,100 @@ std::vector<int64_t> Planner::resolve_fixed(std::string& error) const {
 Plan Planner::run(const StrategyEntry& s, const PlanProblem& pr) const {
   if (std::string(s.name) == "fixed" && pr.fixed_batch.size() != bucketing_.buckets.size())
     throw ConfigError(fixed_error_);
+  if (!pr.bucket_group.empty()) {
+    // Groups of different sizes: balanced plans them per sample; the other strategies (and
+    // one g for all) run on groups of the largest g, as W / g ranks.
+    int gmax = 1, gmin = 1 << 10;
+    std::vector<uint8_t> live(pr.bucket_group.size(), 0);
+    for (uint32_t id : pr.pool_ids()) live[(*pr.sample_bucket)[id]] = 1;
+    for (size_t b = 0; b < live.size(); ++b)
+      if (live[b]) gmax = std::max(gmax, int(pr.bucket_group[b])), gmin = std::min(gmin, int(pr.bucket_group[b]));
+    if (std::string(s.name) != "balanced") return run_on_groups(s, pr, gmax);
+    if (cfg_.sp == "min") return gmin == gmax ? run_on_groups(s, pr, gmax) : s.fn(pr);
+    return run_balanced_groups(s, pr);
+  }
+  if (std::string(s.name) == "balanced" && cfg_.sp == "per-sample" && seq_parallel(pr.world_size).sizes != 1)
+    return run_balanced_groups(s, pr);
   return s.fn(pr);
+}
+
+Plan Planner::run_balanced_groups(const StrategyEntry& s, const PlanProblem& pr) const {
+  const auto& buckets = bucketing_.buckets;
+  const size_t nb = buckets.size();
+  const SeqParallel sp = seq_parallel(pr.world_size);
+  std::vector<uint8_t> live(nb, 0);
+  for (uint32_t id : pr.pool_ids()) live[(*pr.sample_bucket)[id]] = 1;
+  std::vector<int> sizes;
+  for (int g = 1; g <= kMaxGroup; g *= 2)
+    if (sp.allows(g)) sizes.push_back(g);
+  const double usable = usable_memory_bytes();
+  auto max_batch_on = [&](size_t b, int g) {
+    const int64_t per_gpu = (buckets[b].tokens + g - 1) / g;
+    if (cfg_.mem_budget_tokens > 0 && per_gpu > cfg_.mem_budget_tokens) return int64_t(0);
+    return memory_.max_batch(per_gpu, usable);
+  };
+  double c_max = 0;
+  for (size_t b = 0; b < nb; ++b)
+    if (live[b]) c_max = std::max(c_max, group_microbatch_time(*pr.cost, 1, buckets[b], pr.group(uint16_t(b)), sp));
+  // Candidates: a floor f for every bucket, and then long samples raised until one takes at
+  // most theta (inf, or a quarter of the longest sample at its smallest group); each is
+  // planned and simulated, and the fastest kept.
+  std::vector<std::vector<uint8_t>> cands;
+  for (int f : sizes)
+    for (double theta : {1e300, c_max / 4}) {
+      std::vector<uint8_t> g(nb, 1);
+      bool ok = true;
+      for (size_t b = 0; b < nb && ok; ++b) {
+        if (!live[b]) continue;
+        size_t k = 0;
+        while (k < sizes.size() && (sizes[k] < std::max(f, pr.group(uint16_t(b))) || max_batch_on(b, sizes[k]) < 1)) ++k;
+        while (k + 1 < sizes.size() && group_microbatch_time(*pr.cost, 1, buckets[b], sizes[k], sp) > theta) ++k;
+        ok = k < sizes.size();
+        if (ok) g[b] = uint8_t(sizes[k]);
+      }
+      if (ok && std::find(cands.begin(), cands.end(), g) == cands.end()) cands.push_back(g);
+    }
+  SimEnv env = sim_env(pr.world_size);
+  env.cost = pr.cost;
+  auto plan_with = [&](const std::vector<uint8_t>& g, const std::vector<uint32_t>* sub) {
+    int gmin = kMaxGroup, gmax = 1;
+    PlanProblem q = pr;
+    if (sub) q.pool_view = sub;
+    for (size_t b = 0; b < nb; ++b) {
+      q.max_batch_memory[b] = max_batch_on(b, g[b]);
+      if (live[b]) gmin = std::min(gmin, int(g[b])), gmax = std::max(gmax, int(g[b]));
+    }
+    q.bucket_group = g;
+    return gmin == gmax ? run_on_groups(s, q, gmax) : s.fn(q);
+  };
+  // A large pool is compared on every k-th of its samples (the global batch is a rate per
+  // step, so the sample keeps its shape) and only the chosen candidate is planned in full.
+  constexpr size_t kSearchSamples = size_t(1) << 17;
+  const std::vector<uint32_t>& ids = pr.pool_ids();
+  std::vector<uint32_t> sub;
+  if (ids.size() > kSearchSamples && cands.size() > 1) {
+    const size_t stride = (ids.size() + kSearchSamples - 1) / kSearchSamples;
+    for (size_t i = 0; i < ids.size(); i += stride) sub.push_back(ids[i]);
+  }
+  Plan best;
+  size_t best_i = 0;
+  double best_tp = -1;
+  for (size_t i = 0; i < cands.size(); ++i) {
+    Plan p = plan_with(cands[i], sub.empty() ? nullptr : &sub);
+    const double tp = adaptiveload::simulate(p, env).throughput_samples_per_s;
+    if (tp > best_tp) best_tp = tp, best_i = i, best = std::move(p);
+  }
+  return sub.empty() ? best : plan_with(cands[best_i], nullptr);
+}
+
+Plan Planner::plan_fixed_group(const std::string& strategy, int g, int world_size) const {
+  const SeqParallel sp = seq_parallel(world_size);
+  if (g > 1 && !sp.allows(g))
+    throw ConfigError("sequence-parallel group size " + std::to_string(g) + " is not allowed here (sizes must divide the "
+                      "world size and the model's heads, and be at most the node size)");
+  PlanProblem pr = problem(world_size, cfg_.epoch, 0, {});
+  pr.pool_view = &pool_;
+  return run_on_groups(find_strategy(strategy), pr, g);
 }
 
 Plan Planner::plan(const std::string& strategy, int world_size, int64_t epoch) const {

@@ -58,6 +58,17 @@ struct PlannerConfig {
   // equal_tokens, gives on the configured world size), "steps:N" (N steps per epoch),
   // "samples:N" or "tokens:N" (per global step), or "free" (balanced picks its own step count).
   std::string global_batch = "auto";
+  // Sequence parallelism (docs/planner.md): "auto" gives a sample that does not fit one GPU
+  // the smallest allowed group of ranks it fits, and balanced then tries larger groups where
+  // they shorten the simulated epoch; "min" keeps the smallest; "per-sample" tries groups
+  // even when every sample fits one GPU; "off" plans every sample on one GPU (a sample that
+  // does not fit is oversize); a number G: every sample on G ranks (one fixed group size, as
+  // Open-Sora's sp_size). Strategies other than balanced run one g for all samples: the
+  // largest any sample needs.
+  std::string sp = "auto";
+  // Allowed group sizes, powers of two; a size is used only where it divides the world size
+  // and the model's heads (Ulysses splits heads) and is at most the device's node size.
+  std::string sp_sizes = "1,2,4,8";
 };
 
 struct OversizeSample {
@@ -94,6 +105,14 @@ class Planner {
   double batch_target() const { return base_.batch_target; }
   // "steps:113 (auto: equal_tokens)" and the like, for tables and reports.
   std::string global_batch_text() const;
+  // Sequence parallelism on `world_size` ranks (0: the configured one): the allowed sizes and
+  // all-to-all costs, and each bucket's group size (1 where sp is off).
+  SeqParallel seq_parallel(int world_size = 0) const;
+  const std::vector<uint8_t>& bucket_groups() const { return base_.bucket_group; }
+  // Largest group size any planned sample gets (1: no sequence parallelism).
+  int max_group() const;
+  // The plan with every sample on `g` ranks (one fixed group size), for comparison.
+  Plan plan_fixed_group(const std::string& strategy, int g, int world_size = 0) const;
   uint64_t fingerprint() const { return fingerprint_; }
   // Candidates tried by the automatic M_comp search and their simulated throughput.
   const std::vector<std::pair<double, double>>& comp_search() const { return comp_search_; }
@@ -127,7 +146,16 @@ class Planner {
   double auto_step_budget(const CostModel& cost) const;
   std::vector<int64_t> resolve_fixed(std::string& error) const;
   Plan run(const StrategyEntry& s, const PlanProblem& pr) const;
-
+  // Per bucket on `world_size` ranks: the group size (fixed_g > 0: that one, else the smallest
+  // allowed that fits) and the largest batch that fits memory on it (0: none fits).
+  void choose_groups(int world_size, int fixed_g, std::vector<uint8_t>& group, std::vector<int64_t>& max_mem) const;
+  // The problem with every sample on g ranks, as W / g ranks that each are one group.
+  PlanProblem as_groups(const PlanProblem& pr, int g) const;
+  Plan run_on_groups(const StrategyEntry& s, const PlanProblem& pr, int g) const;
+  // balanced with per-sample groups: from each bucket's smallest fitting g, candidates that
+  // raise groups (a floor for all, and long samples further), the one whose plan simulates
+  // fastest.
+  Plan run_balanced_groups(const StrategyEntry& s, const PlanProblem& pr) const;
   PlannerConfig cfg_;
   ModelPreset model_;
   DevicePreset device_;
@@ -144,6 +172,9 @@ class Planner {
   bool sharded_ = false;  // why `fixed` cannot run, when its table misses a bucket
   SyncMode sync_ = SyncMode::kStep;
   std::string global_batch_text_;
+  uint32_t sp_sizes_ = 1;  // cfg_.sp_sizes as a mask (bit k: 2^k)
+  int sp_fixed_ = 0;       // cfg_.sp as a number, 0 otherwise
+  std::vector<std::unique_ptr<GroupCost>> group_costs_;  // [log2 g]: the cost model on g ranks
 };
 
 }  // namespace adaptiveload

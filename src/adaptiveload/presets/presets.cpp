@@ -264,6 +264,11 @@ DevicePreset load_device(const std::string& name_or_path) {
   d.microbatch_overhead_s = get_number_or(j, where, "microbatch_overhead_ms", 0, 1e9, 3.0) * 1e-3;
   d.half_efficiency_tokens = get_number_or(j, where, "half_efficiency_tokens", 0, 1e12, 2048.0);
   d.memory_reserve_fraction = get_number_or(j, where, "memory_reserve_fraction", 0, 0.99, 0.1);
+  d.node_size = int(get_number_or(j, where, "node_size", 1, 1024, 8));
+  if (d.node_size & (d.node_size - 1)) throw InputError(where, "field 'node_size' must be a power of two (1, 2, 4, 8, ..)");
+  // Default: the all-reduce bus bandwidth (the same links).
+  d.alltoall_bytes_per_s = get_number_or(j, where, "alltoall_gbps", 1e-6, 1e9, d.allreduce_bus_bytes_per_s / 1e9) * 1e9;
+  d.alltoall_latency_s = get_number_or(j, where, "alltoall_latency_us", 0, 1e9, 20.0) * 1e-6;
   return d;
 }
 

@@ -40,6 +40,11 @@ struct DevicePreset {
   double microbatch_overhead_s = 0;    // fixed cost of one forward+backward launch
   double half_efficiency_tokens = 0;   // tokens per micro-batch at which efficiency halves
   double memory_reserve_fraction = 0.1;  // kept free (allocator fragmentation, workspace)
+  // Sequence parallelism: GPUs per node (a group never spans nodes) and the all-to-all
+  // bandwidth per GPU within a node (bytes each GPU sends per second) and latency.
+  int node_size = 8;
+  double alltoall_bytes_per_s = 0;
+  double alltoall_latency_s = 0;
 };
 
 struct TierSize {

@@ -12,14 +12,66 @@ double ring_allreduce_seconds(double bytes, int W, double bus_bytes_per_s, doubl
   return 2.0 * (W - 1) / W * bytes / bus_bytes_per_s + 2.0 * (W - 1) * latency_s;
 }
 
+namespace {
+
+// Seconds of micro-batch m of the plan (on its sequence-parallel group).
+double mb_time(const Plan& plan, uint64_t m, const SimEnv& env) {
+  const MicroBatch& mb = plan.micro_batches[m];
+  return group_microbatch_time(*env.cost, mb.count, (*env.buckets)[mb.bucket], plan.group(m), env.layout.sp);
+}
+
+// Step sync with sequence-parallel groups: the ranks of a group start a micro-batch together,
+// when the last of them is ready. Each rank runs its list in order; returns the step's end
+// time of every rank. Throws when the lists deadlock (a group's ranks disagree).
+void group_step_clocks(const Plan& plan, size_t t, const SimEnv& env, std::vector<double>& clock,
+                       std::vector<uint64_t>& next) {
+  const int W = plan.world_size;
+  clock.assign(size_t(W), 0.0);
+  next.resize(size_t(W));
+  for (int r = 0; r < W; ++r) next[size_t(r)] = plan.rank_range(t, r).first;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < W; ++r) {
+      const uint64_t end = plan.rank_range(t, r).second;
+      while (next[size_t(r)] < end) {
+        const uint64_t m = next[size_t(r)];
+        const int g = plan.group(m);
+        const int first = r - r % g;
+        if (g > 1) {
+          if (r != first) break;  // the group's first rank starts it
+          bool ready = true;
+          double start = 0;
+          for (int k = first; k < first + g && ready; ++k) {
+            const uint64_t n = next[size_t(k)];
+            ready = n < plan.rank_range(t, k).second && plan.group(n) == g &&
+                    plan.micro_batches[n].begin == plan.micro_batches[m].begin;
+            if (ready) start = std::max(start, clock[size_t(k)]);
+          }
+          if (!ready) break;
+          const double x = mb_time(plan, m, env);
+          for (int k = first; k < first + g; ++k) clock[size_t(k)] = start + x, ++next[size_t(k)];
+        } else {
+          clock[size_t(r)] += mb_time(plan, m, env);
+          ++next[size_t(r)];
+        }
+        progress = true;
+      }
+    }
+  }
+  for (int r = 0; r < W; ++r)
+    if (next[size_t(r)] != plan.rank_range(t, r).second)
+      throw ConfigError("plan of strategy '" + plan.strategy + "': in step " + std::to_string(t) + " rank " +
+                        std::to_string(r) + " waits for a sequence-parallel group whose ranks list other "
+                        "micro-batches (the plan would hang)");
+}
+
+}  // namespace
+
 std::vector<double> rank_times(const Plan& plan, const SimEnv& env) {
   const size_t W = size_t(plan.world_size);
   std::vector<double> out(plan.num_steps() * W, 0.0);
   for (size_t i = 0; i < out.size(); ++i) {
-    for (uint64_t m = plan.rank_begin[i]; m < plan.rank_begin[i + 1]; ++m) {
-      const MicroBatch& mb = plan.micro_batches[m];
-      out[i] += env.cost->microbatch_time(mb.count, (*env.buckets)[mb.bucket]);
-    }
+    for (uint64_t m = plan.rank_begin[i]; m < plan.rank_begin[i + 1]; ++m) out[i] += mb_time(plan, m, env);
   }
   return out;
 }
@@ -41,6 +93,13 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
   double mem_sum = 0, mem_max = 0, div_sum = 0, fixed_sum = 0;
   std::vector<uint8_t> seen(env.buckets->size(), 0);
   std::vector<uint16_t> touched;
+  const bool groups = !plan.mb_group.empty();
+  if (groups && plan.mb_group.size() != plan.micro_batches.size())
+    throw ConfigError("plan of strategy '" + m.name + "' has " + std::to_string(plan.mb_group.size()) +
+                      " group sizes for " + std::to_string(plan.micro_batches.size()) + " micro-batches");
+  std::vector<double> clock;
+  std::vector<uint64_t> next;
+  if (groups) m.group_min = kMaxGroup, m.group_max = 1;
   for (size_t t = 0; t < steps; ++t) {
     double mx = 0, mn = 1e300, sum = 0, peak = 0;
     for (size_t r = 0; r < W; ++r) {
@@ -48,17 +107,24 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
       for (uint64_t i = plan.rank_begin[t * W + r]; i < plan.rank_begin[t * W + r + 1]; ++i) {
         const MicroBatch& mb = plan.micro_batches[i];
         const Bucket& bk = (*env.buckets)[mb.bucket];
-        const double time = env.cost->microbatch_time(mb.count, bk);
+        const int g = plan.group(i);
+        const double time = mb_time(plan, i, env);
         x += time;
-        peak = std::max(peak, env.memory.bytes(mb.count, bk.tokens));
-        fixed_sum += time - env.cost->marginal_time(mb.count, bk);
+        peak = std::max(peak, env.memory.bytes(mb.count, (bk.tokens + g - 1) / g));
+        fixed_sum += time - double(mb.count) * group_sample_time(*env.cost, bk, g, env.layout.sp);
         if (!seen[mb.bucket]) seen[mb.bucket] = 1, touched.push_back(mb.bucket);
-        if (!mb.padded) {
+        if (groups) m.group_min = std::min(m.group_min, g), m.group_max = std::max(m.group_max, g);
+        if (!mb.padded && r % size_t(g) == 0) {  // a group's sample counts once
           m.samples += mb.count;
           m.tokens += int64_t(mb.count) * bk.tokens;
         }
       }
       mx = std::max(mx, x), mn = std::min(mn, x), sum += x;
+    }
+    if (groups && !micro) {
+      // Ranks of a group wait for each other: the step ends with the last rank's clock.
+      group_step_clocks(plan, t, env, clock, next);
+      mx = *std::max_element(clock.begin(), clock.end());
     }
     double mean = sum / double(W);
     if (micro) {
@@ -77,8 +143,13 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
       for (uint64_t i = 0; i < slots; ++i) {
         double x_max = 0, x_min = 1e300, x_sum = 0;
         for (size_t r = 0; r < W; ++r) {
-          const MicroBatch& mb = plan.micro_batches[plan.rank_begin[t * W + r] + i];
-          const double x = env.cost->microbatch_time(mb.count, (*env.buckets)[mb.bucket]);
+          const uint64_t mi = plan.rank_begin[t * W + r] + i;
+          const int g = plan.group(mi);
+          if (g > 1 && plan.micro_batches[mi].begin != plan.micro_batches[plan.rank_begin[t * W + r - r % size_t(g)] + i].begin)
+            throw ConfigError("plan of strategy '" + m.name + "': in step " + std::to_string(t) + " slot " +
+                              std::to_string(i) + " rank " + std::to_string(r) + " is not running its sequence-parallel "
+                              "group's micro-batch (the plan would hang)");
+          const double x = mb_time(plan, mi, env);
           x_max = std::max(x_max, x), x_min = std::min(x_min, x), x_sum += x;
         }
         smax += x_max, smean += x_sum / double(W), smin += x_min;
@@ -119,6 +190,7 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
         m.global_batch_tokens_max_dev = std::max(m.global_batch_tokens_max_dev, std::abs(double(si.tokens) - tok_mean) / tok_mean);
     }
   }
+  if (m.group_min > m.group_max) m.group_min = m.group_max;
   if (total_time > 0) m.fixed_cost_fraction = fixed_sum / (double(W) * total_time);
   m.epoch_time_s = total_time;
   if (total_time > 0) {

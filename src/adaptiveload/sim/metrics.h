@@ -49,6 +49,8 @@ struct Metrics {
   // (T(B, S) - B * sample_time) over W x epoch time.
   double fixed_cost_fraction = 0;
   std::string sync = "step";
+  // Sequence-parallel group sizes of the plan's micro-batches (1 and 1: none).
+  int group_min = 1, group_max = 1;
   int64_t steps = 0;
   int64_t samples = 0;  // distinct samples trained (padded repeats excluded)
   int64_t tokens = 0;

@@ -356,6 +356,7 @@ std::vector<uint32_t> stratified_bins(const Counts& c, int W, bool by_tokens, Rn
 Plan plan_balanced_micro(const PlanProblem& pr);
 
 Plan plan_balanced(const PlanProblem& pr) {
+  if (!pr.bucket_group.empty()) return plan_balanced_groups(pr);
   if (pr.layout.sync == SyncMode::kMicro) return plan_balanced_micro(pr);
   const int W = pr.world_size;
   const size_t nb = pr.buckets->size();

@@ -33,7 +33,12 @@ struct PlanProblem {
   EndPolicy end_policy = EndPolicy::kPad;
 
   // Budgets, resolved by the planner (see planner.h) before any strategy runs.
-  std::vector<int64_t> max_batch_memory;  // per bucket: largest B that fits device memory
+  std::vector<int64_t> max_batch_memory;  // per bucket: largest B that fits device memory (on its group)
+  // Sequence parallelism: per bucket, the group size g its samples run on (empty: all 1).
+  // Only balanced plans buckets of different g together (plan_balanced_groups); the planner
+  // hands the other strategies one g for all, as W / g ranks (Planner::run).
+  std::vector<uint8_t> bucket_group;
+  int group(uint16_t bucket) const { return bucket_group.empty() ? 1 : int(bucket_group[bucket]); }
   int64_t mem_budget_tokens = 0;          // M_mem: B * S <= M_mem
   double comp_budget = 0;                 // M_comp: B * S^p <= M_comp (0: none)
   double p = 2;                           // the paper's exponent
@@ -63,6 +68,8 @@ Plan plan_equal_tokens(const PlanProblem& pr);
 Plan plan_fixed(const PlanProblem& pr);
 Plan plan_dual(const PlanProblem& pr);
 Plan plan_balanced(const PlanProblem& pr);
+// balanced with per-bucket sequence-parallel groups of different sizes (sp_groups.cpp).
+Plan plan_balanced_groups(const PlanProblem& pr);
 
 // Shared by the bucket-loader strategies: groups the pool by bucket, shuffles each bucket,
 // cuts it into batches of batch_of_bucket[b] samples (the last one partial), shuffles the

@@ -1,0 +1,458 @@
+// balanced with sequence-parallel groups of different sizes (docs/planner.md, "Sequence
+// parallelism"): bucket b's samples run on groups of g_b ranks (PlanProblem::bucket_group),
+// each group an aligned block of consecutive ranks, and every global step balances the
+// groups' work.
+//
+// Micro-batches: each bucket is cut into micro-batches of about equal size, as large as the
+// memory and the mode allow (below).
+//
+// step sync: the epoch is K * W rank-steps. Micro-batches go largest group first, then
+// longest first (LPT), each to the aligned block of g ranks of some step with the most room
+// below that step's level; the block's ranks then all stand at its clock plus the
+// micro-batch's time. A step's level is the longest rank it already has, or more where the
+// work left fills every step up to a common lambda; so the one-GPU work fills the steps that
+// long groups made long, instead of levelling all rank-steps alike. Blocks
+// of a larger g are placed before any smaller one, so every rank runs its groups from the
+// largest g down and the ranks of a group reach its micro-batches together (nested aligned
+// blocks: no two ranks wait on each other in opposite orders). Ties go to the next step
+// before the next block, so long clips spread over the steps. Micro-batches are sized to at
+// most a quarter of a rank-step's share of the work.
+//
+// micro sync: every rank runs one micro-batch per slot. The wide micro-batches (g > 1),
+// longest first, are packed into slots (first fit on aligned blocks); the free ranks of each
+// slot get one-GPU micro-batches cut to the slot's longest, from the bucket with the most
+// work left. The remaining one-GPU samples are cut for a target tau (the longest micro-batch
+// any bucket's memory admits, at most the work of one slot per step), sorted and taken W at
+// a time, so a slot holds micro-batches of about equal time. Slots are grouped into the global batch's steps as the other strategies do
+// (steps_of_slots). A rank that would be left without work in a slot (or a step) gets a
+// padded repeat, flagged and counted (the end-of-epoch policy is always pad here).
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <queue>
+#include <unordered_map>
+
+#include "adaptiveload/strategy/strategy.h"
+#include "adaptiveload/util/error.h"
+#include "adaptiveload/util/rng.h"
+
+namespace adaptiveload {
+namespace {
+
+struct Item {
+  double cost = 0;  // seconds on its group
+  uint64_t begin = 0;  // into the bucketed pool's ids (or the padding source)
+  uint32_t count = 0;  // samples, over the chain of merged items
+  uint32_t own = 0;    // of which in [begin, begin + own)
+  uint32_t next = UINT32_MAX;  // merged: the next item of this micro-batch
+  uint16_t bucket = 0;
+  uint8_t group = 1;
+  uint8_t padded = 0;
+  uint8_t merged = 0;  // part of an earlier item's micro-batch
+};
+
+struct Buckets {
+  std::vector<int> g;
+  std::vector<int64_t> cap;  // largest micro-batch
+  std::vector<double> per, fixed;  // seconds per sample, fixed seconds per micro-batch
+};
+
+Buckets bucket_costs(const PlanProblem& pr) {
+  const size_t nb = pr.buckets->size();
+  Buckets c;
+  c.g.resize(nb), c.cap.resize(nb), c.per.resize(nb), c.fixed.resize(nb);
+  for (size_t b = 0; b < nb; ++b) {
+    const Bucket& bk = (*pr.buckets)[b];
+    const int g = pr.group(uint16_t(b));
+    c.g[b] = g;
+    int64_t cap = std::max<int64_t>(1, pr.max_batch_memory[b]);
+    if (pr.mem_budget_tokens > 0) {
+      const int64_t per_gpu = (bk.tokens + g - 1) / g;
+      cap = std::min<int64_t>(cap, std::max<int64_t>(1, pr.mem_budget_tokens / per_gpu));
+    }
+    c.cap[b] = std::min<int64_t>(cap, kMaxMicroBatch);
+    c.per[b] = group_sample_time(*pr.cost, bk, g, pr.layout.sp);
+    c.fixed[b] = std::max(0.0, group_microbatch_time(*pr.cost, 1, bk, g, pr.layout.sp) - c.per[b]);
+  }
+  return c;
+}
+
+// Cuts bucket b's samples [begin, end) into about equal micro-batches of at most B.
+void cut(std::vector<Item>& out, const Buckets& c, const PlanProblem& pr, size_t b, uint64_t begin, uint64_t end,
+         int64_t B) {
+  const uint64_t n = end - begin;
+  if (n == 0) return;
+  B = std::max<int64_t>(1, std::min<int64_t>(B, c.cap[b]));
+  const uint64_t k = (n + uint64_t(B) - 1) / uint64_t(B), q = n / k, extra = n % k;
+  uint64_t at = begin;
+  for (uint64_t i = 0; i < k; ++i) {
+    const uint32_t cnt = uint32_t(q + (i < extra ? 1 : 0));
+    Item it;
+    it.count = it.own = cnt, it.begin = at, it.bucket = uint16_t(b), it.group = uint8_t(c.g[b]);
+    it.cost = group_microbatch_time(*pr.cost, cnt, (*pr.buckets)[b], c.g[b], pr.layout.sp);
+    out.push_back(it);
+    at += cnt;
+  }
+}
+
+// Largest batch of bucket b whose micro-batch takes at most `seconds` (at least 1).
+int64_t batch_for(const Buckets& c, size_t b, double seconds) {
+  const double x = std::floor((seconds - c.fixed[b]) / c.per[b]);
+  if (!(x >= 1)) return 1;
+  return x >= double(c.cap[b]) ? c.cap[b] : int64_t(x);
+}
+
+// Writes the plan from, per rank-step (step-major), its list of item indices.
+Plan write_plan(const PlanProblem& pr, const BucketedPool& pool, const std::vector<Item>& items,
+                const std::vector<uint64_t>& list_begin, const std::vector<uint32_t>& lists, uint64_t steps) {
+  const uint64_t W = uint64_t(pr.world_size);
+  Plan plan;
+  plan.strategy = "balanced";
+  plan.world_size = int(W);
+  plan.sync = pr.layout.sync;
+  plan.steps.resize(steps);
+  std::vector<uint32_t> at(items.size(), UINT32_MAX);  // sample_ids offset once written
+  plan.micro_batches.reserve(lists.size());
+  plan.mb_group.reserve(lists.size());
+  plan.rank_begin.reserve(steps * W + 1);
+  for (uint64_t t = 0; t < steps; ++t) {
+    StepInfo& info = plan.steps[t];
+    for (uint64_t r = 0; r < W; ++r) {
+      for (uint64_t k = list_begin[t * W + r]; k < list_begin[t * W + r + 1]; ++k) {
+        const uint32_t i = lists[k];
+        const Item& it = items[i];
+        if (at[i] == UINT32_MAX) {
+          if (plan.sample_ids.size() + it.count > UINT32_MAX)
+            throw std::length_error("plan holds more than 2^32 sample slots; plan fewer samples at once");
+          at[i] = uint32_t(plan.sample_ids.size());
+          for (uint32_t j = i; j != UINT32_MAX; j = items[j].next)
+            plan.sample_ids.insert(plan.sample_ids.end(), pool.ids.begin() + int64_t(items[j].begin),
+                                   pool.ids.begin() + int64_t(items[j].begin + items[j].own));
+          info.samples += it.count;
+          info.tokens += uint64_t(pr.tokens(it.bucket)) * it.count;
+          if (it.padded) info.padded += it.count, plan.padded_samples += it.count;
+        }
+        MicroBatch mb;
+        mb.begin = at[i], mb.count = it.count, mb.bucket = it.bucket, mb.padded = it.padded;
+        plan.micro_batches.push_back(mb);
+        plan.mb_group.push_back(it.group);
+      }
+      plan.rank_begin.push_back(plan.micro_batches.size());
+    }
+  }
+  return plan;
+}
+
+// A padded repeat of one sample: the cheapest bucket of the smallest group size <= g.
+Item padding_item(const PlanProblem& pr, const BucketedPool& pool, const Buckets& c, int g) {
+  Item best;
+  bool found = false;
+  for (size_t b = 0; b < c.g.size(); ++b) {
+    if (pool.begin[b + 1] == pool.begin[b] || c.g[b] > g) continue;
+    const double cost = group_microbatch_time(*pr.cost, 1, (*pr.buckets)[b], c.g[b], pr.layout.sp);
+    if (!found || c.g[b] < best.group || (c.g[b] == best.group && cost < best.cost)) {
+      best.cost = cost, best.begin = pool.begin[b], best.count = best.own = 1, best.bucket = uint16_t(b);
+      best.group = uint8_t(c.g[b]), best.padded = 1;
+      found = true;
+    }
+  }
+  if (!found) throw ConfigError("balanced: no sample fits a free block of " + std::to_string(g) + " ranks");
+  return best;
+}
+
+struct Level {
+  int64_t clock;
+  uint64_t order;  // tie-break: next step before next block
+  uint64_t block;  // t * (W / g) + j
+  bool operator>(const Level& o) const { return clock != o.clock ? clock > o.clock : order > o.order; }
+};
+
+int64_t ticks(double s) { return std::llround(std::min(s, 1e9) * 1e9); }
+
+Plan plan_step(const PlanProblem& pr, const BucketedPool& pool, const Buckets& c, uint64_t K, double work) {
+  const uint64_t W = uint64_t(pr.world_size);
+  const double share = work / double(K * W);  // seconds per rank-step
+  std::vector<Item> items;
+  for (size_t b = 0; b < c.g.size(); ++b) cut(items, c, pr, b, pool.begin[b], pool.begin[b + 1], batch_for(c, b, share / 4));
+  std::vector<uint32_t> order(items.size());
+  std::iota(order.begin(), order.end(), 0u);
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    return items[a].group != items[b].group ? items[a].group > items[b].group : items[a].cost > items[b].cost;
+  });
+  std::vector<int64_t> clock(K * W, 0);
+  std::vector<uint64_t> where(items.size());  // t * W + first rank of its block
+  // Rank-seconds (ticks) of the items from position i on.
+  std::vector<double> rest(order.size() + 1, 0);
+  for (size_t i = order.size(); i-- > 0;) rest[i] = rest[i + 1] + double(ticks(items[order[i]].cost)) * items[order[i]].group;
+  std::vector<int64_t> level(K), top_of(K);
+  size_t i = 0;
+  while (i < order.size()) {
+    const int g = items[order[i]].group;
+    const uint64_t per_step = W / uint64_t(g);
+    // Each step's level: its longest rank so far, or lambda where the work left brings every
+    // step up to it: sum_t W max(M_t, lambda) = work left + the clocks so far.
+    double have = rest[i];
+    for (uint64_t t = 0; t < K; ++t) {
+      int64_t m = 0;
+      for (uint64_t r = 0; r < W; ++r) m = std::max(m, clock[t * W + r]), have += double(clock[t * W + r]);
+      top_of[t] = m;
+    }
+    std::vector<int64_t> sorted_top(top_of);
+    std::sort(sorted_top.begin(), sorted_top.end());
+    // lambda: with the j largest steps above it, (K - j) lambda + sum of those = have / W.
+    double above = 0, lambda = 0;
+    for (uint64_t j = 0; j <= K; ++j) {
+      const double x = (have / double(W) - above) / double(K - j);
+      const double lo = j < K ? double(sorted_top[K - 1 - j]) : 0;
+      if (j == K || x >= lo) {
+        lambda = j == K ? 0 : x;
+        break;
+      }
+      above += lo;
+    }
+    for (uint64_t t = 0; t < K; ++t) level[t] = std::max<int64_t>(top_of[t], int64_t(lambda));
+    // LPT on room left below each step's level (key: clock - level).
+    std::priority_queue<Level, std::vector<Level>, std::greater<Level>> heap;
+    for (uint64_t t = 0; t < K; ++t)
+      for (uint64_t j = 0; j < per_step; ++j)
+        heap.push({clock[t * W + j * uint64_t(g)] - level[t], j * K + t, t * per_step + j});
+    for (; i < order.size() && items[order[i]].group == g; ++i) {
+      Level top = heap.top();
+      heap.pop();
+      const uint64_t t = top.block / per_step, first = (top.block % per_step) * uint64_t(g);
+      where[order[i]] = t * W + first;
+      top.clock += ticks(items[order[i]].cost);
+      for (uint64_t k = 0; k < uint64_t(g); ++k) clock[t * W + first + k] = top.clock + level[t];
+      heap.push(top);
+    }
+  }
+  // A block's micro-batches of one bucket become one, as large as memory allows: the same
+  // work with fewer fixed costs.
+  {
+    std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>> open;  // (block, bucket) -> head, tail
+    const uint64_t nb = c.g.size();
+    for (uint32_t n : order) {
+      const uint64_t key = where[n] * nb + items[n].bucket;
+      auto f = open.find(key);
+      if (f != open.end()) {
+        Item& head = items[f->second.first];
+        if (uint64_t(head.count) + items[n].count <= uint64_t(c.cap[head.bucket])) {
+          items[f->second.second].next = n;
+          f->second.second = n;
+          items[n].merged = 1;
+          head.count += items[n].count;
+          head.cost = group_microbatch_time(*pr.cost, head.count, (*pr.buckets)[head.bucket], head.group, pr.layout.sp);
+          continue;
+        }
+      }
+      open[key] = {n, n};
+    }
+    order.erase(std::remove_if(order.begin(), order.end(), [&](uint32_t n) { return items[n].merged != 0; }), order.end());
+  }
+  // Every rank works in every step: an empty rank-step takes half of the step's largest
+  // one-GPU micro-batch, or else a padded repeat.
+  std::vector<uint32_t> count(K * W, 0);
+  for (uint32_t n : order)
+    for (int k = 0; k < items[n].group; ++k) ++count[where[n] + uint64_t(k)];
+  std::vector<std::vector<uint32_t>> ones_of_step;  // built only when some rank-step is empty
+  for (uint64_t t = 0; t < K; ++t)
+    for (uint64_t r = 0; r < W; ++r) {
+      if (count[t * W + r]) continue;
+      if (ones_of_step.empty()) {
+        ones_of_step.resize(K);
+        for (uint32_t n : order)
+          if (items[n].group == 1) ones_of_step[where[n] / W].push_back(n);
+      }
+      size_t best = SIZE_MAX;
+      for (uint32_t n : ones_of_step[t])
+        if (items[n].count > 1 && items[n].next == UINT32_MAX && (best == SIZE_MAX || items[n].count > items[best].count))
+          best = n;
+      Item moved;
+      if (best != SIZE_MAX) {
+        Item& src = items[best];
+        moved = src;
+        const uint32_t half = src.count / 2;
+        src.count -= half, src.own = src.count;
+        moved.begin = src.begin + src.count, moved.count = moved.own = half;
+        src.cost = group_microbatch_time(*pr.cost, src.count, (*pr.buckets)[src.bucket], 1, pr.layout.sp);
+        moved.cost = group_microbatch_time(*pr.cost, moved.count, (*pr.buckets)[moved.bucket], 1, pr.layout.sp);
+      } else {
+        // The smallest group any bucket has; its aligned block is empty too (blocks nest).
+        moved = padding_item(pr, pool, c, int(W));
+      }
+      const uint64_t first = r - r % moved.group;
+      items.push_back(moved);
+      where.push_back(t * W + first);
+      order.push_back(uint32_t(items.size() - 1));
+      for (uint64_t k = 0; k < moved.group; ++k) count[t * W + first + k] = 1;
+      if (moved.count > 1 && !moved.padded) ones_of_step[t].push_back(uint32_t(items.size() - 1));
+    }
+  // Lists in placement order (largest group first), steps shuffled.
+  std::vector<uint32_t> perm(K);
+  std::iota(perm.begin(), perm.end(), 0u);
+  Rng rng = Rng::for_purpose(pr.seed, uint64_t(pr.epoch), kPurposeStepOrder | (pr.segment << 8));
+  rng.shuffle(perm);
+  std::vector<uint64_t> begin(K * W + 1, 0);
+  for (uint32_t n : order) {
+    const uint64_t t = perm[where[n] / W], first = where[n] % W;
+    for (int k = 0; k < items[n].group; ++k) ++begin[t * W + first + uint64_t(k) + 1];
+  }
+  for (size_t x = 0; x < K * W; ++x) begin[x + 1] += begin[x];
+  std::vector<uint64_t> fill(begin.begin(), begin.end() - 1);
+  std::vector<uint32_t> lists(begin.back());
+  // Largest group first, then as placed; the split-off and padded items (one-GPU) last.
+  for (uint32_t n : order) {
+    const uint64_t t = perm[where[n] / W], first = where[n] % W;
+    for (int k = 0; k < items[n].group; ++k) lists[fill[t * W + first + uint64_t(k)]++] = n;
+  }
+  return write_plan(pr, pool, items, begin, lists, K);
+}
+
+Plan plan_micro(const PlanProblem& pr, const BucketedPool& pool, const Buckets& c, uint64_t K, double work) {
+  const uint64_t W = uint64_t(pr.world_size);
+  const size_t nb = c.g.size();
+  // tau: the longest micro-batch every bucket's memory admits, at most a slot per step.
+  double tau = 0;
+  for (size_t b = 0; b < nb; ++b)
+    if (pool.begin[b + 1] > pool.begin[b])
+      tau = std::max(tau, group_microbatch_time(*pr.cost, c.cap[b], (*pr.buckets)[b], c.g[b], pr.layout.sp));
+  tau = std::min(tau, work / double(K * W));
+  // Wide micro-batches, longest first, packed into slots on aligned free blocks.
+  std::vector<Item> items;
+  std::vector<uint64_t> next(pool.begin.begin(), pool.begin.end() - 1);  // one-GPU samples left
+  for (size_t b = 0; b < nb; ++b)
+    if (c.g[b] > 1) cut(items, c, pr, b, pool.begin[b], pool.begin[b + 1], batch_for(c, b, tau)), next[b] = pool.begin[b + 1];
+  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.cost > b.cost; });
+  std::vector<std::vector<uint32_t>> slots;  // per slot, item index per rank (UINT32_MAX: free)
+  std::vector<double> slot_max;
+  constexpr size_t kOpenSlots = 4;  // recent slots a wide micro-batch may still join
+  for (uint32_t n = 0; n < items.size(); ++n) {
+    const uint64_t g = items[n].group;
+    bool placed = false;
+    for (size_t s = slots.size() > kOpenSlots ? slots.size() - kOpenSlots : 0; s < slots.size() && !placed; ++s)
+      for (uint64_t first = 0; first < W && !placed; first += g) {
+        bool free = true;
+        for (uint64_t k = 0; k < g && free; ++k) free = slots[s][first + k] == UINT32_MAX;
+        if (!free) continue;
+        for (uint64_t k = 0; k < g; ++k) slots[s][first + k] = n;
+        placed = true;
+      }
+    if (!placed) {
+      slots.emplace_back(W, UINT32_MAX);
+      slot_max.push_back(items[n].cost);
+      for (uint64_t k = 0; k < g; ++k) slots.back()[k] = n;
+    }
+  }
+  // One-GPU work: the bucket with the most left, cut to `seconds`.
+  std::vector<size_t> ones;
+  for (size_t b = 0; b < nb; ++b)
+    if (c.g[b] == 1) ones.push_back(b);
+  auto take = [&](double seconds) -> bool {
+    size_t best = SIZE_MAX;
+    double best_work = 0;
+    for (size_t b : ones) {
+      const double left = double(pool.begin[b + 1] - next[b]) * c.per[b];
+      if (left > best_work) best_work = left, best = b;
+    }
+    if (best == SIZE_MAX) return false;
+    const uint64_t n = std::min<uint64_t>(pool.begin[best + 1] - next[best], uint64_t(batch_for(c, best, seconds)));
+    Item it;
+    it.begin = next[best], it.count = it.own = uint32_t(n), it.bucket = uint16_t(best), it.group = 1;
+    it.cost = group_microbatch_time(*pr.cost, int64_t(n), (*pr.buckets)[best], 1, pr.layout.sp);
+    items.push_back(it);
+    next[best] += n;
+    return true;
+  };
+  for (size_t s = 0; s < slots.size(); ++s)
+    for (uint64_t r = 0; r < W; ++r) {
+      if (slots[s][r] != UINT32_MAX) continue;
+      if (take(slot_max[s])) {
+        slots[s][r] = uint32_t(items.size() - 1);
+      } else {
+        // No one-GPU sample left: a padded repeat on the largest free aligned block.
+        uint64_t h = 1;
+        while (r % (2 * h) == 0 && 2 * h <= W) {
+          bool free = true;
+          for (uint64_t k = 0; k < 2 * h && free; ++k) free = slots[s][r + k] == UINT32_MAX;
+          if (!free) break;
+          h *= 2;
+        }
+        items.push_back(padding_item(pr, pool, c, int(h)));
+        const uint64_t g = items.back().group;
+        for (uint64_t k = 0; k < g; ++k) slots[s][r + k] = uint32_t(items.size() - 1);
+      }
+    }
+  // The rest of the one-GPU samples: cut for tau, longest first, W to a slot.
+  const size_t first_rest = items.size();
+  for (size_t b : ones) cut(items, c, pr, b, next[b], pool.begin[b + 1], batch_for(c, b, tau));
+  std::stable_sort(items.begin() + long(first_rest), items.end(), [](const Item& a, const Item& b) { return a.cost > b.cost; });
+  // A count that is not a multiple of W: split the largest micro-batches, else pad.
+  while ((items.size() - first_rest) % W != 0) {
+    size_t best = SIZE_MAX;
+    for (size_t n = first_rest; n < items.size(); ++n)
+      if (items[n].count > 1 && (best == SIZE_MAX || items[n].count > items[best].count)) best = n;
+    if (best == SIZE_MAX) break;
+    Item moved = items[best];
+    const uint32_t half = items[best].count / 2;
+    items[best].count -= half, items[best].own = items[best].count;
+    moved.begin = items[best].begin + items[best].count, moved.count = moved.own = half;
+    items[best].cost = group_microbatch_time(*pr.cost, items[best].count, (*pr.buckets)[moved.bucket], 1, pr.layout.sp);
+    moved.cost = group_microbatch_time(*pr.cost, moved.count, (*pr.buckets)[moved.bucket], 1, pr.layout.sp);
+    items.insert(items.begin() + long(best) + 1, moved);
+  }
+  while ((items.size() - first_rest) % W != 0) items.push_back(padding_item(pr, pool, c, 1));
+  for (size_t n = first_rest; n < items.size(); n += W) {
+    slots.emplace_back(W);
+    for (uint64_t r = 0; r < W; ++r) slots.back()[r] = uint32_t(n + r);
+  }
+  // Slots into the global batch's steps.
+  std::vector<uint64_t> key(slots.size(), 0);
+  const bool by_tokens = pr.batch_kind == BatchKind::kTokens;
+  for (size_t s = 0; s < slots.size(); ++s)
+    for (uint64_t r = 0; r < W; ++r) {
+      const Item& it = items[slots[s][r]];
+      if (r % it.group) continue;
+      key[s] += by_tokens ? uint64_t(pr.tokens(it.bucket)) * it.count : it.count;
+    }
+  const SlotSteps st = steps_of_slots(pr, key, std::min<uint64_t>(K, slots.size()), kPurposeStepOrder);
+  const uint64_t steps = st.step_begin.size() - 1;
+  std::vector<uint64_t> begin(steps * W + 1, 0);
+  std::vector<uint32_t> lists;
+  lists.reserve(slots.size() * W);
+  for (uint64_t t = 0; t < steps; ++t)
+    for (uint64_t r = 0; r < W; ++r) {
+      for (uint64_t k = st.step_begin[t]; k < st.step_begin[t + 1]; ++k) lists.push_back(slots[st.order[k]][r]);
+      begin[t * W + r + 1] = lists.size();
+    }
+  return write_plan(pr, pool, items, begin, lists, steps);
+}
+
+}  // namespace
+
+Plan plan_balanced_groups(const PlanProblem& pr) {
+  const uint64_t W = uint64_t(pr.world_size);
+  const BucketedPool pool = shuffled_by_bucket(pr);
+  Plan empty;
+  empty.strategy = "balanced", empty.world_size = int(W), empty.sync = pr.layout.sync;
+  if (pool.ids.empty()) return empty;
+  if (pool.ids.size() > UINT32_MAX) throw ConfigError("balanced: more than 2^32 samples in one epoch");
+  const Buckets c = bucket_costs(pr);
+  for (size_t b = 0; b < c.g.size(); ++b)
+    if (pool.begin[b + 1] > pool.begin[b] && (W % uint64_t(c.g[b]) != 0))
+      throw ConfigError("balanced: sequence-parallel group of " + std::to_string(c.g[b]) + " for bucket " +
+                        (*pr.buckets)[b].name() + " does not divide the world size " + std::to_string(W));
+  // Rank-seconds of the epoch's work, each bucket at its efficient micro-batch size.
+  double work = 0;
+  for (size_t b = 0; b < c.g.size(); ++b) {
+    const double n = double(pool.begin[b + 1] - pool.begin[b]);
+    work += double(c.g[b]) * n * (c.per[b] + c.fixed[b] / double(c.cap[b]));
+  }
+  uint64_t K = pr.target_steps();
+  if (K == 0) {
+    const double budget = pr.step_budget_s > 0 ? pr.step_budget_s : work / double(W);
+    K = uint64_t(std::max(1.0, std::ceil(work / (double(W) * budget))));
+  }
+  return pr.layout.sync == SyncMode::kMicro ? plan_micro(pr, pool, c, K, work) : plan_step(pr, pool, c, K, work);
+}
+
+}  // namespace adaptiveload
