@@ -4,7 +4,7 @@
 //
 // Layout of the work (forward and backward alike):
 //   - a "team" of ts threads owns one row at a time; each thread holds VPT vectors of 8
-//     elements of the row in registers (vector v = i * ts + lane, columns 8v .. 8v+7), so
+//     elements of the row in registers (vector v = i * ts + lane, see RowMap), so
 //     the row is read from memory exactly once; loads and stores are 128-bit for the
 //     16-byte aligned bulk of each row and per element for its head and tail (RowMap);
 //     rows wider than 8192 are looped over by one team (adaln_*_loop_kernel);
@@ -13,13 +13,16 @@
 //     rows per warp) or shuffles + shared memory (ts > 32);
 //   - a block holds rpb teams (about 256 threads) and walks "chunks" of C = rpb * R rows
 //     that never straddle a sample, so per-sample modulation is loaded once per chunk
-//     into registers; blocks take chunks in a grid-stride loop (1D grid, any row count);
+//     into registers; blocks take chunks in a grid-stride loop (1D grid, any row count)
+//     of as many blocks as the device holds at once (occupancy x SMs, make_cfg), about
+//     one chunk each;
 //   - backward: the same single pass over x and dy writes dx and accumulates dscale /
 //     dshift (per-sample) and dweight / dbias in registers over the chunk; the teams of
 //     a block combine through shared memory in team order and write one fp32 partial row
 //     per chunk to the workspace; a finalize kernel then sums the partials of each sample
 //     (and of all chunks for dweight / dbias) in chunk order, coalesced over a D tile.
-//     No atomics; C depends only on the shape, so results are bit-identical everywhere.
+//     No atomics; C depends only on the shape and the device model, so results are
+//     bit-identical run to run on one GPU model.
 //
 // Build: part of adaptiveload_cuda (cuda/CMakeLists.txt) or scripts/gpu_check.sh.
 // Test:  adaptiveload_cuda_tests.  Bench: bench_adaln_cuda.
@@ -617,11 +620,11 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_fwd_loop_kernel(const Args a) 
 }
 
 // Vectors of its row a thread's accumulators keep in registers in the looped backward
-// (2 x 8 floats each; the first 8192 columns of the row). Beyond them the thread adds
-// into its chunk's fp32 partial rows in the workspace directly, a read-modify-write of
-// 8 bytes a column and row that is meant to stay in L2 (each column has one owner thread
-// for the whole chunk: no atomics, a fixed order). 3 or 4 vectors spilled (ptxas, sm_80:
-// 8-216 bytes).
+// (2 x 8 floats each: the first 8192 columns of the row, 4096 with weight / bias).
+// Beyond them the thread adds into its chunk's fp32 partial rows in the workspace
+// directly, a read-modify-write of 8 bytes a column and row that is meant to stay in L2
+// (each column has one owner thread for the whole chunk: no atomics, a fixed order).
+// More spilled (ptxas: 3 or 4 vectors 8-216 bytes, 2 with weight / bias 20 on sm_90).
 template <bool AFFINE>
 constexpr int kLoopAccVecs = AFFINE ? 1 : 2;
 
