@@ -746,15 +746,24 @@ Plan Planner::run_balanced_groups(const StrategyEntry& s, const PlanProblem& pr)
     if (cfg_.mem_budget_tokens > 0 && per_gpu > cfg_.mem_budget_tokens) return int64_t(0);
     return memory_.max_batch(per_gpu, usable);
   };
-  double c_max = 0;
+  double c_max = 0, work = 0;
+  std::vector<int64_t> count(nb, 0);
+  for (uint32_t id : pr.pool_ids()) ++count[(*pr.sample_bucket)[id]];
   for (size_t b = 0; b < nb; ++b)
-    if (live[b]) c_max = std::max(c_max, group_microbatch_time(*pr.cost, 1, buckets[b], pr.group(uint16_t(b)), sp));
+    if (live[b]) {
+      const int g = pr.group(uint16_t(b));
+      c_max = std::max(c_max, group_microbatch_time(*pr.cost, 1, buckets[b], g, sp));
+      work += double(count[b]) * g * group_sample_time(*pr.cost, buckets[b], g, sp);
+    }
+  // A rank-step's share of the work at the global batch's step count (0: free).
+  const uint64_t K = pr.target_steps();
+  const double share = K > 0 ? work / (double(K) * pr.world_size) : 0;
   // Candidates: a floor f for every bucket, and then long samples raised until one takes at
-  // most theta (inf, or a quarter of the longest sample at its smallest group); each is
-  // planned and simulated, and the fastest kept.
+  // most theta (inf; a quarter of the longest sample at its smallest group; a rank-step's
+  // share of the work, or half of it); each is planned and simulated, and the fastest kept.
   std::vector<std::vector<uint8_t>> cands;
   for (int f : sizes)
-    for (double theta : {1e300, c_max / 4}) {
+    for (double theta : {1e300, c_max / 4, share > 0 ? share : 1e300, share > 0 ? share / 2 : 1e300}) {
       std::vector<uint8_t> g(nb, 1);
       bool ok = true;
       for (size_t b = 0; b < nb && ok; ++b) {

@@ -7,8 +7,9 @@
 // memory and the mode allow (below).
 //
 // step sync: the epoch is K * W rank-steps. Micro-batches go largest group first, then
-// longest first (LPT), each to the aligned block of g ranks of some step with the most room
-// below that step's level; the block's ranks then all stand at its clock plus the
+// longest first, each to an aligned block of g ranks of some step: a wide one (g > 1) to the
+// block whose room below its step's level fits it most tightly (best fit), a one-GPU one to
+// the rank with the most room (LPT); the block's ranks then all stand at its clock plus the
 // micro-batch's time. A step's level is the longest rank it already has, or more where the
 // work left fills every step up to a common lambda; so the one-GPU work fills the steps that
 // long groups made long, instead of levelling all rank-steps alike. Blocks
@@ -30,6 +31,7 @@
 #include <cmath>
 #include <numeric>
 #include <queue>
+#include <set>
 #include <unordered_map>
 
 #include "adaptiveload/strategy/strategy.h"
@@ -211,7 +213,27 @@ Plan plan_step(const PlanProblem& pr, const BucketedPool& pool, const Buckets& c
       above += lo;
     }
     for (uint64_t t = 0; t < K; ++t) level[t] = std::max<int64_t>(top_of[t], int64_t(lambda));
-    // LPT on room left below each step's level (key: clock - level).
+    if (g > 1) {
+      // Wide micro-batches are coarse: best fit (the block whose room below its step's level
+      // fits it most tightly; the roomiest when none does) leaves whole rooms for the next
+      // ones instead of spreading every room thin.
+      std::set<std::pair<int64_t, uint64_t>> rooms;  // (room, j * K + t)
+      for (uint64_t t = 0; t < K; ++t)
+        for (uint64_t j = 0; j < per_step; ++j) rooms.insert({level[t] - clock[t * W + j * uint64_t(g)], j * K + t});
+      for (; i < order.size() && items[order[i]].group == g; ++i) {
+        const int64_t cost = ticks(items[order[i]].cost);
+        auto it = rooms.lower_bound({cost, 0});
+        if (it == rooms.end()) it = std::prev(rooms.end());
+        const auto [room, key] = *it;
+        rooms.erase(it);
+        const uint64_t t = key % K, first = (key / K) * uint64_t(g);
+        where[order[i]] = t * W + first;
+        for (uint64_t k = 0; k < uint64_t(g); ++k) clock[t * W + first + k] += cost;
+        rooms.insert({room - cost, key});
+      }
+      continue;
+    }
+    // One-GPU micro-batches: LPT on the room left below each step's level (key: clock - level).
     std::priority_queue<Level, std::vector<Level>, std::greater<Level>> heap;
     for (uint64_t t = 0; t < K; ++t)
       for (uint64_t j = 0; j < per_step; ++j)
