@@ -387,7 +387,8 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
   // Weight, bias and the sample's 1 + scale stay in registers with one vector a thread.
   // With two, they do not fit beside the accumulators under the 128-register cap of 512
   // threads (ptxas spilled 520-570 bytes), so they are re-read for every row from the
-  // [D] / [B, D] operands, which stay in L1.
+  // [D] / [B, D] operands, which stay in L1; weight and bias element by element where
+  // used (read a vector at a time up front, the f32 kernel spilled 8 bytes on sm_80).
   constexpr bool kRegs = VPT == 1 || !AFFINE;
   auto load_wb = [&](int i, float(&wv)[kEpv], float(&bv)[kEpv]) {
 #pragma unroll
@@ -448,8 +449,6 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
         if constexpr (AFFINE && kRegs) {
 #pragma unroll
           for (int e = 0; e < kEpv; ++e) wv[e] = w[i][e], bv[e] = b[i][e];
-        } else if constexpr (AFFINE) {
-          load_wb(i, wv, bv);
         }
       };
 #pragma unroll
@@ -462,6 +461,12 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
 #pragma unroll
         for (int e = 0; e < kEpv; ++e) {
           xh[i][e] = e < vp[i].nv ? (xv[e] - mean) * rstd : 0.f;  // 0 too when !valid
+          if constexpr (AFFINE && !kRegs) {  // weight / bias read where used
+            const bool in = e < vp[i].nv;
+            const int64_t j = col_at(rm, vp[i], e);
+            wv[e] = in && p.weight ? ld_any(p.weight, p.weight_dtype, j) : 1.f;
+            bv[e] = in && p.bias ? ld_any(p.bias, p.weight_dtype, j) : 0.f;
+          }
           nrm[e] = AFFINE ? xh[i][e] * wv[e] + bv[e] : xh[i][e];
           const float dn = g[i][e] * sv[e];
           dxh[i][e] = AFFINE ? dn * wv[e] : dn;
