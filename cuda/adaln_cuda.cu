@@ -221,8 +221,8 @@ struct Cfg {
   int64_t L = 0;    // rows per group (sample; all rows when per-token)
   int64_t cps = 0;  // chunks per group
   int64_t groups = 0;
-  int64_t K = 0;     // chunks in all
-  int64_t G = 512;   // blocks launched at most: resident on the device at once
+  int64_t K = 0;    // chunks in all
+  int64_t G = 512;  // blocks launched at most: resident on the device at once
 };
 
 // Sum over the ts threads of a team; all threads of the block must call it together.
@@ -442,9 +442,8 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
         } else {
 #pragma unroll
           for (int e = 0; e < kEpv; ++e)
-            sv[e] = e < vp[i].nv
-                        ? 1.f + to_f(scale[grp * p.scale_stride + col_at(rm, vp[i], e)])
-                        : 0.f;
+            sv[e] =
+                e < vp[i].nv ? 1.f + to_f(scale[grp * p.scale_stride + col_at(rm, vp[i], e)]) : 0.f;
         }
         if constexpr (AFFINE && kRegs) {
 #pragma unroll
@@ -461,7 +460,8 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
 #pragma unroll
         for (int e = 0; e < kEpv; ++e) {
           xh[i][e] = e < vp[i].nv ? (xv[e] - mean) * rstd : 0.f;  // 0 too when !valid
-          if constexpr (AFFINE && !kRegs) {  // weight / bias read where used
+          // weight / bias read where used (see kRegs)
+          if constexpr (AFFINE && !kRegs) {
             const bool in = e < vp[i].nv;
             const int64_t j = col_at(rm, vp[i], e);
             wv[e] = in && p.weight ? ld_any(p.weight, p.weight_dtype, j) : 1.f;

@@ -241,9 +241,9 @@ void test_dims() {
   const std::vector<int64_t> dims = {1,    2,    3,    5,    8,    13,   31,   32,
                                      61,   127,  257,  509,  769,  1021, 2039, 2048,
                                      4093, 4096, 4099, 6007, 8179, 8191, 8192};
-  const std::vector<int64_t> wide = g_small ? std::vector<int64_t>{16411}
-                                            : std::vector<int64_t>{8193,  8209,  12288, 12289,
-                                                                   16381, 16384, 16411, 20011};
+  const std::vector<int64_t> wide =
+      g_small ? std::vector<int64_t>{16411}
+              : std::vector<int64_t>{8193, 8209, 12288, 12289, 16381, 16384, 16411, 20011};
   uint64_t seed = 900;
   auto check = [&](const AdalnCase& c) {
     auto r = adaln_check::check_adaln_fwd(c, run_fwd_cuda);
@@ -277,7 +277,8 @@ void test_ragged() {
   size_t i = 0;
   for (const R& t : g_small ? small : full) {
     for (size_t k = 0; k < (g_small ? 1u : 2u); ++k, ++i) {
-      const AdalnCase c = shaped(cs[(i * 3 + 1) % cs.size()], 2, g_small ? 2 : 5, t.D, seed++, t.pad);
+      const AdalnCase c =
+          shaped(cs[(i * 3 + 1) % cs.size()], 2, g_small ? 2 : 5, t.D, seed++, t.pad);
       const int sh = t.shift;
       auto r = adaln_check::check_adaln_fwd(
           c, [sh](const AdalnParams& p) { cuda_testing::run_fwd_cuda_shifted(p, sh); });
@@ -354,11 +355,16 @@ struct CudaTest {
   bool needs_device;
 };
 const CudaTest kTests[] = {
-    {"cuda_limits", test_cuda_limits, false},    {"matrix_fwd", test_matrix_fwd, true},
-    {"matrix_bwd", test_matrix_bwd, true},       {"determinism", test_determinism, true},
-    {"nan_rows", test_nan_rows, true},           {"empty", test_empty, true},
-    {"many_blocks", test_many_blocks, true},     {"dims", test_dims, true},
-    {"ragged", test_ragged, true},               {"few_sms", test_few_sms, true},
+    {"cuda_limits", test_cuda_limits, false},
+    {"matrix_fwd", test_matrix_fwd, true},
+    {"matrix_bwd", test_matrix_bwd, true},
+    {"determinism", test_determinism, true},
+    {"nan_rows", test_nan_rows, true},
+    {"empty", test_empty, true},
+    {"many_blocks", test_many_blocks, true},
+    {"dims", test_dims, true},
+    {"ragged", test_ragged, true},
+    {"few_sms", test_few_sms, true},
     {"pending_error", test_pending_error, true},
 };
 
