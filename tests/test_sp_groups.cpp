@@ -165,6 +165,9 @@ TEST(SpGroups, BalancedIdlesUnderThreePercentAndMatchesTheBestFixedGroup) {
 TEST(SpGroups, CostOfAGroupSplitsComputeAndAddsTheAllToAlls) {
   Planner pl(long_mix(), wan14b(16));
   const SeqParallel sp = pl.seq_parallel();
+  // The simulator and the strategies see the same all-to-alls.
+  EXPECT_EQ(pl.sim_env(16).layout.sp.a2a_s_per_token, sp.a2a_s_per_token);
+  EXPECT_EQ(pl.sim_env(16).layout.sp.sizes, sp.sizes);
   const Bucket& b = pl.bucketing().buckets.back();
   const CostModel& c = pl.cost();
   EXPECT_EQ(group_microbatch_time(c, 3, b, 1, sp), c.microbatch_time(3, b));
@@ -288,6 +291,12 @@ TEST(SpGroups, OneGroupSizeForAllAndPerSampleSearch) {
     for (uint8_t g : p.mb_group) ASSERT_EQ(g, 8) << s;
     expect_plan_contract(pl, p, std::string("sp=8 ") + s);
   }
+  // A group size below the largest: every sample on it, balanced too (no search).
+  c.sp = "4";
+  c.mem_budget_tokens = 0;
+  Planner four(long_mix(), c);
+  for (const auto& s : {"equal_tokens", "balanced"})
+    for (uint8_t g : four.plan(s).mb_group) ASSERT_EQ(g, 4) << s;
   c.sp = "3";
   EXPECT_THROW(Planner(long_mix(), c), ConfigError);
   c.sp = "auto";
@@ -311,6 +320,38 @@ TEST(SpGroups, OneGroupSizeForAllAndPerSampleSearch) {
   ps.sp = "off";
   Planner one(test::real_manifest(), ps);
   EXPECT_GE(per.simulate(p).throughput_samples_per_s, one.simulate(one.plan("balanced")).throughput_samples_per_s * 0.999);
+}
+
+TEST(SpGroups, SkippedOversizeSamplesLeaveOneGpuPlansAlone) {
+  // Only the longest clips need groups; with sizes up to 1 they are skipped, and the rest
+  // plans exactly as with sequence parallelism off.
+  PlannerConfig c = wan14b(16, "step");
+  c.sp_sizes = "1";
+  c.oversize = OversizePolicy::kSkip;
+  Planner pl(long_mix(), c);
+  EXPECT_GT(pl.oversize().size(), 1000u);
+  EXPECT_EQ(pl.max_group(), 1);
+  c.sp = "off";
+  Planner off(long_mix(), c);
+  EXPECT_EQ(pl.fingerprint(), off.fingerprint());
+  EXPECT_EQ(test::jsonl(pl.plan("balanced")), test::jsonl(off.plan("balanced")));
+}
+
+TEST(SpGroups, ElasticResumeWhereNoGroupFitsIsAnError) {
+  // A token budget that the 1080p 121-frame clips meet only on 8 GPUs: on 6 ranks (groups
+  // of 1 and 2) they fit no group, which resume says instead of planning nothing.
+  PlannerConfig c = wan14b(16, "step");
+  c.mem_budget_tokens = 60000;
+  Planner pl(long_mix(), c);
+  EXPECT_EQ(pl.max_group(), 8);
+  PlanState st = pl.initial_state("balanced");
+  st.segments.back().second = 1;
+  try {
+    pl.resume(st, 6);
+    ADD_FAILURE() << "resume on 6 ranks planned samples that fit no group";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("no allowed sequence-parallel group size fits"), std::string::npos) << e.what();
+  }
 }
 
 TEST(SpGroups, ElasticResumeReplansTheGroupsAndLosesNothing) {

@@ -210,7 +210,6 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
   if (sp_fixed_ > 0) sp_sizes_ |= 1u << __builtin_ctz(unsigned(sp_fixed_));
   {
     const SeqParallel sp = seq_parallel(cfg_.world_size);
-    for (int g = 1; g <= kMaxGroup; g *= 2) group_costs_.push_back(std::make_unique<GroupCost>(*cost_, g, sp));
     if (sp_fixed_ > 1 && !sp.allows(sp_fixed_))
       throw ConfigError("sequence-parallel group size " + std::to_string(sp_fixed_) + " (--sp) cannot be used on " +
                         std::to_string(cfg_.world_size) + " ranks of " + device_.name + " with " + model_.name +
@@ -238,8 +237,10 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
     }
     const Bucket& bk = buckets[b];
     std::string msg;
-    if (max_mem[b] < 1) {
-      const int g = sp_fixed_ > 0 ? sp_fixed_ : largest;
+    const int g_max = sp_fixed_ > 0 ? sp_fixed_ : largest;
+    const bool memory_bound = memory_.max_batch((bk.tokens + g_max - 1) / g_max, usable) < 1;
+    if (memory_bound) {
+      const int g = g_max;
       double need = memory_.bytes(1, (bk.tokens + g - 1) / g);
       msg = "one sample of bucket " + bk.name() + " (" + std::to_string(bk.tokens) + " tokens) needs " + gb(need) +
             (g > 1 ? " per GPU on a sequence-parallel group of " + std::to_string(g) + " (the largest allowed)" : "") +
@@ -256,7 +257,7 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
           "manifest row " + std::to_string(row) +
           (manifest ? " (" + manifest->where(row) + ", " + std::string(manifest->path(row)) + ")"
                     : "") +
-          ": " + msg + oversize_advice(cfg_, sharded_, max_mem[b] < 1, largest, device_.node_size));
+          ": " + msg + oversize_advice(cfg_, sharded_, memory_bound, largest, device_.node_size));
     }
     oversize_.push_back({row, msg});
   }
@@ -279,6 +280,11 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
   base_.epoch = cfg_.epoch;
   base_.end_policy = cfg_.end_policy;
   base_.max_batch_memory = max_mem;
+  // Groups only for the buckets planned: a skipped oversize one keeps no group.
+  live_.assign(buckets.size(), 0);
+  for (uint32_t id : pool_) live_[bucketing_.sample_bucket[id]] = 1;
+  for (size_t b = 0; b < buckets.size(); ++b)
+    if (!live_[b] || too_big[b]) group[b] = 1;
   if (std::any_of(group.begin(), group.end(), [](uint8_t g) { return g > 1; })) base_.bucket_group = group;
   base_.fixed_batch = resolve_fixed(fixed_error_);
   sync_ = cfg_.sync == "micro"  ? SyncMode::kMicro
@@ -517,7 +523,7 @@ void Planner::resolve_global_batch() {
     const int g = max_group();
     PlanProblem pr = base_;
     pr.world_size = cfg_.world_size;
-    if (g > 1) pr = as_groups(pr, g);
+    if (g > 1) pr = as_groups(pr, g, nullptr);
     const std::vector<int64_t> B = equal_tokens_batch_sizes(pr);
     uint64_t batches = 0;
     for (size_t b = 0; b < buckets.size(); ++b) batches += (per_bucket[b] + uint64_t(B[b]) - 1) / uint64_t(B[b]);
@@ -539,6 +545,7 @@ std::string Planner::global_batch_text() const { return global_batch_text_; }
 ParallelLayout Planner::layout(int world_size) const {
   ParallelLayout l;
   l.sync = sync_;
+  l.sp = seq_parallel(world_size);
   const double P = model_.params;
   if (sync_ == SyncMode::kStep) {
     // fp32 gradients, one ring all-reduce per global step.
@@ -565,11 +572,17 @@ double Planner::auto_step_budget(const CostModel& cost) const {
   const auto& buckets = bucketing_.buckets;
   std::vector<uint8_t> live(buckets.size(), 0);
   for (uint32_t id : pool_) live[bucketing_.sample_bucket[id]] = 1;
-  const std::vector<int64_t> B = equal_tokens_batch_sizes(base_);
+  std::vector<int64_t> B = equal_tokens_batch_sizes(base_);
   const SeqParallel sp = seq_parallel(cfg_.world_size);
   double s = 0;
-  for (size_t b = 0; b < buckets.size(); ++b)
-    if (live[b]) s = std::max(s, group_microbatch_time(cost, B[b], buckets[b], base_.group(uint16_t(b)), sp));
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    if (!live[b]) continue;
+    const int g = base_.group(uint16_t(b));
+    if (g > 1)  // M_mem counts tokens per GPU: a group holds g times as many
+      B[b] = std::max<int64_t>(1, std::min<int64_t>(base_.max_batch_memory[b],
+                                                    base_.mem_budget_tokens * g / buckets[b].tokens));
+    s = std::max(s, group_microbatch_time(cost, B[b], buckets[b], g, sp));
+  }
   return s;
 }
 
@@ -586,11 +599,13 @@ PlanProblem Planner::problem(int world_size, int64_t epoch, uint64_t segment, st
     std::vector<uint8_t> group;
     choose_groups(pr.world_size, sp_fixed_, group, pr.max_batch_memory);
     for (size_t b = 0; b < group.size(); ++b)
-      if (pr.max_batch_memory[b] < 1 && bucketing_.bucket_counts[b] > 0 && base_.max_batch_memory[b] >= 1)
+      if (pr.max_batch_memory[b] < 1 && live_[b])
         throw ConfigError("on " + std::to_string(pr.world_size) + " ranks no allowed sequence-parallel group size fits "
                           "a sample of bucket " + bucketing_.buckets[b].name() + " (it needed a group of " +
                           std::to_string(base_.group(uint16_t(b))) + " on " + std::to_string(cfg_.world_size) +
                           "); resume on a world size that the group sizes (--sp-sizes) divide");
+    for (size_t b = 0; b < group.size(); ++b)
+      if (!live_[b]) group[b] = 1;
     pr.bucket_group.clear();
     if (std::any_of(group.begin(), group.end(), [](uint8_t g) { return g > 1; })) pr.bucket_group = group;
   }
@@ -631,9 +646,9 @@ void Planner::choose_groups(int world_size, int fixed_g, std::vector<uint8_t>& g
       const int64_t per_gpu = (buckets[b].tokens + g - 1) / g;
       const int64_t m = memory_.max_batch(per_gpu, usable);
       group[b] = uint8_t(g);
-      max_mem[b] = m;
-      if (m >= 1 && (cfg_.mem_budget_tokens <= 0 || per_gpu <= cfg_.mem_budget_tokens)) break;
-      if (fixed_g > 0) break;
+      const bool fits = m >= 1 && (cfg_.mem_budget_tokens <= 0 || per_gpu <= cfg_.mem_budget_tokens);
+      max_mem[b] = fits ? m : 0;  // 0: fits no allowed group (memory or the token budget)
+      if (fits || fixed_g > 0) break;
     }
   }
 }
@@ -641,18 +656,18 @@ void Planner::choose_groups(int world_size, int fixed_g, std::vector<uint8_t>& g
 int Planner::max_group() const {
   int g = 1;
   for (size_t b = 0; b < base_.bucket_group.size(); ++b)
-    if (bucketing_.bucket_counts[b] > 0 && base_.max_batch_memory[b] >= 1) g = std::max(g, int(base_.bucket_group[b]));
+    if (live_[b]) g = std::max(g, int(base_.bucket_group[b]));
   return g;
 }
 
-PlanProblem Planner::as_groups(const PlanProblem& pr, int g) const {
+PlanProblem Planner::as_groups(const PlanProblem& pr, int g, const CostModel* group_cost) const {
   PlanProblem q = pr;
   if (g <= 1) {
     q.bucket_group.clear();
     return q;
   }
   q.world_size = pr.world_size / g;
-  q.cost = group_costs_[size_t(__builtin_ctz(unsigned(g)))].get();
+  q.cost = group_cost;
   std::vector<uint8_t> group;
   choose_groups(pr.world_size, g, group, q.max_batch_memory);
   q.bucket_group.clear();
@@ -663,9 +678,13 @@ PlanProblem Planner::as_groups(const PlanProblem& pr, int g) const {
 }
 
 Plan Planner::run_on_groups(const StrategyEntry& s, const PlanProblem& pr, int g) const {
-  const PlanProblem q = as_groups(pr, g);
+  // The problem's own cost model (an adapted one after online adaptation) on g ranks.
+  const GroupCost cost(*pr.cost, g, seq_parallel(pr.world_size));
+  const PlanProblem q = as_groups(pr, g, &cost);
+  std::vector<uint8_t> live(q.max_batch_memory.size(), 0);
+  for (uint32_t id : pr.pool_ids()) live[(*pr.sample_bucket)[id]] = 1;
   for (size_t b = 0; b < q.max_batch_memory.size(); ++b)
-    if (q.max_batch_memory[b] < 1 && bucketing_.bucket_counts[b] > 0 && base_.max_batch_memory[b] >= 1)
+    if (q.max_batch_memory[b] < 1 && live[b])
       throw ConfigError("a sample of bucket " + bucketing_.buckets[b].name() + " does not fit a sequence-parallel group of " +
                         std::to_string(g) + "; use a larger group size");
   if (std::string(s.name) == "fixed" && q.fixed_batch.size() != bucketing_.buckets.size())
@@ -723,7 +742,7 @@ Plan Planner::run(const StrategyEntry& s, const PlanProblem& pr) const {
     for (size_t b = 0; b < live.size(); ++b)
       if (live[b]) gmax = std::max(gmax, int(pr.bucket_group[b])), gmin = std::min(gmin, int(pr.bucket_group[b]));
     if (std::string(s.name) != "balanced") return run_on_groups(s, pr, gmax);
-    if (cfg_.sp == "min") return gmin == gmax ? run_on_groups(s, pr, gmax) : s.fn(pr);
+    if (cfg_.sp == "min" || sp_fixed_ > 0) return gmin == gmax ? run_on_groups(s, pr, gmax) : s.fn(pr);
     return run_balanced_groups(s, pr);
   }
   if (std::string(s.name) == "balanced" && cfg_.sp == "per-sample" && seq_parallel(pr.world_size).sizes != 1)
@@ -776,6 +795,9 @@ Plan Planner::run_balanced_groups(const StrategyEntry& s, const PlanProblem& pr)
       }
       if (ok && std::find(cands.begin(), cands.end(), g) == cands.end()) cands.push_back(g);
     }
+  if (cands.empty())
+    throw ConfigError("no allowed sequence-parallel group size fits every sample on " + std::to_string(pr.world_size) +
+                      " ranks (memory or --mem-budget); allow larger groups (--sp-sizes) or raise the budget");
   SimEnv env = sim_env(pr.world_size);
   env.cost = pr.cost;
   auto plan_with = [&](const std::vector<uint8_t>& g, const std::vector<uint32_t>* sub) {
@@ -798,13 +820,23 @@ Plan Planner::run_balanced_groups(const StrategyEntry& s, const PlanProblem& pr)
     const size_t stride = (ids.size() + kSearchSamples - 1) / kSearchSamples;
     for (size_t i = 0; i < ids.size(); i += stride) sub.push_back(ids[i]);
   }
+  // The fastest among the candidates that keep the global batch's step count (as near as
+  // any does): a plan of fewer, larger steps would win by running fewer collectives.
+  const uint64_t target = sub.empty() ? K : [&] {
+    PlanProblem q = pr;
+    q.pool_view = &sub;
+    return q.target_steps();
+  }();
   Plan best;
   size_t best_i = 0;
   double best_tp = -1;
+  uint64_t best_steps = 0;
   for (size_t i = 0; i < cands.size(); ++i) {
     Plan p = plan_with(cands[i], sub.empty() ? nullptr : &sub);
     const double tp = adaptiveload::simulate(p, env).throughput_samples_per_s;
-    if (tp > best_tp) best_tp = tp, best_i = i, best = std::move(p);
+    const uint64_t steps = target > 0 ? std::min<uint64_t>(p.num_steps(), target) : 0;
+    if (steps > best_steps || (steps == best_steps && tp > best_tp))
+      best_tp = tp, best_i = i, best_steps = steps, best = std::move(p);
   }
   return sub.empty() ? best : plan_with(cands[best_i], nullptr);
 }

@@ -150,7 +150,9 @@ class Planner {
   // allowed that fits) and the largest batch that fits memory on it (0: none fits).
   void choose_groups(int world_size, int fixed_g, std::vector<uint8_t>& group, std::vector<int64_t>& max_mem) const;
   // The problem with every sample on g ranks, as W / g ranks that each are one group.
-  PlanProblem as_groups(const PlanProblem& pr, int g) const;
+  // `group_cost`: the cost model on g ranks (GroupCost of pr.cost), or null where no
+  // strategy runs on the result (budgets only).
+  PlanProblem as_groups(const PlanProblem& pr, int g, const CostModel* group_cost) const;
   Plan run_on_groups(const StrategyEntry& s, const PlanProblem& pr, int g) const;
   // balanced with per-sample groups: from each bucket's smallest fitting g, candidates that
   // raise groups (a floor for all, and long samples further), the one whose plan simulates
@@ -174,7 +176,7 @@ class Planner {
   std::string global_batch_text_;
   uint32_t sp_sizes_ = 1;  // cfg_.sp_sizes as a mask (bit k: 2^k)
   int sp_fixed_ = 0;       // cfg_.sp as a number, 0 otherwise
-  std::vector<std::unique_ptr<GroupCost>> group_costs_;  // [log2 g]: the cost model on g ranks
+  std::vector<uint8_t> live_;  // per bucket: samples of it in the pool
 };
 
 }  // namespace adaptiveload

@@ -253,7 +253,7 @@ ReportChart step_chart(const Planner& planner, const Plan& plan, const Metrics& 
       int64_t samples = 0;
       for (uint64_t i = m0; i < m1; ++i) {
         const MicroBatch& mb = plan.micro_batches[i];
-        const double s = env.cost->microbatch_time(mb.count, (*env.buckets)[mb.bucket]);
+        const double s = group_microbatch_time(*env.cost, mb.count, (*env.buckets)[mb.bucket], plan.group(i), env.layout.sp);
         any_padded |= mb.padded != 0;
         b.segments.push_back({s, mb.padded ? kPadded : ((i - m0) % 2 ? kBusyB : kBusyA)});
         samples += mb.count;

@@ -100,6 +100,10 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
   std::vector<double> clock;
   std::vector<uint64_t> next;
   if (groups) m.group_min = kMaxGroup, m.group_max = 1;
+  for (uint8_t g : plan.mb_group)
+    if (g < 1 || (g & (g - 1)) != 0 || W % g != 0)
+      throw ConfigError("plan of strategy '" + m.name + "' has a sequence-parallel group of " + std::to_string(int(g)) +
+                        " ranks; group sizes are powers of two that divide the world size " + std::to_string(W));
   for (size_t t = 0; t < steps; ++t) {
     double mx = 0, mn = 1e300, sum = 0, peak = 0;
     for (size_t r = 0; r < W; ++r) {

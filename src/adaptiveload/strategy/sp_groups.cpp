@@ -248,6 +248,51 @@ Plan plan_step(const PlanProblem& pr, const BucketedPool& pool, const Buckets& c
       heap.push(top);
     }
   }
+  // Every rank works in every step: an empty rank-step takes half of the step's largest
+  // one-GPU micro-batch, or else a padded repeat.
+  std::vector<uint32_t> count(K * W, 0);
+  for (uint32_t n : order)
+    for (int k = 0; k < items[n].group; ++k) ++count[where[n] + uint64_t(k)];
+  std::vector<std::vector<uint32_t>> ones_of_step;  // built only when some rank-step is empty
+  std::priority_queue<std::pair<uint32_t, uint32_t>> largest;  // (count, item) of one-GPU items; lazily current
+  for (uint64_t t = 0; t < K; ++t)
+    for (uint64_t r = 0; r < W; ++r) {
+      if (count[t * W + r]) continue;
+      if (ones_of_step.empty()) {
+        ones_of_step.resize(K);
+        for (uint32_t n : order)
+          if (items[n].group == 1) ones_of_step[where[n] / W].push_back(n), largest.push({items[n].count, n});
+      }
+      size_t best = SIZE_MAX;
+      for (uint32_t n : ones_of_step[t])
+        if (items[n].count > 1 && (best == SIZE_MAX || items[n].count > items[best].count)) best = n;
+      if (best == SIZE_MAX) {
+        // None in this step: the largest one-GPU micro-batch of any step gives half.
+        while (!largest.empty() && items[largest.top().second].count != largest.top().first) largest.pop();
+        if (!largest.empty() && largest.top().first > 1) best = largest.top().second;
+      }
+      Item moved;
+      if (best != SIZE_MAX) {
+        Item& src = items[best];
+        moved = src;
+        const uint32_t half = src.count / 2;
+        src.count -= half, src.own = src.count;
+        moved.begin = src.begin + src.count, moved.count = moved.own = half;
+        src.cost = group_microbatch_time(*pr.cost, src.count, (*pr.buckets)[src.bucket], 1, pr.layout.sp);
+        moved.cost = group_microbatch_time(*pr.cost, moved.count, (*pr.buckets)[moved.bucket], 1, pr.layout.sp);
+      } else {
+        // The smallest group any bucket has; its aligned block is empty too (blocks nest).
+        moved = padding_item(pr, pool, c, int(W));
+      }
+      const uint64_t first = r - r % moved.group;
+      items.push_back(moved);
+      where.push_back(t * W + first);
+      order.push_back(uint32_t(items.size() - 1));
+      for (uint64_t k = 0; k < moved.group; ++k) count[t * W + first + k] = 1;
+      if (moved.count > 1 && !moved.padded) ones_of_step[t].push_back(uint32_t(items.size() - 1));
+      if (best != SIZE_MAX) largest.push({items[best].count, uint32_t(best)});
+      if (moved.group == 1 && !moved.padded) largest.push({moved.count, uint32_t(items.size() - 1)});
+    }
   // A block's micro-batches of one bucket become one, as large as memory allows: the same
   // work with fewer fixed costs.
   {
@@ -271,44 +316,6 @@ Plan plan_step(const PlanProblem& pr, const BucketedPool& pool, const Buckets& c
     }
     order.erase(std::remove_if(order.begin(), order.end(), [&](uint32_t n) { return items[n].merged != 0; }), order.end());
   }
-  // Every rank works in every step: an empty rank-step takes half of the step's largest
-  // one-GPU micro-batch, or else a padded repeat.
-  std::vector<uint32_t> count(K * W, 0);
-  for (uint32_t n : order)
-    for (int k = 0; k < items[n].group; ++k) ++count[where[n] + uint64_t(k)];
-  std::vector<std::vector<uint32_t>> ones_of_step;  // built only when some rank-step is empty
-  for (uint64_t t = 0; t < K; ++t)
-    for (uint64_t r = 0; r < W; ++r) {
-      if (count[t * W + r]) continue;
-      if (ones_of_step.empty()) {
-        ones_of_step.resize(K);
-        for (uint32_t n : order)
-          if (items[n].group == 1) ones_of_step[where[n] / W].push_back(n);
-      }
-      size_t best = SIZE_MAX;
-      for (uint32_t n : ones_of_step[t])
-        if (items[n].count > 1 && items[n].next == UINT32_MAX && (best == SIZE_MAX || items[n].count > items[best].count))
-          best = n;
-      Item moved;
-      if (best != SIZE_MAX) {
-        Item& src = items[best];
-        moved = src;
-        const uint32_t half = src.count / 2;
-        src.count -= half, src.own = src.count;
-        moved.begin = src.begin + src.count, moved.count = moved.own = half;
-        src.cost = group_microbatch_time(*pr.cost, src.count, (*pr.buckets)[src.bucket], 1, pr.layout.sp);
-        moved.cost = group_microbatch_time(*pr.cost, moved.count, (*pr.buckets)[moved.bucket], 1, pr.layout.sp);
-      } else {
-        // The smallest group any bucket has; its aligned block is empty too (blocks nest).
-        moved = padding_item(pr, pool, c, int(W));
-      }
-      const uint64_t first = r - r % moved.group;
-      items.push_back(moved);
-      where.push_back(t * W + first);
-      order.push_back(uint32_t(items.size() - 1));
-      for (uint64_t k = 0; k < moved.group; ++k) count[t * W + first + k] = 1;
-      if (moved.count > 1 && !moved.padded) ones_of_step[t].push_back(uint32_t(items.size() - 1));
-    }
   // Lists in placement order (largest group first), steps shuffled.
   std::vector<uint32_t> perm(K);
   std::iota(perm.begin(), perm.end(), 0u);
@@ -330,15 +337,12 @@ Plan plan_step(const PlanProblem& pr, const BucketedPool& pool, const Buckets& c
   return write_plan(pr, pool, items, begin, lists, K);
 }
 
-Plan plan_micro(const PlanProblem& pr, const BucketedPool& pool, const Buckets& c, uint64_t K, double work) {
+// One micro-sync plan for target tau, the one-GPU fill of a wide slot cut to at most
+// fill_cap seconds.
+Plan micro_once(const PlanProblem& pr, const BucketedPool& pool, const Buckets& c, uint64_t K, double tau,
+                double fill_cap) {
   const uint64_t W = uint64_t(pr.world_size);
   const size_t nb = c.g.size();
-  // tau: the longest micro-batch every bucket's memory admits, at most a slot per step.
-  double tau = 0;
-  for (size_t b = 0; b < nb; ++b)
-    if (pool.begin[b + 1] > pool.begin[b])
-      tau = std::max(tau, group_microbatch_time(*pr.cost, c.cap[b], (*pr.buckets)[b], c.g[b], pr.layout.sp));
-  tau = std::min(tau, work / double(K * W));
   // Wide micro-batches, longest first, packed into slots on aligned free blocks.
   std::vector<Item> items;
   std::vector<uint64_t> next(pool.begin.begin(), pool.begin.end() - 1);  // one-GPU samples left
@@ -388,12 +392,12 @@ Plan plan_micro(const PlanProblem& pr, const BucketedPool& pool, const Buckets& 
   for (size_t s = 0; s < slots.size(); ++s)
     for (uint64_t r = 0; r < W; ++r) {
       if (slots[s][r] != UINT32_MAX) continue;
-      if (take(slot_max[s])) {
+      if (take(std::min(slot_max[s], fill_cap))) {
         slots[s][r] = uint32_t(items.size() - 1);
       } else {
         // No one-GPU sample left: a padded repeat on the largest free aligned block.
         uint64_t h = 1;
-        while (r % (2 * h) == 0 && 2 * h <= W) {
+        while (r % (2 * h) == 0 && r + 2 * h <= W) {
           bool free = true;
           for (uint64_t k = 0; k < 2 * h && free; ++k) free = slots[s][r + k] == UINT32_MAX;
           if (!free) break;
@@ -449,6 +453,28 @@ Plan plan_micro(const PlanProblem& pr, const BucketedPool& pool, const Buckets& 
   return write_plan(pr, pool, items, begin, lists, steps);
 }
 
+Plan plan_micro(const PlanProblem& pr, const BucketedPool& pool, const Buckets& c, uint64_t K, double work) {
+  const uint64_t W = uint64_t(pr.world_size);
+  // tau: the longest micro-batch any bucket's memory admits, at most a slot per step.
+  double tau = 0;
+  for (size_t b = 0; b < c.g.size(); ++b)
+    if (pool.begin[b + 1] > pool.begin[b])
+      tau = std::max(tau, group_microbatch_time(*pr.cost, c.cap[b], (*pr.buckets)[b], c.g[b], pr.layout.sp));
+  tau = std::min(tau, work / double(K * W));
+  // Fewer slots than the global batch's steps: smaller micro-batches, and the one-GPU fill
+  // of wide slots held to tau, until the step count is kept (or nothing splits further).
+  double fill_cap = 1e300;
+  Plan p = micro_once(pr, pool, c, K, tau, fill_cap);
+  for (int pass = 0; pass < 8 && p.num_steps() < K; ++pass) {
+    fill_cap = tau;
+    tau *= std::max(0.25, 0.9 * double(p.num_steps()) / double(K));
+    Plan q = micro_once(pr, pool, c, K, tau, fill_cap);
+    if (q.num_steps() <= p.num_steps()) break;
+    p = std::move(q);
+  }
+  return p;
+}
+
 }  // namespace
 
 Plan plan_balanced_groups(const PlanProblem& pr) {
@@ -474,6 +500,11 @@ Plan plan_balanced_groups(const PlanProblem& pr) {
     const double budget = pr.step_budget_s > 0 ? pr.step_budget_s : work / double(W);
     K = uint64_t(std::max(1.0, std::ceil(work / (double(W) * budget))));
   }
+  // At most as many steps as give every rank a sample in each (a group's sample counts on
+  // each of its g ranks); beyond that the steps would be padding.
+  uint64_t rank_samples = 0;
+  for (size_t b = 0; b < c.g.size(); ++b) rank_samples += (pool.begin[b + 1] - pool.begin[b]) * uint64_t(c.g[b]);
+  K = std::max<uint64_t>(1, std::min<uint64_t>(K, rank_samples / W));
   return pr.layout.sync == SyncMode::kMicro ? plan_micro(pr, pool, c, K, work) : plan_step(pr, pool, c, K, work);
 }
 
