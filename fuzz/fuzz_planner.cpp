@@ -3,7 +3,8 @@
 // epoch, end policy, model, device, memory / compute / step budgets). Checks the plan
 // contract: every usable sample exactly once (trained or dropped), every rank busy in
 // every step (equal step counts), determinism, resume at a step boundary reproducing the
-// plan, and an elastic resume losing and repeating nothing.
+// plan, and an elastic resume losing and repeating nothing (or, where a sample's
+// sequence-parallel group cannot be formed on the new world size, a ConfigError).
 #include <memory>
 
 #include "plan_check.h"
@@ -16,7 +17,9 @@ const char* const kStrategies[] = {"equal_tokens", "fixed", "dual", "balanced"};
 const char* const kFps[] = {"16", "24", "25", "29.97", "30", "60", "8", "120"};
 
 bool same_plan(const Plan& a, const Plan& b) {
-  if (a.sample_ids != b.sample_ids || a.rank_begin != b.rank_begin || a.dropped != b.dropped) return false;
+  if (a.sample_ids != b.sample_ids || a.rank_begin != b.rank_begin || a.dropped != b.dropped ||
+      a.mb_group != b.mb_group)
+    return false;
   if (a.micro_batches.size() != b.micro_batches.size()) return false;
   for (size_t i = 0; i < a.micro_batches.size(); ++i) {
     const MicroBatch &x = a.micro_batches[i], &y = b.micro_batches[i];
@@ -73,11 +76,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   AL_FUZZ_CHECK(r.first_step == size_t(k), "resume at the wrong step");
   AL_FUZZ_CHECK(same_plan(r.plan, p), "resumed plan differs from the uninterrupted one");
   // Elastic: another world size after k steps, then a third after some of those.
+  // A world size on which a sample's sequence-parallel group no longer fits (e.g. an odd one
+  // for a sample that needs 2 GPUs) is refused with a ConfigError naming the bucket.
   const int w2 = 1 + int(in.below(64));
-  check_resume_coverage(pl, st, w2);
+  if (!expected([&] { check_resume_coverage(pl, st, w2); })) return 0;
   Planner::Resumed r2 = pl.resume(st, w2);
   PlanState st2 = r2.state;
   st2.segments.back().second = r2.plan.num_steps() ? int64_t(in.below(uint32_t(r2.plan.num_steps()) + 1)) : 0;
-  check_resume_coverage(pl, st2, 1 + int(in.below(64)));
+  const int w3 = 1 + int(in.below(64));
+  expected([&] { check_resume_coverage(pl, st2, w3); });
   return 0;
 }
