@@ -27,7 +27,7 @@ import torch.distributed as dist
 from adaptiveload import sequence_parallel as spl
 from adaptiveload.models import wan_dit
 from adaptiveload.sampler import AdaptiveBatchSampler
-from sp_worker import loss_gen, make_model, sample_data  # the same data, noise and weights per sample id
+from sp_worker import all_reduce_step, loss_gen, make_model, sample_data  # the same data, noise, weights, step
 
 LR = 0.05
 
@@ -91,13 +91,7 @@ def main(out_path, device_path, manifest_path):
                             "padded": bool(st.padded_micro_batches[k])})
             flat = torch.cat([x.reshape(-1) for x in grads]) / g  # a group's g ranks hold the same sum
             acc = flat if acc is None else acc + flat
-        dist.all_reduce(acc)
-        acc /= st.global_samples
-        offset = 0
-        for p in params:
-            p.grad = acc[offset:offset + p.numel()].view_as(p).clone()
-            offset += p.numel()
-        opt.step()
+        all_reduce_step(params, acc, st.global_samples, opt)
 
     final = torch.cat([p.detach().reshape(-1) for p in params])
     finals = [torch.empty_like(final) for _ in range(world)]

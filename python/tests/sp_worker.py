@@ -85,6 +85,18 @@ def make_model(c):
     return wan_dit.WanDiT(c)
 
 
+def all_reduce_step(params, flat, samples, opt):
+    """Sums this rank's flat gradient over the world, divides by the step's samples, hands it
+    to the parameters and steps the optimizer (data parallel over the step's groups)."""
+    dist.all_reduce(flat)
+    flat /= samples
+    offset = 0
+    for p in params:
+        p.grad = flat[offset:offset + p.numel()].view_as(p).clone()
+        offset += p.numel()
+    opt.step()
+
+
 def grad_errors(got, ref, rtol, atol):
     """max |got - ref|, max over tensors of max|got - ref| / max|ref|, and the worst
     |got - ref| / (atol + rtol |ref|) (<= 1: within tolerance)."""
@@ -237,14 +249,7 @@ def main(out_path, manifests):
 
         # Data parallel over the step's groups: a group's g ranks hold the same sample
         # gradient, so each adds 1/g of it; the mean over the step's samples follows.
-        flat = torch.cat([g.reshape(-1) for g in grads]) / size
-        dist.all_reduce(flat)
-        flat /= len(ids)
-        offset = 0
-        for p in params:
-            p.grad = flat[offset:offset + p.numel()].view_as(p).clone()
-            offset += p.numel()
-        opt.step()
+        all_reduce_step(params, torch.cat([g.reshape(-1) for g in grads]) / size, len(ids), opt)
 
     final = torch.cat([p.detach().reshape(-1) for p in params])
     finals = [torch.empty_like(final) for _ in range(world)]

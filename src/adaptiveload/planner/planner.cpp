@@ -630,11 +630,16 @@ SeqParallel Planner::seq_parallel(int world_size) const {
   return sp;
 }
 
+int64_t Planner::max_batch_on(size_t b, int g) const {
+  const int64_t per_gpu = (bucketing_.buckets[b].tokens + g - 1) / g;
+  if (cfg_.mem_budget_tokens > 0 && per_gpu > cfg_.mem_budget_tokens) return 0;
+  return memory_.max_batch(per_gpu, usable_memory_bytes());
+}
+
 void Planner::choose_groups(int world_size, int fixed_g, std::vector<uint8_t>& group,
                             std::vector<int64_t>& max_mem) const {
   const auto& buckets = bucketing_.buckets;
   const SeqParallel sp = seq_parallel(world_size);
-  const double usable = usable_memory_bytes();
   group.assign(buckets.size(), 1);
   max_mem.assign(buckets.size(), 0);
   for (size_t b = 0; b < buckets.size(); ++b) {
@@ -643,12 +648,9 @@ void Planner::choose_groups(int world_size, int fixed_g, std::vector<uint8_t>& g
         if (fixed_g > 0) break;
         continue;
       }
-      const int64_t per_gpu = (buckets[b].tokens + g - 1) / g;
-      const int64_t m = memory_.max_batch(per_gpu, usable);
       group[b] = uint8_t(g);
-      const bool fits = m >= 1 && (cfg_.mem_budget_tokens <= 0 || per_gpu <= cfg_.mem_budget_tokens);
-      max_mem[b] = fits ? m : 0;  // 0: fits no allowed group (memory or the token budget)
-      if (fits || fixed_g > 0) break;
+      max_mem[b] = max_batch_on(b, g);  // 0: fits no allowed group (memory or the token budget)
+      if (max_mem[b] >= 1 || fixed_g > 0) break;
     }
   }
 }
@@ -759,12 +761,6 @@ Plan Planner::run_balanced_groups(const StrategyEntry& s, const PlanProblem& pr)
   std::vector<int> sizes;
   for (int g = 1; g <= kMaxGroup; g *= 2)
     if (sp.allows(g)) sizes.push_back(g);
-  const double usable = usable_memory_bytes();
-  auto max_batch_on = [&](size_t b, int g) {
-    const int64_t per_gpu = (buckets[b].tokens + g - 1) / g;
-    if (cfg_.mem_budget_tokens > 0 && per_gpu > cfg_.mem_budget_tokens) return int64_t(0);
-    return memory_.max_batch(per_gpu, usable);
-  };
   double c_max = 0, work = 0;
   std::vector<int64_t> count(nb, 0);
   for (uint32_t id : pr.pool_ids()) ++count[(*pr.sample_bucket)[id]];

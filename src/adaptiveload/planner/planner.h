@@ -148,6 +148,9 @@ class Planner {
   Plan run(const StrategyEntry& s, const PlanProblem& pr) const;
   // Per bucket on `world_size` ranks: the group size (fixed_g > 0: that one, else the smallest
   // allowed that fits) and the largest batch that fits memory on it (0: none fits).
+  // Largest batch of bucket b that fits memory on a group of g (S / g tokens a GPU), 0 when
+  // none does or S / g exceeds the configured token budget.
+  int64_t max_batch_on(size_t b, int g) const;
   void choose_groups(int world_size, int fixed_g, std::vector<uint8_t>& group, std::vector<int64_t>& max_mem) const;
   // The problem with every sample on g ranks, as W / g ranks that each are one group.
   // `group_cost`: the cost model on g ranks (GroupCost of pr.cost), or null where no

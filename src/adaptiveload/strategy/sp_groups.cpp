@@ -97,6 +97,18 @@ void cut(std::vector<Item>& out, const Buckets& c, const PlanProblem& pr, size_t
   }
 }
 
+// Splits a one-GPU, unchained item of two or more samples: it keeps the first half (rounded
+// up) and returns the rest as a new item of the same bucket; both costs follow.
+Item split_half(Item& src, const PlanProblem& pr) {
+  Item moved = src;
+  const uint32_t half = src.count / 2;
+  src.count -= half, src.own = src.count;
+  moved.begin = src.begin + src.count, moved.count = moved.own = half;
+  src.cost = group_microbatch_time(*pr.cost, src.count, (*pr.buckets)[src.bucket], 1, pr.layout.sp);
+  moved.cost = group_microbatch_time(*pr.cost, moved.count, (*pr.buckets)[moved.bucket], 1, pr.layout.sp);
+  return moved;
+}
+
 // Largest batch of bucket b whose micro-batch takes at most `seconds` (at least 1).
 int64_t batch_for(const Buckets& c, size_t b, double seconds) {
   const double x = std::floor((seconds - c.fixed[b]) / c.per[b]);
@@ -271,19 +283,8 @@ Plan plan_step(const PlanProblem& pr, const BucketedPool& pool, const Buckets& c
         while (!largest.empty() && items[largest.top().second].count != largest.top().first) largest.pop();
         if (!largest.empty() && largest.top().first > 1) best = largest.top().second;
       }
-      Item moved;
-      if (best != SIZE_MAX) {
-        Item& src = items[best];
-        moved = src;
-        const uint32_t half = src.count / 2;
-        src.count -= half, src.own = src.count;
-        moved.begin = src.begin + src.count, moved.count = moved.own = half;
-        src.cost = group_microbatch_time(*pr.cost, src.count, (*pr.buckets)[src.bucket], 1, pr.layout.sp);
-        moved.cost = group_microbatch_time(*pr.cost, moved.count, (*pr.buckets)[moved.bucket], 1, pr.layout.sp);
-      } else {
-        // The smallest group any bucket has; its aligned block is empty too (blocks nest).
-        moved = padding_item(pr, pool, c, int(W));
-      }
+      // Otherwise the smallest group any bucket has; its aligned block is empty too (blocks nest).
+      const Item moved = best != SIZE_MAX ? split_half(items[best], pr) : padding_item(pr, pool, c, int(W));
       const uint64_t first = r - r % moved.group;
       items.push_back(moved);
       where.push_back(t * W + first);
@@ -418,12 +419,7 @@ Plan micro_once(const PlanProblem& pr, const BucketedPool& pool, const Buckets& 
     for (size_t n = first_rest; n < items.size(); ++n)
       if (items[n].count > 1 && (best == SIZE_MAX || items[n].count > items[best].count)) best = n;
     if (best == SIZE_MAX) break;
-    Item moved = items[best];
-    const uint32_t half = items[best].count / 2;
-    items[best].count -= half, items[best].own = items[best].count;
-    moved.begin = items[best].begin + items[best].count, moved.count = moved.own = half;
-    items[best].cost = group_microbatch_time(*pr.cost, items[best].count, (*pr.buckets)[moved.bucket], 1, pr.layout.sp);
-    moved.cost = group_microbatch_time(*pr.cost, moved.count, (*pr.buckets)[moved.bucket], 1, pr.layout.sp);
+    const Item moved = split_half(items[best], pr);
     items.insert(items.begin() + long(best) + 1, moved);
   }
   while ((items.size() - first_rest) % W != 0) items.push_back(padding_item(pr, pool, c, 1));
