@@ -18,11 +18,13 @@
 //     one chunk each;
 //   - backward: the same single pass over x and dy writes dx and accumulates dscale /
 //     dshift (per-sample) and dweight / dbias in registers over the chunk; the teams of
-//     a block combine through shared memory in team order and write one fp32 partial row
-//     per chunk to the workspace; a finalize kernel then sums the partials of each sample
-//     (and of all chunks for dweight / dbias) in chunk order, coalesced over a D tile.
-//     No atomics; C depends only on the shape and the device model, so results are
-//     bit-identical run to run on one GPU model.
+//     a block combine through shared memory in team order and write two fp32 partial rows
+//     per chunk to the workspace; one finalize launch then sums the partials of each sample
+//     (and of all chunks for dweight / dbias) in a fixed order, coalesced over a D tile,
+//     its rows cut into segments for enough blocks (adaln_finalize_kernel). No atomics on
+//     data (a ticket counter picks the block that adds the segments, not the order); C
+//     depends only on the shape and the device model, so results are bit-identical run to
+//     run on one GPU model.
 //
 // Build: part of adaptiveload_cuda (cuda/CMakeLists.txt) or scripts/gpu_check.sh.
 // Test:  adaptiveload_cuda_tests.  Bench: bench_adaln_cuda.
@@ -223,6 +225,7 @@ struct Cfg {
   int64_t groups = 0;
   int64_t K = 0;    // chunks in all
   int64_t G = 512;  // blocks launched at most: resident on the device at once
+  int64_t sms = 0;  // SMs of the current device (0: unknown)
 };
 
 // Sum over the ts threads of a team; all threads of the block must call it together.
@@ -255,9 +258,20 @@ __device__ __forceinline__ void team_sum(float (&v)[N], int ts, float (*red)[32]
 struct Args {
   AdalnParams p;
   Cfg c;
-  int64_t off_s, off_t, off_w, off_b;  // workspace slots (floats), -1 = absent
+  // Workspace slots (floats, -1 = absent): the chunk partials S2 and S1 ([K, D] each), the
+  // finalize's segment rows ([2, nseg, D]) and its tickets (ntk unsigned), see ws_layout.
+  int64_t off_s, off_t, off_q, off_k;
   RowMap m;
+  int64_t ntk = 0;  // finalize tickets the backward kernel zeroes (block 0)
 };
+
+// The finalize's tickets start at zero: block 0 of the backward kernel, which runs before
+// the finalize on the same stream, clears them (the workspace comes uninitialised).
+__device__ __forceinline__ void zero_tickets(const Args& a) {
+  if (a.ntk == 0 || blockIdx.x != 0) return;
+  unsigned* tk = reinterpret_cast<unsigned*>(static_cast<float*>(a.p.workspace) + a.off_k);
+  for (int64_t i = threadIdx.x; i < a.ntk; i += blockDim.x) tk[i] = 0u;
+}
 
 // Rows [r0, r1) of chunk k.
 __device__ __forceinline__ void chunk_rows(const Cfg& c, int64_t k, int64_t& grp, int64_t& r0,
@@ -381,6 +395,7 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
   float* ws = static_cast<float*>(p.workspace);
   const bool acc = a.off_s >= 0;  // row reductions wanted (see ws_layout)
   const RowMap& rm = a.m;
+  zero_tickets(a);
   VecPos vp[VPT];  // this thread's vectors of the row
 #pragma unroll
   for (int i = 0; i < VPT; ++i) vp[i] = vec_pos(rm, int64_t(i) * ts + lane);
@@ -649,6 +664,7 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_loop_kernel(const Args a) 
   float* ws = static_cast<float*>(p.workspace);
   const bool acc = a.off_s >= 0;
   const RowMap& rm = a.m;
+  zero_tickets(a);
   unsigned phase = 0;
   for (int64_t k = blockIdx.x; k < c.K; k += gridDim.x) {
     int64_t grp, r0, r1;
@@ -760,62 +776,138 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_loop_kernel(const Args a) 
   }
 }
 
-// Per-sample finalize: S1 = sum of the cps partial rows of sample g in slot p1, S2 in p2
-// (row order, 16 fixed phases). Writes dshift = S1, dscale = w S2 + b S1 and, when
-// dweight / dbias are wanted, m1 = (1 + scale) S1 and m2 = (1 + scale) S2 as fp32 [B, D]
-// rows that adaln_finalize_kernel then sums over the samples.
-__global__ void adaln_finalize_sample_kernel(const float* p1, const float* p2, int64_t cps,
-                                             int64_t groups, int64_t D, const AdalnParams p,
-                                             float* m1, float* m2) {
-  __shared__ float sm[2][16][33];
-  const int64_t j = int64_t(blockIdx.x) * 32 + threadIdx.x;
-  for (int64_t g = blockIdx.y; g < groups; g += gridDim.y) {
-    float s[2] = {0.f, 0.f};
-    if (j < D)
-      for (int64_t k = threadIdx.y; k < cps; k += 16) {
-        s[0] += p1[(g * cps + k) * D + j];
-        s[1] += p2[(g * cps + k) * D + j];
-      }
-    sm[0][threadIdx.y][threadIdx.x] = s[0];
-    sm[1][threadIdx.y][threadIdx.x] = s[1];
-    __syncthreads();
-    if (threadIdx.y == 0 && j < D) {
-      float t1 = 0.f, t2 = 0.f;
-      for (int i = 0; i < 16; ++i) t1 += sm[0][i][threadIdx.x], t2 += sm[1][i][threadIdx.x];
-      if (p.dshift) st_any(p.dshift, p.mod_dtype, g * p.dshift_stride + j, t1);
-      if (p.dscale) {
-        const float w = p.weight ? ld_any(p.weight, p.weight_dtype, j) : 1.f;
-        const float b = p.bias ? ld_any(p.bias, p.weight_dtype, j) : 0.f;
-        st_any(p.dscale, p.mod_dtype, g * p.dscale_stride + j, w * t2 + b * t1);
-      }
-      if (m1) {
-        const float s1 = 1.f + ld_any(p.scale, p.mod_dtype, g * p.scale_stride + j);
-        m1[g * D + j] = s1 * t1;
-        m2[g * D + j] = s1 * t2;
-      }
-    }
-    __syncthreads();
-  }
+// ---------------------------------------------------------------- finalize (one launch)
+
+// The backward's chunk partials (two fp32 [K, D] rows: S1 = sum g, S2 = sum g xhat over a
+// chunk's rows) become dscale / dshift (per-sample) and dweight / dbias in one launch of
+// adaln_finalize_kernel. Blocks of (32, 16) threads: 32 columns (coalesced) and 16 row
+// phases combined in phase order. Grid (column tiles, segments): the rows to sum are cut
+// into nseg segments, so there are enough blocks even for few columns; each block writes
+// its segment's sums to [nseg, D] rows of the workspace and the last block of a column tile
+// to finish (a ticket counter: the only atomic, it picks who adds, not the order) sums the
+// segments in segment order. Deterministic: the plan (FinPlan) depends only on the shape
+// and the device model. Modes:
+//   kFinRows    per-token: segment s = chunk rows [s span, (s + 1) span); dbias = sum S1,
+//               dweight = sum S2;
+//   kFinSamples per-sample, few chunks a sample: segment s = samples [s span, (s + 1) span),
+//               each summed by one thread of its column (its cps chunks in order) into
+//               dshift = S1, dscale = w S2 + b S1; dbias = sum_b (1 + s_b) S1_b, dweight =
+//               sum_b (1 + s_b) S2_b;
+//   kFinSplit   per-sample, many chunks a sample (few samples): segment s = chunks
+//               [j span, (j + 1) span) of sample s / nsg (j = s % nsg); the last block then
+//               does the kFinSamples work over the segments (nsg rows a sample).
+enum FinMode : int { kFinRows = 0, kFinSamples = 1, kFinSplit = 2 };
+
+struct FinPlan {
+  int mode = kFinRows;
+  int64_t ntiles = 0;  // column tiles of 32 (grid x)
+  int64_t nseg = 1;    // segments (grid y); > 1: segment rows and tickets in the workspace
+  int64_t span = 0;    // rows (kFinRows), samples (kFinSamples) or chunks (kFinSplit) a segment
+  int64_t nsg = 1;     // kFinSplit: segments a sample
+};
+
+struct FinArgs {
+  AdalnParams p;
+  FinPlan f;
+  int64_t K, cps, groups;  // chunks, chunks a sample, samples (1 per-token)
+  const float *p1, *p2;    // [K, D] chunk partials S1, S2
+  float *q1, *q2;          // [nseg, D] segment sums (nseg > 1)
+  unsigned* ticket;        // [ntiles], zeroed by the backward kernel (nseg > 1)
+};
+
+__device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// Adds the two [16][33] phase tables of column threadIdx.x in phase order; every thread
+// of the column gets the sums. All threads of the block call it together.
+__device__ __forceinline__ void fin_combine(float (*sm)[16][33], float s1, float s2, float& t1,
+                                            float& t2) {
+  sm[0][threadIdx.y][threadIdx.x] = s1;
+  sm[1][threadIdx.y][threadIdx.x] = s2;
+  __syncthreads();
+  t1 = t2 = 0.f;
+  for (int i = 0; i < 16; ++i) t1 += sm[0][i][threadIdx.x], t2 += sm[1][i][threadIdx.x];
+  __syncthreads();
 }
 
-// out[g][j] = sum over the nk partial rows of group g, in row order. Block (32, 16): a
-// tile of 32 columns (coalesced), 16 row phases combined in a fixed order.
-__global__ void adaln_finalize_kernel(const float* part, int64_t nk, int64_t groups, int64_t D,
-                                      void* out, DType out_dtype, int64_t out_stride) {
-  __shared__ float sm[16][33];
-  const int64_t j = int64_t(blockIdx.x) * 32 + threadIdx.x;
-  for (int64_t g = blockIdx.y; g < groups; g += gridDim.y) {
-    float s = 0.f;
-    if (j < D)
-      for (int64_t k = threadIdx.y; k < nk; k += 16) s += part[(g * nk + k) * D + j];
-    sm[threadIdx.y][threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.y == 0 && j < D) {
-      float t = 0.f;
-      for (int i = 0; i < 16; ++i) t += sm[i][threadIdx.x];
-      st_any(out, out_dtype, g * out_stride + j, t);
+// Column j of rows [k0, k1) of a and b, summed by 16 phases then in phase order. __ldcg:
+// the segment rows were written by other blocks of this launch (not through this L1).
+__device__ __forceinline__ void fin_rows(const float* a, const float* b, int64_t k0, int64_t k1,
+                                         int64_t D, int64_t j, float (*sm)[16][33], float& t1,
+                                         float& t2) {
+  float s1 = 0.f, s2 = 0.f;
+  if (j < D)
+    for (int64_t k = k0 + threadIdx.y; k < k1; k += 16) {
+      s1 += __ldcg(a + k * D + j);
+      s2 += __ldcg(b + k * D + j);
     }
+  fin_combine(sm, s1, s2, t1, t2);
+}
+
+// Samples [g0, g1), n rows each in a / b (sample g: rows g n .. g n + n - 1): the thread of
+// phase (g - g0) % 16 sums sample g's rows in order, writes its dshift and dscale and adds
+// (1 + scale_g) S1_g, (1 + scale_g) S2_g to its sums, combined over the phases into t1, t2.
+__device__ __forceinline__ void fin_samples(const FinArgs& f, const float* a, const float* b,
+                                            int64_t n, int64_t g0, int64_t g1, int64_t j,
+                                            float (*sm)[16][33], float& t1, float& t2) {
+  const AdalnParams& p = f.p;
+  const int64_t D = p.dim;
+  float m1 = 0.f, m2 = 0.f;
+  if (j < D) {
+    const float w = p.weight ? ld_any(p.weight, p.weight_dtype, j) : 1.f;
+    const float bb = p.bias ? ld_any(p.bias, p.weight_dtype, j) : 0.f;
+    const bool total = p.dweight || p.dbias;
+    for (int64_t g = g0 + threadIdx.y; g < g1; g += 16) {
+      float s1 = 0.f, s2 = 0.f;
+      for (int64_t i = 0; i < n; ++i) {
+        s1 += __ldcg(a + (g * n + i) * D + j);
+        s2 += __ldcg(b + (g * n + i) * D + j);
+      }
+      if (p.dshift) st_any(p.dshift, p.mod_dtype, g * p.dshift_stride + j, s1);
+      if (p.dscale) st_any(p.dscale, p.mod_dtype, g * p.dscale_stride + j, w * s2 + bb * s1);
+      if (total) {
+        const float sc = 1.f + ld_any(p.scale, p.mod_dtype, g * p.scale_stride + j);
+        m1 += sc * s1;
+        m2 += sc * s2;
+      }
+    }
+  }
+  fin_combine(sm, m1, m2, t1, t2);
+}
+
+__global__ void __launch_bounds__(512) adaln_finalize_kernel(const FinArgs f) {
+  __shared__ float sm[2][16][33];
+  __shared__ int last;
+  const AdalnParams& p = f.p;
+  const int64_t D = p.dim, j = int64_t(blockIdx.x) * 32 + threadIdx.x, s = blockIdx.y;
+  const FinPlan& pl = f.f;
+  float t1, t2;  // this segment's dbias, dweight sums (kFinSplit: its raw S1, S2)
+  if (pl.mode == kFinRows) {
+    fin_rows(f.p1, f.p2, s * pl.span, min64(f.K, (s + 1) * pl.span), D, j, sm, t1, t2);
+  } else if (pl.mode == kFinSamples) {
+    fin_samples(f, f.p1, f.p2, f.cps, s * pl.span, min64(f.groups, (s + 1) * pl.span), j, sm, t1,
+                t2);
+    if (!p.dweight && !p.dbias) return;
+  } else {
+    const int64_t g = s / pl.nsg, k0 = g * f.cps + (s - g * pl.nsg) * pl.span;
+    fin_rows(f.p1, f.p2, k0, min64(k0 + pl.span, (g + 1) * f.cps), D, j, sm, t1, t2);
+  }
+  if (pl.nseg > 1) {
+    if (threadIdx.y == 0 && j < D) f.q1[s * D + j] = t1, f.q2[s * D + j] = t2;
+    __threadfence();  // the segment rows before the ticket
     __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0)
+      last = atomicAdd(f.ticket + blockIdx.x, 1u) == unsigned(pl.nseg - 1);
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    if (pl.mode == kFinSplit)
+      fin_samples(f, f.q1, f.q2, pl.nsg, 0, f.groups, j, sm, t1, t2);
+    else
+      fin_rows(f.q1, f.q2, 0, pl.nseg, D, j, sm, t1, t2);
+  }
+  if (threadIdx.y == 0 && j < D) {
+    if (p.dbias) st_any(p.dbias, p.weight_dtype, j, t1);
+    if (p.dweight) st_any(p.dweight, p.weight_dtype, j, t2);
   }
 }
 
@@ -875,16 +967,30 @@ Cfg make_layout(const AdalnParams& p, bool bwd) {
   return c;
 }
 
+int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 // Rows per chunk for G resident blocks: one chunk a block where the samples allow (a
 // chunk never straddles one), so the grid fills the device once and the backward writes
 // few partial rows; at most 256 rows a team (more chunks than blocks beyond that).
-void make_chunks(const AdalnParams& p, int64_t G, Cfg& c) {
+// Backward: a chunk's two fp32 partial rows cost 16 bytes a column (written, then read by
+// the finalize); at least kPartialShare times that in row traffic (x, dy, dx and per-token
+// modulation in and out) a chunk, i.e. partials at most 1/8 of it, unless that leaves
+// fewer chunks than SMs (small N): then one chunk an SM, C >= N / SMs.
+constexpr int64_t kPartialShare = 8;
+void make_chunks(const AdalnParams& p, int64_t G, bool bwd, Cfg& c) {
   const int64_t N = p.rows;
   c.G = std::max<int64_t>(G, 1);
   c.L = p.per_token ? N : p.rows_per_sample;
   c.groups = p.per_token ? (N > 0 ? 1 : 0) : p.batch;
-  int64_t R = std::clamp<int64_t>((N + c.G * c.rpb - 1) / (c.G * c.rpb), 1, 256);
-  R = std::min<int64_t>(R, std::max<int64_t>(1, (c.L + c.rpb - 1) / c.rpb));
+  int64_t R = std::clamp<int64_t>(cdiv(N, c.G * c.rpb), 1, 256);
+  if (bwd && N > 0) {
+    const int64_t row_bytes = 3 * int64_t(dtype_size(p.x_dtype)) +
+                              (p.per_token ? 3 * int64_t(dtype_size(p.mod_dtype)) : 0);
+    const int64_t cmin = cdiv(16 * kPartialShare, row_bytes);
+    const int64_t spread = std::max<int64_t>(1, N / std::max<int64_t>(c.sms, 1));
+    R = std::clamp<int64_t>(std::max(R, cdiv(std::min(cmin, spread), c.rpb)), 1, 256);
+  }
+  R = std::min<int64_t>(R, std::max<int64_t>(1, cdiv(c.L, c.rpb)));
   c.R = R;
   c.C = c.rpb * R;
   c.cps = c.L > 0 ? (c.L + c.C - 1) / c.C : 0;
@@ -937,22 +1043,56 @@ RowMap row_map(const AdalnParams& p, const Cfg& c, bool bwd) {
   return m;
 }
 
-// Workspace slot offsets (floats); returns the total floats. off_t / off_s: the kernel's
-// two accumulators, one fp32 partial row per chunk each ([K, D]); off_b / off_w (per-sample
-// with dweight or dbias): (1 + scale) S1 and (1 + scale) S2 per sample ([B, D]).
-int64_t ws_layout(const AdalnParams& p, const Cfg& c, int64_t& off_s, int64_t& off_t,
-                  int64_t& off_w, int64_t& off_b) {
+// The finalize's plan (see adaln_finalize_kernel): enough (32, 16) blocks for two an SM
+// over the column tiles, and segments of 16 - 256 rows (1 - 16 serial loads a thread).
+FinPlan fin_plan(const AdalnParams& p, const Cfg& c) {
+  FinPlan f;
+  f.ntiles = cdiv(p.dim, 32);
+  const int64_t target = 2 * (c.sms > 0 ? c.sms : 132);
+  const int64_t want = f.ntiles > 0 ? cdiv(target, f.ntiles) : 1;  // segments for `target`
+  auto segments = [&](int64_t rows, int64_t most) {                // >= 1, <= most (when most >= 1)
+    const int64_t hi = std::max<int64_t>(1, std::min<int64_t>({cdiv(rows, 16), most, 65535}));
+    return std::clamp<int64_t>(std::max(want, cdiv(rows, 256)), 1, hi);
+  };
+  if (p.per_token) {
+    f.mode = kFinRows;
+    f.span = std::max<int64_t>(1, cdiv(c.K, segments(c.K, c.K)));
+    f.nseg = c.K > 0 ? cdiv(c.K, f.span) : 1;
+    return f;
+  }
+  const int64_t B = c.groups, cps = c.cps;
+  // Split a sample only when each of its segments still has 16 chunks or more.
+  const int64_t nsg = B > 0 ? std::min(cdiv(want, B), cps / 16) : 0;
+  if (nsg >= 2) {
+    f.mode = kFinSplit;
+    f.span = cdiv(cps, nsg);
+    f.nsg = cdiv(cps, f.span);
+    f.nseg = B * f.nsg;
+    return f;
+  }
+  f.mode = kFinSamples;
+  f.span = std::max<int64_t>(1, cdiv(B, segments(B * cps, B)));
+  f.nseg = B > 0 ? cdiv(B, f.span) : 1;
+  return f;
+}
+
+// Workspace slot offsets (floats) into a; returns the total floats. off_t / off_s: the
+// backward kernel's two accumulators, one fp32 partial row per chunk each ([K, D]); with
+// more than one finalize segment (and something to add over them) off_q: [2, nseg, D]
+// segment sums, off_k: one unsigned ticket a column tile.
+int64_t ws_layout(const AdalnParams& p, const Cfg& c, const FinPlan& f, Args& a) {
+  a.off_s = a.off_t = a.off_q = a.off_k = -1;
+  a.ntk = 0;
+  const bool total = p.dweight || p.dbias;
+  if (!(p.per_token ? total : (total || p.dscale || p.dshift))) return 0;
   int64_t n = 0;
   const int64_t slot = c.K * p.dim;
-  off_s = off_t = off_w = off_b = -1;
-  const bool affine_red = p.dweight || p.dbias;
-  if (p.per_token ? affine_red : (affine_red || p.dscale || p.dshift)) {
-    off_t = n, n += slot;
-    off_s = n, n += slot;
-  }
-  if (!p.per_token && affine_red) {
-    off_b = n, n += p.batch * p.dim;
-    off_w = n, n += p.batch * p.dim;
+  a.off_t = n, n += slot;
+  a.off_s = n, n += slot;
+  if (f.nseg > 1 && (f.mode != kFinSamples || total)) {
+    a.off_q = n, n += 2 * f.nseg * p.dim;
+    a.off_k = n, n += f.ntiles;  // unsigned, one a float slot
+    a.ntk = f.ntiles;
   }
   return n;
 }
@@ -994,6 +1134,15 @@ int64_t resident_blocks(K* kernel, int block, size_t smem) {
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, smem) != cudaSuccess)
     return 0;
   return int64_t(per_sm) * sms;
+}
+
+// SMs of the current device; 0 when the runtime cannot say.
+int64_t device_sms() {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return 0;
+  return sms;
 }
 
 // The kernel instance launch_fwd / launch_bwd_affine pick for c, for its occupancy.
@@ -1061,17 +1210,9 @@ Cfg make_cfg(const AdalnParams& p, bool bwd) {
     else
       G = resident_bwd<T, TM, false>(c, p.dim);
   });
-  make_chunks(p, G > 0 ? G : 512, c);
+  c.sms = device_sms();
+  make_chunks(p, G > 0 ? G : 512, bwd, c);
   return c;
-}
-
-void finalize(const float* part, int64_t nk, int64_t groups, int64_t D, void* out, DType t,
-              int64_t stride, cudaStream_t st) {
-  if (out == nullptr || groups == 0 || D == 0) return;
-  const dim3 grid(unsigned((D + 31) / 32), unsigned(std::min<int64_t>(groups, 65535))),
-      block(32, 16);
-  adaln_finalize_kernel<<<grid, block, 0, st>>>(part, nk, groups, D, out, t, stride);
-  check_launch("finalize kernel");
 }
 
 }  // namespace
@@ -1091,9 +1232,27 @@ void adaln_fwd_cuda(const AdalnParams& p, void* stream) {
 }
 
 size_t adaln_bwd_cuda_workspace_bytes(const AdalnParams& p) {
-  const Cfg c = make_cfg(p, true);
-  int64_t s, t, w, b;
-  return size_t(ws_layout(p, c, s, t, w, b)) * sizeof(float);
+  Args a{p, make_cfg(p, true), -1, -1, -1, -1, {}};
+  return size_t(ws_layout(p, a.c, fin_plan(p, a.c), a)) * sizeof(float);
+}
+
+AdalnCudaBwdPlan adaln_bwd_cuda_plan(const AdalnParams& p) {
+  Args a{p, make_cfg(p, true), -1, -1, -1, -1, {}};
+  const FinPlan f = fin_plan(p, a.c);
+  ws_layout(p, a.c, f, a);
+  AdalnCudaBwdPlan r;
+  r.team = a.c.ts;
+  r.vectors_per_thread = a.c.vpt;
+  r.chunks = a.c.K;
+  r.rows_per_chunk = a.c.C;
+  r.blocks = grid_for(a.c);
+  if (a.off_t >= 0 && p.dim > 0) {
+    r.finalize_mode = f.mode;
+    r.finalize_segments = f.nseg;
+    r.finalize_blocks = f.ntiles * f.nseg;
+    r.partial_bytes = 2 * 2 * a.c.K * p.dim * int64_t(sizeof(float));
+  }
+  return r;
 }
 
 void adaln_bwd_cuda(const AdalnParams& p, void* stream) {
@@ -1101,7 +1260,8 @@ void adaln_bwd_cuda(const AdalnParams& p, void* stream) {
   check_cuda_limits(p);
   Args a{p, make_cfg(p, true), -1, -1, -1, -1, {}};
   a.m = row_map(p, a.c, true);
-  const size_t need = size_t(ws_layout(p, a.c, a.off_s, a.off_t, a.off_w, a.off_b)) * sizeof(float);
+  const FinPlan f = fin_plan(p, a.c);
+  const size_t need = size_t(ws_layout(p, a.c, f, a)) * sizeof(float);
   if (need > 0 && (p.workspace == nullptr || p.workspace_bytes < need))
     throw std::invalid_argument("AdalnParams.workspace: needs " + std::to_string(need) +
                                 " bytes (got " + std::to_string(p.workspace_bytes) +
@@ -1111,24 +1271,22 @@ void adaln_bwd_cuda(const AdalnParams& p, void* stream) {
   const cudaStream_t st = static_cast<cudaStream_t>(stream);
   if (a.c.K > 0)
     dispatch(p, [&](auto t, auto tm) { launch_bwd<decltype(t), decltype(tm)>(a, st); });
+  if (a.off_t < 0 || p.dim == 0) return;  // no reduction over rows wanted
   float* ws = static_cast<float*>(p.workspace);
-  const auto slot = [&](int64_t off) { return ws + std::max<int64_t>(off, 0); };
-  if (p.per_token) {
-    finalize(slot(a.off_t), a.c.K, 1, p.dim, p.dbias, p.weight_dtype, 0, st);
-    finalize(slot(a.off_s), a.c.K, 1, p.dim, p.dweight, p.weight_dtype, 0, st);
-    return;
-  }
-  if (a.off_t >= 0 && p.batch > 0 && p.dim > 0) {
-    const dim3 grid(unsigned((p.dim + 31) / 32), unsigned(std::min<int64_t>(p.batch, 65535))),
-        block(32, 16);
-    float* m1 = a.off_b >= 0 ? ws + a.off_b : nullptr;
-    float* m2 = a.off_w >= 0 ? ws + a.off_w : nullptr;
-    adaln_finalize_sample_kernel<<<grid, block, 0, st>>>(slot(a.off_t), slot(a.off_s), a.c.cps,
-                                                         p.batch, p.dim, p, m1, m2);
-    check_launch("per-sample finalize kernel");
-  }
-  finalize(slot(a.off_b), p.batch, 1, p.dim, p.dbias, p.weight_dtype, 0, st);
-  finalize(slot(a.off_w), p.batch, 1, p.dim, p.dweight, p.weight_dtype, 0, st);
+  const int64_t q = std::max<int64_t>(a.off_q, 0), nq = a.off_q >= 0 ? f.nseg * p.dim : 0;
+  const FinArgs fa{p,
+                   f,
+                   a.c.K,
+                   a.c.cps,
+                   p.per_token ? 1 : p.batch,
+                   ws + a.off_t,
+                   ws + a.off_s,
+                   ws + q,
+                   ws + q + nq,
+                   a.off_k >= 0 ? reinterpret_cast<unsigned*>(ws + a.off_k) : nullptr};
+  const dim3 grid(unsigned(f.ntiles), unsigned(f.nseg)), block(32, 16);
+  adaln_finalize_kernel<<<grid, block, 0, st>>>(fa);
+  check_launch("finalize kernel");
 }
 
 }  // namespace adaptiveload

@@ -23,8 +23,10 @@
 // current device (its SM count and how many blocks of that kernel it holds at once: the
 // rows are cut into about one chunk per resident block); it is 0 when no reduction over
 // rows is requested (per-token without dweight / dbias). It holds fp32 partial sums: two partial
-// rows per chunk of rows, plus two [batch, dim] rows for per-sample dweight / dbias; it
-// needs no initialisation and may be reused once the call's work on the stream is done.
+// rows per chunk of rows, plus, when the finalize cuts its rows into several segments, two
+// [segments, dim] rows and one 32-bit counter per 32 columns (cleared by the backward kernel
+// itself); it needs no initialisation and may be reused once the call's work on the stream
+// is done.
 #pragma once
 
 #include <cstddef>
@@ -46,6 +48,21 @@ size_t adaln_bwd_cuda_workspace_bytes(const AdalnParams& p);
 // binary (another SM count cuts other chunks; the SASS of another architecture may
 // contract or order the arithmetic differently).
 void adaln_bwd_cuda(const AdalnParams& p, void* stream);
+
+// What adaln_bwd_cuda launches for these params on the current device (the same sizing
+// as adaln_bwd_cuda_workspace_bytes); for tests and benchmarks.
+struct AdalnCudaBwdPlan {
+  int team = 0;                   // threads a row
+  int vectors_per_thread = 0;     // 0: the looped kernels (D > 8192)
+  int64_t chunks = 0;             // chunks of rows: two fp32 [D] partial rows each
+  int64_t rows_per_chunk = 0;     // at most (the last chunk of a sample may be short)
+  int64_t blocks = 0;             // backward kernel blocks
+  int finalize_mode = -1;         // 0 sum over chunks, 1 per-sample, 2 split samples; -1 none
+  int64_t finalize_segments = 0;  // row segments of the finalize (blocks: x column tiles)
+  int64_t finalize_blocks = 0;    // 0 when no finalize runs
+  int64_t partial_bytes = 0;      // workspace traffic of the partial rows (written + read)
+};
+AdalnCudaBwdPlan adaln_bwd_cuda_plan(const AdalnParams& p);
 
 // Largest dim the CUDA kernels accept.
 int64_t adaln_cuda_max_dim();

@@ -321,6 +321,81 @@ void test_few_sms() {
 #endif
 }
 
+// Params with the shape of a case and dummy non-null pointers: enough for
+// adaln_bwd_cuda_plan and adaln_bwd_cuda_workspace_bytes, which size but never read.
+AdalnParams plan_params(const AdalnCase& c) {
+  static char dummy[16];
+  AdalnParams p;
+  p.rows = c.batch * c.L;
+  p.dim = c.D;
+  p.batch = c.batch;
+  p.rows_per_sample = c.L;
+  p.per_token = c.per_token;
+  p.x_dtype = c.x_dtype;
+  p.mod_dtype = c.mod_dtype;
+  p.weight_dtype = c.weight_dtype;
+  p.x = p.scale = p.shift = p.dy = dummy;
+  p.dx = p.dscale = p.dshift = dummy;
+  p.mean = p.rstd = reinterpret_cast<float*>(dummy);
+  if (c.weight) p.weight = p.dweight = dummy;
+  if (c.bias) p.bias = p.dbias = dummy;
+  adaln_set_contiguous_strides(p);
+  return p;
+}
+
+// The backward's one-launch finalize on each of its paths, every case with more than one
+// segment (blocks add their segment, the last block of a column tile adds the segments):
+// per-token with many chunks of few rows each (mode 0), per-sample with several whole
+// samples a segment (mode 1, with and without dweight / dbias), per-sample with few samples
+// of many chunks, cut into segments within a sample (mode 2); D = 1 and a partial column
+// tile (D = 33); against the reference.
+void test_finalize() {
+  const auto cs = combos();
+  struct F {
+    size_t combo;
+    int64_t B, L, D;
+    int mode;
+  };
+  const std::vector<F> full = {{7, 1, 2000, 40, 0},  {3, 2, 700, 33, 0},  {11, 1, 6000, 1, 0},
+                               {5, 40, 40, 64, 1},   {16, 40, 40, 64, 1}, {1, 2, 2100, 64, 2},
+                               {12, 2, 2100, 64, 2}, {9, 1, 4000, 33, 2}};
+  const std::vector<F> small = {{7, 1, 2000, 40, 0}, {5, 40, 40, 64, 1}, {1, 2, 2100, 64, 2}};
+  uint64_t seed = 1700;
+  for (const F& t : g_small ? small : full) {
+    const AdalnCase c = shaped(cs[t.combo], t.B, t.L, t.D, seed++);
+    const AdalnCudaBwdPlan pl = adaln_bwd_cuda_plan(plan_params(c));
+    AL_CHECK(pl.finalize_mode == t.mode && pl.finalize_segments > 1,
+             c.name() << ": finalize mode " << pl.finalize_mode << " with " << pl.finalize_segments
+                      << " segments, expected mode " << t.mode << " with more than one");
+    const auto r = adaln_check::check_adaln_bwd(c, run_bwd_cuda);
+    AL_CHECK(r.ok, c.name() << "\n" << r.report);
+  }
+}
+
+// The plan only (no launch): partial-sum traffic next to x + dy + dx and finalize blocks
+// at Wan 1.3B 480p (32,760 x 1,536) and an image-sized input (1,560 x 1,536), bf16,
+// per-sample affine: partials at most 1/8 of the row traffic when there are rows enough for
+// 22 a chunk on every SM, and under 30 % for the image (one chunk an SM; 67 % before); at
+// least two finalize blocks an SM (48 column tiles alone would leave most SMs idle).
+void test_partial_traffic() {
+  int sms = 132;
+#ifdef __CUDA_EMU__
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+#endif
+  for (bool tok : {false, true})
+    for (int64_t N : {int64_t(32760), int64_t(1560)}) {
+      AdalnCase c = shaped(combos()[tok ? 7 : 5], 1, N, 1536, 1);
+      const AdalnCudaBwdPlan pl = adaln_bwd_cuda_plan(plan_params(c));
+      const double rows = double(N) * 1536 * (3 * 2 + (tok ? 3 * 4 : 0));
+      const double share = double(pl.partial_bytes) / rows;
+      AL_CHECK(share <= (N >= 22 * sms ? 0.125 : 0.3), c.name() << ": partial traffic " << share
+                                                                << " of x + dy + dx, " << pl.chunks
+                                                                << " chunks");
+      AL_CHECK(pl.finalize_blocks >= 2 * sms,
+               c.name() << ": " << pl.finalize_blocks << " finalize blocks for " << sms << " SMs");
+    }
+}
+
 // A CUDA error left pending by earlier work is reported as such, not as an adaLN launch
 // failure, and does not fail the next call.
 void test_pending_error() {
@@ -365,6 +440,8 @@ const CudaTest kTests[] = {
     {"dims", test_dims, true},
     {"ragged", test_ragged, true},
     {"few_sms", test_few_sms, true},
+    {"finalize", test_finalize, true},
+    {"partial_traffic", test_partial_traffic, true},
     {"pending_error", test_pending_error, true},
 };
 

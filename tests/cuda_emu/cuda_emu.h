@@ -391,6 +391,10 @@ inline T __ldcs(const T* p) {
   return *p;
 }
 template <typename T>
+inline T __ldcg(const T* p) {
+  return *p;
+}
+template <typename T>
 inline void __stcs(T* p, const T& v) {
   *p = v;
 }
