@@ -46,7 +46,8 @@ struct PlanCommand : Command {
 
 Manifest load_manifests(const PlanOptions& o) {
   Manifest manifest;
-  for (const auto& m : o.manifests) manifest.load(m, o.bad_row_policy());
+  // Mapped, not copied: a plan is a short-lived process (see FileAccess).
+  for (const auto& m : o.manifests) manifest.load(m, o.bad_row_policy(), FileAccess::kMap);
   return manifest;
 }
 

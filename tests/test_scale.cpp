@@ -183,6 +183,69 @@ TEST(Scale, FastReadersAgreeWithTheGeneralOnes) {
   EXPECT_NE(bad.bad_rows()[2].reason.find("must be a string"), std::string::npos);
 }
 
+// Line ends, blanks, wide rows and both ways of reading a file: every reader gives the same
+// rows, paths and line numbers (a lone CR ends a line, CRLF is one line end).
+TEST(Scale, FileAccessAndLineEndsDoNotChangeTheRows) {
+  std::string wide_header = "path,num_frames,height,width,fps", wide_row = "w.mp4,81,480,832,16";
+  for (int k = 0; k < 66; ++k) wide_header += ",x" + std::to_string(k), wide_row += "," + std::to_string(k);
+  const std::string csv = "path,num_frames,height,width,fps\r\n"
+                          "a.mp4,81,480,832,16\r\n"
+                          "b.mp4,81,480,832,29.97\r"          // lone CR: its own line end
+                          "\r\n"                              // then a blank line
+                          "\"q,uoted.mp4\",33,720,1280,25\n"
+                          " c.jpg ,1,427,640,\n"               // blanks kept in the path
+                          "d.mp4, 81 ,480,832,16";             // blanks around a number, no final LF
+  const std::string wide = wide_header + "\n" + wide_row + "\n" + wide_row + ",extra\n";
+  const std::string jsonl = "{\"path\": \"a.mp4\", \"num_frames\": 81, \"height\": 480, \"width\": 832, \"fps\": 16}\r\n"
+                            " {\"path\": \"b.mp4\", \"num_frames\": 81, \"height\": 480, \"width\": 832} \t\r"
+                            "\r\n"
+                            "{\"path\": \"c.jpg\", \"num_frames\": 1, \"height\": 427, \"width\": 640, \"fps\": null}\r \n"
+                            "{\"num_frames\": \"33\", \"path\": \"d.mp4\", \"width\": 1280, \"height\": 720, \"fps\": 25}";
+  struct Case {
+    std::string name, text;
+    std::vector<int64_t> lines;  // of each row
+  };
+  const Case cases[] = {{"c.csv", csv, {2, 3, 5, 6, 7}}, {"w.csv", wide, {2, 3}}, {"j.jsonl", jsonl, {1, 2, 4, 6}}};
+  for (const Case& k : cases) {
+    const std::string file = testing::TempDir() + "al_line_ends_" + k.name;
+    FILE* f = fopen(file.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    fwrite(k.text.data(), 1, k.text.size(), f);
+    fclose(f);
+    Manifest text, copy, map;
+    text.load_text(k.text, file, BadRowPolicy::kSkip);
+    copy.load(file, BadRowPolicy::kSkip, FileAccess::kCopy);
+    map.load(file, BadRowPolicy::kSkip, FileAccess::kMap);
+    ASSERT_EQ(text.total_rows(), int64_t(k.lines.size())) << k.name;
+    for (const Manifest* m : {&copy, &map}) {
+      ASSERT_EQ(m->total_rows(), text.total_rows()) << k.name;
+      ASSERT_EQ(m->bad_rows().size(), text.bad_rows().size()) << k.name;
+      for (int64_t r = 0; r < text.total_rows(); ++r) {
+        EXPECT_EQ(m->path(r), text.path(r)) << k.name << " row " << r;
+        EXPECT_EQ(m->line(r), text.line(r)) << k.name << " row " << r;
+        EXPECT_EQ(m->clip(r).num_frames, text.clip(r).num_frames) << k.name << " row " << r;
+        EXPECT_EQ(m->clip(r).fps, text.clip(r).fps) << k.name << " row " << r;
+      }
+    }
+    for (int64_t r = 0; r < text.total_rows(); ++r) EXPECT_EQ(text.line(r), k.lines[size_t(r)]) << k.name << " row " << r;
+    std::remove(file.c_str());
+  }
+  Manifest c, w, j;
+  c.load_text(csv, "c.csv", BadRowPolicy::kSkip);
+  w.load_text(wide, "w.csv", BadRowPolicy::kSkip);
+  j.load_text(jsonl, "j.jsonl", BadRowPolicy::kSkip);
+  EXPECT_TRUE(c.bad_rows().empty());
+  EXPECT_EQ(c.path(2), "q,uoted.mp4");
+  EXPECT_EQ(c.path(3), " c.jpg ");
+  EXPECT_EQ(c.clip(4).num_frames, 81);
+  EXPECT_EQ(w.path(1), "w.mp4");
+  EXPECT_EQ(w.clip(1).width, 832);
+  ASSERT_EQ(j.bad_rows().size(), 1u);  // b.mp4: a video without fps
+  EXPECT_EQ(j.bad_rows()[0].line, 2);
+  EXPECT_EQ(j.path(3), "d.mp4");
+  EXPECT_EQ(j.clip(3).num_frames, 33);
+}
+
 TEST(Scale, FingerprintHashesTheSameBytesAsFieldByField) {
   // The staged hashing gives the digest of the per-field stream (states saved before keep
   // resuming): recompute the manifest part field by field and compare the planner's fingerprint

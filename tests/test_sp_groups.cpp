@@ -130,7 +130,9 @@ TEST(SpGroups, PlansKeepTheContractAndTheGroupsInBothSyncModes) {
       expect_groups_consistent(p, ctx);
       const Metrics m = pl.simulate(p);  // throws if the groups would hang
       EXPECT_EQ(m.samples, int64_t(long_mix().total_rows())) << ctx;
-      if (std::string(s) != "balanced") EXPECT_EQ(m.group_min, pl.max_group()) << ctx << ": one group size for all";
+      if (std::string(s) != "balanced") {
+        EXPECT_EQ(m.group_min, pl.max_group()) << ctx << ": one group size for all";
+      }
     }
     for (int g = pl.max_group(); g <= 8; g *= 2) {
       const Plan p = pl.plan_fixed_group("balanced", g);

@@ -51,8 +51,9 @@ Bucketing assign_buckets(const Manifest& manifest, const BucketGrid& grid, const
   for (size_t ti = 0; ti < grid.tiers.size(); ++ti)
     for (const TierSize& s : grid.tiers[ti].sizes) tier_log[ti].push_back(std::log(double(s.h) / s.w));
   std::unordered_map<uint64_t, uint32_t> spatial_of;
-  uint64_t last_hw = UINT64_MAX;
-  uint32_t last_spatial = UINT32_MAX;
+  // A direct-mapped cache in front of the map: a manifest has few distinct sizes, in any order.
+  constexpr size_t kCache = 1024;
+  std::vector<std::pair<uint64_t, uint32_t>> cache(kCache, {UINT64_MAX, UINT32_MAX});
   for (int64_t row = 0; row < n; ++row) {
     if (!manifest.usable(row)) {
       ++out.bad;
@@ -81,8 +82,9 @@ Bucketing assign_buckets(const Manifest& manifest, const BucketGrid& grid, const
     // The spatial choice depends only on (height, width): computed once per distinct size.
     const uint64_t hw = (uint64_t(uint32_t(c.height)) << 32) | uint32_t(c.width);
     uint32_t spatial;  // ti * max_ratios + ratio index, or UINT32_MAX: too small
-    if (hw == last_hw) {
-      spatial = last_spatial;
+    auto& slot = cache[size_t((hw * 0x9E3779B97F4A7C15ull) >> 54)];
+    if (slot.first == hw) {
+      spatial = slot.second;
     } else if (auto it = spatial_of.find(hw); it != spatial_of.end()) {
       spatial = it->second;
     } else {
@@ -104,7 +106,7 @@ Bucketing assign_buckets(const Manifest& manifest, const BucketGrid& grid, const
       }
       spatial_of.emplace(hw, spatial);
     }
-    last_hw = hw, last_spatial = spatial;
+    slot = {hw, spatial};
     if (spatial != UINT32_MAX) {
       const uint32_t key = uint32_t(spatial * nf + fi);
       key_of[size_t(row)] = key;

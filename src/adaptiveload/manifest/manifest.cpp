@@ -3,6 +3,12 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include <algorithm>
 #include <array>
@@ -12,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "adaptiveload/util/error.h"
 
@@ -117,38 +124,150 @@ bool ends_with(const std::string& s, const char* suffix) {
   return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
 }
 
-// Reads a whole file into one buffer (no stream copies: a 1 GB manifest takes 1 GB).
-std::string read_whole_file(const std::string& path) {
-  FILE* f = fopen(path.c_str(), "rb");
-  if (!f) throw InputError(path, "cannot open file (check the path and permissions)");
-  std::string text;
-  if (fseek(f, 0, SEEK_END) == 0) {
-    const long size = ftell(f);
-    if (size > 0) text.reserve(size_t(size));
-    fseek(f, 0, SEEK_SET);
+}  // namespace
+
+// Large buffers come from their own anonymous mapping with transparent huge pages asked for
+// (a 1 GB manifest then faults in ~500 pages instead of ~250,000), and are not zeroed first.
+std::shared_ptr<char> Manifest::big_buffer(size_t n) {
+#if defined(__linux__)
+  if (n >= (size_t(1) << 21)) {
+    const size_t len = (n + (size_t(1) << 21) - 1) & ~((size_t(1) << 21) - 1);
+    void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p != MAP_FAILED) {
+      madvise(p, len, MADV_HUGEPAGE);  // a hint: ignored where huge pages are off
+      return std::shared_ptr<char>(static_cast<char*>(p), [len](char* q) { munmap(q, len); });
+    }
   }
-  char chunk[1 << 16];
-  size_t got = 0;
-  while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) text.append(chunk, got);
-  const bool failed = ferror(f) != 0;
-  fclose(f);
-  if (failed) throw InputError(path, std::string("read failed (") + strerror(errno) + ")");
-  return text;
+#endif
+  return std::shared_ptr<char>(new char[std::max<size_t>(n, 1)], std::default_delete<char[]>());
+}
+
+namespace {
+
+// LF bytes in `s`, 16 a compare (one pass, where a memchr per line pays a call per line):
+// byte counters (0 - matches) summed with psadbw every 255 blocks.
+size_t count_newlines(std::string_view s) {
+  const char* p = s.data();
+  size_t n = s.size(), count = 0;
+#if defined(__SSE2__)
+  const __m128i lf = _mm_set1_epi8('\n'), zero = _mm_setzero_si128();
+  while (n >= 16) {
+    __m128i acc = zero;
+    for (int k = 0; k < 255 && n >= 16; ++k, p += 16, n -= 16)
+      acc = _mm_sub_epi8(acc, _mm_cmpeq_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), lf));
+    const __m128i sums = _mm_sad_epu8(acc, zero);
+    count += size_t(_mm_cvtsi128_si32(sums)) + size_t(_mm_cvtsi128_si32(_mm_srli_si128(sums, 8)));
+  }
+#endif
+  for (; n > 0; ++p, --n) count += *p == '\n';
+  return count;
+}
+
+// Maps a regular, non-empty file read-only (its pages are the page cache's: no copy, no fresh
+// memory); nothing (then the caller reads it) for anything else or if mapping fails.
+std::optional<Manifest::Text> map_file(const std::string& path) {
+#if defined(__linux__)
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0) {
+    close(fd);
+    return std::nullopt;
+  }
+  const size_t len = size_t(st.st_size);
+  void* p = mmap(nullptr, len, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return std::nullopt;
+  Manifest::Text t;
+  t.hold = std::shared_ptr<char>(static_cast<char*>(p), [len](char* q) { munmap(q, len); });
+  t.size = len;
+  return t;
+#else
+  (void)path;
+  return std::nullopt;
+#endif
+}
+
+// Reads a whole file into one buffer (no stream copies: a 1 GB manifest takes 1 GB). A
+// regular file is read straight into a buffer of its size; a pipe or a file still growing
+// is read in chunks.
+Manifest::Text read_whole_file(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw InputError(path, "cannot open file (check the path and permissions)");
+  auto fail = [&](const char* what) {
+    const int err = errno;
+    close(fd);
+    throw InputError(path, std::string(what) + " (" + strerror(err) + ")");
+  };
+  struct stat st;
+  size_t cap = 0;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) cap = size_t(st.st_size);
+  Manifest::Text t;
+  t.hold = Manifest::big_buffer(cap);
+  size_t size = 0;
+  for (;;) {
+    if (size == cap) {
+      // Past the size fstat gave (or no size): grow by doubling, copying what was read.
+      char probe[1 << 16];
+      const ssize_t got = read(fd, probe, sizeof probe);
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) fail("read failed");
+      if (got == 0) break;
+      const size_t grown = std::max<size_t>({2 * cap, size + size_t(got), size_t(1) << 16});
+      std::shared_ptr<char> bigger = Manifest::big_buffer(grown);
+      if (size > 0) memcpy(bigger.get(), t.hold.get(), size);
+      memcpy(bigger.get() + size, probe, size_t(got));
+      t.hold = std::move(bigger);
+      cap = grown;
+      size += size_t(got);
+      continue;
+    }
+    const ssize_t got = read(fd, t.hold.get() + size, std::min<size_t>(cap - size, size_t(1) << 30));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) fail("read failed");
+    if (got == 0) break;
+    size += size_t(got);
+  }
+  close(fd);
+  t.size = size;
+  return t;
 }
 
 // Fast path of one JSONL line: a flat object whose values are strings without escapes
 // (printable ASCII), numbers or null, no key twice. Fills the five columns (views into `s`;
 // null and absent keys are empty) and returns true; false sends the line to the full parser,
 // which gives the same values for such lines and the messages for every other one.
+// fast_json_object: the same for the object at the start of [p, e), which may go on past it:
+// returns the end of the object and the blanks after it, or nullptr. It never reads past a
+// CR or LF outside a string nor accepts one inside, so what it accepts ends on its line.
+const char* fast_json_object(const char* p, const char* const e, std::string_view (&out)[kColumns]);
+
 bool fast_json_fields(std::string_view s, std::string_view (&out)[kColumns]) {
-  const char* p = s.data();
-  const char* const e = p + s.size();
+  return fast_json_object(s.data(), s.data() + s.size(), out) == s.data() + s.size();
+}
+
+const char* fast_json_object(const char* p, const char* const e, std::string_view (&out)[kColumns]) {
   auto ws = [&] {
     while (p < e && (*p == ' ' || *p == '\t')) ++p;
   };
   auto digit = [&] { return p < e && unsigned(*p) - '0' <= 9; };
   auto string = [&](std::string_view& v) {
     const char* b = ++p;
+#if defined(__SSE2__)
+    // 16 bytes at a time to the first '"', '\\', control byte or non-ASCII byte (signed < 0x20).
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
+    while (e - p >= 16) {
+      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+      const __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, backslash)),
+                                       _mm_cmplt_epi8(x, space));
+      const int m = _mm_movemask_epi8(hit);
+      if (m != 0) {
+        p += __builtin_ctz(unsigned(m));
+        break;
+      }
+      p += 16;
+    }
+#endif
     while (p < e && *p != '"') {
       const unsigned char c = static_cast<unsigned char>(*p);
       if (c < 0x20 || c >= 0x80 || c == '\\') return false;
@@ -160,26 +279,49 @@ bool fast_json_fields(std::string_view s, std::string_view (&out)[kColumns]) {
     return true;
   };
   for (auto& v : out) v = {};
-  if (p == e || *p != '{') return false;
+  if (p == e || *p != '{') return nullptr;
   ++p;
   ws();
   unsigned seen = 0;
-  std::string_view others[16];
+  const char* other_key[16];  // other keys, to refuse a duplicate (uninitialised: only n_others used)
+  size_t other_len[16];
   size_t n_others = 0;
+  static constexpr std::string_view kKeys[kColumns] = {"path", "num_frames", "height", "width", "fps"};
   while (true) {
     std::string_view key, val;
-    if (p == e || *p != '"' || !string(key)) return false;
+    if (p == e || *p != '"') return nullptr;
+    // A column's key, compared in place with its closing quote (most keys are one of these).
+    int k = -1;
+    {
+      const size_t left = size_t(e - p) - 1;
+      const char* q = p + 1;
+      const int guess = *q == 'p'   ? kPath
+                        : *q == 'n' ? kFrames
+                        : *q == 'h' ? kHeight
+                        : *q == 'w' ? kWidth
+                        : *q == 'f' ? kFps
+                                    : -1;
+      if (guess >= 0) {
+        const std::string_view want = kKeys[guess];
+        if (left > want.size() && memcmp(q, want.data(), want.size()) == 0 && q[want.size()] == '"') {
+          k = guess;
+          key = std::string_view(q, want.size());
+          p = q + want.size() + 1;
+        }
+      }
+    }
+    if (k < 0 && !string(key)) return nullptr;
     ws();
-    if (p == e || *p != ':') return false;
+    if (p == e || *p != ':') return nullptr;
     ++p;
     ws();
-    if (p == e) return false;
+    if (p == e) return nullptr;
     bool is_string = false;
     if (*p == '"') {
-      if (!string(val)) return false;
+      if (!string(val)) return nullptr;
       is_string = true;
     } else if (*p == 'n') {
-      if (e - p < 4 || memcmp(p, "null", 4) != 0) return false;
+      if (e - p < 4 || memcmp(p, "null", 4) != 0) return nullptr;
       p += 4;
     } else {
       // JSON number grammar: -?(0|[1-9]d*)(.d+)?([eE][+-]?d+)?
@@ -190,48 +332,46 @@ bool fast_json_fields(std::string_view s, std::string_view (&out)[kColumns]) {
       } else if (digit()) {
         while (digit()) ++p;
       } else {
-        return false;
+        return nullptr;
       }
       if (p < e && *p == '.') {
         ++p;
-        if (!digit()) return false;
+        if (!digit()) return nullptr;
         while (digit()) ++p;
       }
       if (p < e && (*p == 'e' || *p == 'E')) {
         ++p;
         if (p < e && (*p == '+' || *p == '-')) ++p;
-        if (!digit()) return false;
+        if (!digit()) return nullptr;
         while (digit()) ++p;
       }
-      if (p - b > 18) return false;  // a long integer parses as a double there
+      if (p - b > 18) return nullptr;  // a long integer parses as a double there
       val = std::string_view(b, size_t(p - b));
     }
     ws();
-    static constexpr std::string_view kKeys[kColumns] = {"path", "num_frames", "height", "width", "fps"};
-    int k = -1;
     for (int c = 0; c < kColumns && k < 0; ++c)
       if (key == kKeys[c]) k = c;
     if (k >= 0) {
-      if (seen & (1u << k)) return false;
+      if (seen & (1u << k)) return nullptr;
       seen |= 1u << k;
-      if (k == kPath && !is_string && !val.empty()) return false;  // a number as path
+      if (k == kPath && !is_string && !val.empty()) return nullptr;  // a number as path
       out[k] = val;
     } else {
       for (size_t i = 0; i < n_others; ++i)
-        if (others[i] == key) return false;
-      if (n_others == 16) return false;
-      others[n_others++] = key;
+        if (std::string_view(other_key[i], other_len[i]) == key) return nullptr;
+      if (n_others == 16) return nullptr;
+      other_key[n_others] = key.data(), other_len[n_others] = key.size(), ++n_others;
     }
-    if (p == e) return false;
+    if (p == e) return nullptr;
     if (*p == ',') {
       ++p;
       ws();
       continue;
     }
-    if (*p != '}') return false;
+    if (*p != '}') return nullptr;
     ++p;
     ws();
-    return p == e;
+    return p;
   }
 }
 
@@ -247,7 +387,7 @@ std::string_view Manifest::path(int64_t row) const {
   const size_t len = size_t(ref & kMaxPathBytes);
   if (off >= kExtraBase) return std::string_view(extra_).substr(size_t(off - kExtraBase), len);
   const size_t k = size_t(std::upper_bound(text_base_.begin(), text_base_.end(), off) - text_base_.begin()) - 1;
-  return std::string_view(texts_[k]).substr(size_t(off - text_base_[k]), len);
+  return texts_[k].view().substr(size_t(off - text_base_[k]), len);
 }
 
 int64_t Manifest::line(int64_t row) const {
@@ -274,11 +414,11 @@ void Manifest::push(std::string_view path, const ClipInfo& c, bool ok, int64_t l
     line_runs_.emplace_back(row, line);
   // A slice of the text being read is referenced; anything else is copied.
   uint64_t off = 0;
-  const std::string* text = texts_.empty() ? nullptr : &texts_.back();
+  const std::string_view text = texts_.empty() ? std::string_view() : texts_.back().view();
   const auto at = reinterpret_cast<uintptr_t>(path.data());
-  if (text && !path.empty() && at >= reinterpret_cast<uintptr_t>(text->data()) &&
-      at + path.size() <= reinterpret_cast<uintptr_t>(text->data()) + text->size()) {
-    off = text_base_.back() + (at - reinterpret_cast<uintptr_t>(text->data()));
+  if (!text.empty() && !path.empty() && at >= reinterpret_cast<uintptr_t>(text.data()) &&
+      at + path.size() <= reinterpret_cast<uintptr_t>(text.data()) + text.size()) {
+    off = text_base_.back() + (at - reinterpret_cast<uintptr_t>(text.data()));
   } else {
     off = kExtraBase + extra_.size();
     extra_.append(path);
@@ -329,31 +469,35 @@ bool Manifest::add_row(const std::string& path, const std::string& num_frames, c
   return add_fields({path, num_frames, height, width, fps}, source, line, policy);
 }
 
-void Manifest::load(const std::string& path, BadRowPolicy policy) {
+void Manifest::load(const std::string& path, BadRowPolicy policy, FileAccess access) {
+  if (access == FileAccess::kMap) {
+    if (std::optional<Text> t = map_file(path)) return load_owned(std::move(*t), path, policy);
+  }
   load_owned(read_whole_file(path), path, policy);
 }
 
 void Manifest::load_text(std::string_view text, const std::string& name, BadRowPolicy policy) {
-  load_owned(std::string(text), name, policy);
+  Text t;
+  t.hold = big_buffer(text.size());
+  if (!text.empty()) memcpy(t.hold.get(), text.data(), text.size());
+  t.size = text.size();
+  load_owned(std::move(t), name, policy);
 }
 
-void Manifest::load_owned(std::string owned, const std::string& name, BadRowPolicy policy) {
-  const uint64_t base = text_base_.empty() ? 0 : text_base_.back() + texts_.back().size();
-  if (base + owned.size() >= kExtraBase)
+void Manifest::load_owned(Text owned, const std::string& name, BadRowPolicy policy) {
+  const uint64_t base = text_base_.empty() ? 0 : text_base_.back() + texts_.back().size;
+  if (base + owned.size >= kExtraBase)
     throw InputError(name, "manifests of more than 512 GiB in total are not supported; split the dataset");
   texts_.push_back(std::move(owned));
   text_base_.push_back(base);
-  const std::string_view text = texts_.back();
+  const std::string_view text = texts_.back().view();
   bool jsonl = ends_with(name, ".jsonl") || ends_with(name, ".ndjson") || ends_with(name, ".json");
   if (!jsonl && !ends_with(name, ".csv")) {
     size_t i = text.find_first_not_of(" \t\r\n");
     jsonl = i != std::string_view::npos && text[i] == '{';
   }
   // One row per line, about: reserving avoids the doubling copies of 10^7-row vectors.
-  size_t lines = 1;
-  for (const char* p = text.data(); (p = static_cast<const char*>(memchr(p, '\n', size_t(text.data() + text.size() - p))));
-       ++p)
-    ++lines;
+  const size_t lines = 1 + count_newlines(text);
   rows_.reserve(rows_.size() + lines);
   path_ref_.reserve(path_ref_.size() + lines);
   files_.push_back({name, total_rows(), 0});
@@ -363,35 +507,86 @@ void Manifest::load_owned(std::string owned, const std::string& name, BadRowPoli
     load_csv(text, name, policy);
   }
   // A text without rows need not be kept.
-  if (files_.back().rows == 0) {
-    texts_.back().clear();
-    texts_.back().shrink_to_fit();
-  }
+  if (files_.back().rows == 0) texts_.back().hold.reset();
 }
 
 namespace {
-// Index of the first ',', '\n', '\r' or '"' in t[pos, n), or n: 16 bytes at a time where
-// SSE2 is there (every x86-64), else byte by byte.
-size_t next_special(const char* t, size_t pos, size_t n) {
+// Finds the CSV reader's special bytes (',', '\n', '\r', '"') 64 at a time: one bit mask per
+// 64-byte block (16 bytes a compare where SSE2 is there, i.e. every x86-64), then one bit
+// scan per special byte, so a row costs about one block and a scan per field.
+class SpecialScanner {
+ public:
+  SpecialScanner(const char* t, size_t n) : t_(t), n_(n) {}
+  // Index of the first special byte in [pos, n), or n.
+  size_t next(size_t pos) {
+    while (pos < n_) {
+      const size_t b = pos & ~size_t(63);
+      if (b != block_) block_ = b, mask_ = block_mask(b);
+      const uint64_t m = mask_ & (~uint64_t(0) << (pos - b));
+      if (m != 0) return b + size_t(__builtin_ctzll(m));
+      pos = b + 64;
+    }
+    return n_;
+  }
+
+ private:
+  uint64_t block_mask(size_t b) const {
+    const char* src = t_ + b;
+    char tail[64];
+    if (n_ - b < 64) {  // the last, partial block: zero bytes are not special
+      memset(tail, 0, sizeof tail);
+      memcpy(tail, src, n_ - b);
+      src = tail;
+    }
+    uint64_t m = 0;
 #if defined(__SSE2__)
-  const __m128i comma = _mm_set1_epi8(','), lf = _mm_set1_epi8('\n'), cr = _mm_set1_epi8('\r'),
-                quote = _mm_set1_epi8('"');
-  while (pos + 16 <= n) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(t + pos));
-    const __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, comma), _mm_cmpeq_epi8(v, lf)),
-                                     _mm_or_si128(_mm_cmpeq_epi8(v, cr), _mm_cmpeq_epi8(v, quote)));
-    const int mask = _mm_movemask_epi8(hit);
-    if (mask != 0) return pos + size_t(__builtin_ctz(unsigned(mask)));
-    pos += 16;
-  }
+    const __m128i comma = _mm_set1_epi8(','), lf = _mm_set1_epi8('\n'), cr = _mm_set1_epi8('\r'),
+                  quote = _mm_set1_epi8('"');
+    for (int k = 0; k < 4; ++k) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16 * k));
+      const __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, comma), _mm_cmpeq_epi8(v, lf)),
+                                       _mm_or_si128(_mm_cmpeq_epi8(v, cr), _mm_cmpeq_epi8(v, quote)));
+      m |= uint64_t(uint32_t(_mm_movemask_epi8(hit))) << (16 * k);
+    }
+#else
+    for (int k = 0; k < 64; ++k) {
+      const char c = src[k];
+      if (c == ',' || c == '\n' || c == '\r' || c == '"') m |= uint64_t(1) << k;
+    }
 #endif
-  for (; pos < n; ++pos) {
-    const char c = t[pos];
-    if (c == ',' || c == '\n' || c == '\r' || c == '"') return pos;
+    return m;
   }
-  return n;
-}
+
+  const char* t_;
+  size_t n_;
+  size_t block_ = ~size_t(0);
+  uint64_t mask_ = 0;
+};
+
+bool blank(char c) { return c == ' ' || c == '\t'; }
+
 }  // namespace
+
+// The common row, without building messages: a path without surrounding blanks, plain
+// digits, a plain decimal fps (or none for an image), every value in range. Anything else
+// returns false and goes through add_fields, which accepts the same rows with the same
+// values and explains the others.
+bool Manifest::add_plain(const Fields& f, int64_t line) {
+  const std::string_view p = f.path;
+  if (p.empty() || p.size() > kMaxPathBytes || blank(p.front()) || blank(p.back())) return false;
+  int64_t frames = 0, h = 0, w = 0;
+  if (!parse_digits(f.frames, frames) || frames <= 0 || frames > kMaxFrames) return false;
+  if (!parse_digits(f.height, h) || h <= 0 || h > kMaxSide) return false;
+  if (!parse_digits(f.width, w) || w <= 0 || w > kMaxSide) return false;
+  double fps = 0;
+  if (f.fps.empty()) {
+    if (frames != 1) return false;
+  } else if (!parse_decimal(f.fps, fps) || !(fps > 0) || fps > kMaxFps || fps < kMinFps) {
+    return false;
+  }
+  push(p, ClipInfo{frames, int32_t(h), int32_t(w), fps}, true, line);
+  return true;
+}
 
 void Manifest::load_csv(std::string_view text, const std::string& name, BadRowPolicy policy) {
   size_t pos = 0;
@@ -416,53 +611,59 @@ void Manifest::load_csv(std::string_view text, const std::string& name, BadRowPo
       throw InputError(name + ":1", std::string("header has no '") + kColumnNames[k] +
                                         "' column; expected columns path,num_frames,height,width,fps");
   }
-  // Byte classes of the unquoted fast path: 1 ',', 2 '\n', 3 '\r', 4 '"' (-> next_csv_record).
-  static const auto kClass = [] {
-    std::array<uint8_t, 256> c{};
-    c[uint8_t(',')] = 1, c[uint8_t('\n')] = 2, c[uint8_t('\r')] = 3, c[uint8_t('"')] = 4;
-    return c;
-  }();
-  std::vector<std::string_view> views;
+  std::vector<std::string_view> slow_views;
+  // Rows of up to kFast fields, none quoted, are split in place; any other row is read again
+  // by the full RFC 4180 reader (its fields are copies).
+  constexpr size_t kFast = 64;
+  std::string_view views[kFast];
   const char* const t = text.data();
   const size_t n = text.size();
+  SpecialScanner scan(t, n);
   while (pos < n) {
     const int64_t line = lines + 1;
     const size_t start = pos;
-    size_t fb = pos;
-    bool quoted = false;
-    views.clear();
+    size_t fb = pos, nf = 0;
+    bool slow = false;
     while (true) {
-      pos = next_special(t, pos, n);
+      pos = scan.next(pos);
+      if (nf == kFast) {
+        slow = true;
+        break;
+      }
       if (pos == n) {
-        views.emplace_back(t + fb, pos - fb);
+        views[nf++] = std::string_view(t + fb, pos - fb);
         ++lines;
         break;
       }
-      const uint8_t k = kClass[uint8_t(t[pos])];  // never 0: next_special stops at a special byte
-      if (k == 1) {
-        views.emplace_back(t + fb, pos - fb);
+      const char c = t[pos];
+      if (c == ',') {
+        views[nf++] = std::string_view(t + fb, pos - fb);
         fb = ++pos;
-      } else if (k == 4) {
-        quoted = true;
+      } else if (c == '"') {
+        slow = true;
         break;
-      } else {
-        views.emplace_back(t + fb, pos - fb);
-        pos += k == 3 && pos + 1 < n && t[pos + 1] == '\n' ? 2 : 1;
+      } else {  // '\n', '\r\n' or a lone '\r'
+        views[nf++] = std::string_view(t + fb, pos - fb);
+        pos += c == '\r' && pos + 1 < n && t[pos + 1] == '\n' ? 2 : 1;
         ++lines;
         break;
       }
     }
-    if (quoted) {
-      // Quotes anywhere in the record: the full RFC 4180 reader; its fields are copies.
+    const std::string_view* v = views;
+    if (slow) {
+      lines = line - 1;
       pos = start;
       next_csv_record(text, pos, fields, lines, name);
-      views.assign(fields.begin(), fields.end());
+      slow_views.assign(fields.begin(), fields.end());
+      v = slow_views.data();
+      nf = slow_views.size();
     }
-    if (views.size() == 1 && trim(views[0]).empty()) continue;  // blank line
+    if (nf == 1 && trim(v[0]).empty()) continue;  // blank line
     auto field = [&](int k) -> std::string_view {
-      return col[k] >= 0 && size_t(col[k]) < views.size() ? views[size_t(col[k])] : std::string_view();
+      return col[k] >= 0 && size_t(col[k]) < nf ? v[size_t(col[k])] : std::string_view();
     };
-    add_fields({field(kPath), field(kFrames), field(kHeight), field(kWidth), field(kFps)}, name, line, policy);
+    const Fields f{field(kPath), field(kFrames), field(kHeight), field(kWidth), field(kFps)};
+    if (!add_plain(f, line)) add_fields(f, name, line, policy);
   }
 }
 
@@ -475,6 +676,32 @@ void Manifest::load_jsonl(std::string_view text, const std::string& name, BadRow
   std::string_view cols[kColumns];
   while (pos < n) {
     // Lines end in LF, CRLF or a lone CR (a JSON string cannot hold a raw CR or LF).
+    {
+      // The common line first: blanks, one flat object, blanks, then LF, CRLF or the end of
+      // the text (a lone CR ends a line, and the fast parser stops at any CR outside a string).
+      size_t b = pos;
+      while (b < n && blank(t[b])) ++b;
+      const char* q = b < n && t[b] == '{' ? fast_json_object(t + b, t + n, cols) : nullptr;
+      size_t end = q ? size_t(q - t) : 0;
+      const bool whole = q && (end == n || t[end] == '\n' || (t[end] == '\r' && end + 1 < n && t[end + 1] == '\n'));
+      if (whole) {
+        size_t e = end;
+        while (e > b && blank(t[e - 1])) --e;
+        const std::string_view s(t + b, e - b);
+        pos = end + (end < n && t[end] == '\r' ? 2 : 1);
+        ++line;
+        const Fields f{cols[kPath], cols[kFrames], cols[kHeight], cols[kWidth], cols[kFps]};
+        if (add_plain(f, line)) continue;
+        ClipInfo c;
+        std::string field, reason;
+        if (parse_fields(f, c, field, reason)) {
+          push(f.path, c, true, line);
+        } else {
+          load_jsonl_line(s, name, line, policy);
+        }
+        continue;
+      }
+    }
     const void* lf = memchr(t + pos, '\n', n - pos);
     size_t end = lf ? size_t(static_cast<const char*>(lf) - t) : n;
     if (const void* cr = memchr(t + pos, '\r', end - pos)) end = size_t(static_cast<const char*>(cr) - t);

@@ -10,6 +10,7 @@
 // numbers take 16 bytes and its line is derived from runs of consecutive lines, so a row
 // costs 24 bytes beyond the file.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +18,13 @@
 namespace adaptiveload {
 
 enum class BadRowPolicy { kError, kSkip };
+
+// How a manifest file is read. kCopy (the default) reads it into memory the manifest owns.
+// kMap maps it read-only instead (no copy and no fresh memory: faster for a 10^7-row file),
+// which suits a short-lived process such as the CLI: a file rewritten or truncated while the
+// manifest lives changes its paths or ends the process (SIGBUS). Pipes and empty files are
+// read either way.
+enum class FileAccess { kCopy, kMap };
 
 struct ClipInfo {
   int64_t num_frames = 0;
@@ -42,7 +50,7 @@ class Manifest {
  public:
   // Appends the rows of a CSV or JSONL file (chosen by extension, else by content).
   // Bad rows throw InputError (kError) or are recorded in bad_rows() (kSkip).
-  void load(const std::string& path, BadRowPolicy policy);
+  void load(const std::string& path, BadRowPolicy policy, FileAccess access = FileAccess::kCopy);
   void load_text(std::string_view text, const std::string& name, BadRowPolicy policy);
 
   // Appends one row given as strings (how in-memory tables arrive); empty fps = image.
@@ -68,6 +76,15 @@ class Manifest {
   std::string where(int64_t row) const;
   int64_t line(int64_t row) const;  // 1-based line of the row in its file
 
+  // A file's text, shared between copies of the manifest (read only once loaded).
+  struct Text {
+    std::shared_ptr<char> hold;
+    size_t size = 0;
+    std::string_view view() const { return hold ? std::string_view(hold.get(), size) : std::string_view(); }
+  };
+  // An uninitialised buffer of n bytes (huge pages asked for when large).
+  static std::shared_ptr<char> big_buffer(size_t n);
+
  private:
   // A usable row's numbers (frames <= 10^7, sides <= 65536, so sides - 1 fit 16 bits); a bad
   // row is all zeros.
@@ -83,8 +100,9 @@ class Manifest {
   // Validates `f`: fills `c` and returns true, or sets field and reason.
   static bool parse_fields(const Fields& f, ClipInfo& c, std::string& field, std::string& reason);
   bool add_fields(const Fields& f, const std::string& source, int64_t line, BadRowPolicy policy);
+  bool add_plain(const Fields& f, int64_t line);
   void push(std::string_view path, const ClipInfo& c, bool ok, int64_t line);
-  void load_owned(std::string text, const std::string& name, BadRowPolicy policy);
+  void load_owned(Text text, const std::string& name, BadRowPolicy policy);
   void load_csv(std::string_view text, const std::string& name, BadRowPolicy policy);
   void load_jsonl(std::string_view text, const std::string& name, BadRowPolicy policy);
   void load_jsonl_line(std::string_view s, const std::string& name, int64_t line, BadRowPolicy policy);
@@ -93,7 +111,7 @@ class Manifest {
   // Per row: bits 24..63 the path's offset, bits 0..23 its length. Offsets below kExtraBase
   // are into texts_ (text k starts at text_base_[k]), from kExtraBase on into extra_.
   std::vector<uint64_t> path_ref_;
-  std::vector<std::string> texts_;
+  std::vector<Text> texts_;
   std::vector<uint64_t> text_base_;
   std::string extra_;
   // Runs of rows on consecutive lines: (first row, its line), ascending by row.

@@ -16,9 +16,10 @@
 // them with gradient accumulation. Bins are shuffled into steps, so each step mixes buckets
 // and the step order changes with the seed and epoch.
 //
-// A first pass counts each bin's samples and micro-batches; the second deals again and
-// writes ids straight into the plan, so no intermediate list of assignments is kept
-// (~50 bytes per sample at 10M samples x 1024 ranks).
+// A first pass counts each bin's samples and micro-batches and logs its decisions (bin, count,
+// merge: 8 bytes per micro-batch piece, not per sample); the second replays the log and
+// writes ids straight into the plan, so the heap is walked once and no list of per-sample
+// assignments is kept (~50 bytes per sample at 10M samples x 1024 ranks).
 //
 // Times are integer nanosecond "ticks" rounded once from the cost model, so every decision is
 // integer arithmetic and identical on every rank.
@@ -48,49 +49,62 @@ int64_t to_ticks(double seconds) {
 }
 
 // 4-ary min-heap of (load, bin) with replace-top; ties go to the lowest bin index. Four
-// children share a cache line, so a sift touches half the levels of a binary heap (the heap
-// of 10M samples x 1024 ranks is ~1.5M bins); the minimum and second minimum are the same
-// as any heap's, so decisions do not depend on the arity.
+// children share a cache line (the array is placed so that each node's four children start
+// on a 64-byte boundary), so a sift touches half the levels of a binary heap and one line a
+// level (the heap of 10M samples x 1024 ranks is ~1.5M bins); the minimum and second minimum
+// are the same as any heap's, so decisions do not depend on the arity or the layout.
 class BinHeap {
  public:
-  explicit BinHeap(uint64_t bins, const std::vector<int64_t>* keys = nullptr) : h_(bins) {
-    for (uint64_t j = 0; j < bins; ++j) h_[j] = {keys ? (*keys)[j] : 0, uint32_t(j)};  // all zero: a heap
+  using Entry = std::pair<int64_t, uint32_t>;  // 16 bytes
+  explicit BinHeap(uint64_t bins, const std::vector<int64_t>* keys = nullptr) : n_(bins), buf_(bins + 4) {
+    // Children of i are 4i+1..4i+4: h_[1] on a 64-byte boundary puts every such group on one.
+    const auto addr = reinterpret_cast<uintptr_t>(buf_.data() + 1);
+    first_ = size_t((64 - addr % 64) % 64) / sizeof(Entry);
+    for (uint64_t j = 0; j < bins; ++j) h()[j] = {keys ? (*keys)[j] : 0, uint32_t(j)};  // all zero: a heap
     if (keys && bins > 1)
       for (size_t i = (bins - 2) / 4 + 1; i-- > 0;) sift(i);
   }
-  const std::pair<int64_t, uint32_t>& top() const { return h_[0]; }
+  const Entry& top() const { return h()[0]; }
   // Load of the second-least-loaded bin (the top's own load when it is alone).
   int64_t second() const {
-    const size_t n = h_.size();
-    if (n == 1) return h_[0].first;
-    int64_t m = h_[1].first;
-    for (size_t c = 2; c < n && c <= 4; ++c) m = std::min(m, h_[c].first);
+    const Entry* h = this->h();
+    if (n_ == 1) return h[0].first;
+    int64_t m = h[1].first;
+    for (size_t c = 2; c < n_ && c <= 4; ++c) m = std::min(m, h[c].first);
     return m;
   }
   void replace_top_load(int64_t load) {
-    h_[0].first = load;
+    h()[0].first = load;
     sift(0);
   }
 
  private:
+  Entry* h() { return buf_.data() + first_; }
+  const Entry* h() const { return buf_.data() + first_; }
   void sift(size_t i) {
-    const size_t n = h_.size();
-    const std::pair<int64_t, uint32_t> x = h_[i];
+    Entry* h = this->h();
+    const size_t n = n_;
+    const Entry x = h[i];
     for (;;) {
       const size_t c = 4 * i + 1;
       if (c >= n) break;
+      // The grandchildren (16 entries, four lines from 4c+5 on) while this level compares.
+      const size_t g = 4 * c + 5;
+      for (size_t k = 0; k < 16 && g + k < n; k += 4) __builtin_prefetch(h + g + k);
       size_t m = c;
       const size_t e = std::min(c + 4, n);
       for (size_t k = c + 1; k < e; ++k)
-        if (h_[k] < h_[m]) m = k;
-      if (!(h_[m] < x)) break;
-      h_[i] = h_[m];
+        if (h[k] < h[m]) m = k;
+      if (!(h[m] < x)) break;
+      h[i] = h[m];
       i = m;
     }
-    h_[i] = x;
+    h[i] = x;
   }
 
-  std::vector<std::pair<int64_t, uint32_t>> h_;
+  size_t n_;
+  std::vector<Entry> buf_;  // n_ entries from first_ (0-3: the alignment above)
+  size_t first_ = 0;
 };
 
 struct Inputs {
@@ -126,8 +140,10 @@ struct Writer {
       mb.count = uint32_t(n);
       mb.bucket = uint16_t(b);
     }
-    std::copy(pool.ids.begin() + int64_t(next), pool.ids.begin() + int64_t(next) + n,
-              plan->sample_ids.begin() + int64_t(next_sample[j]));
+    // Mostly a few ids: a loop, not a memmove call per piece.
+    const uint32_t* from = pool.ids.data() + next;
+    uint32_t* to = plan->sample_ids.data() + next_sample[j];
+    for (int64_t i = 0; i < n; ++i) to[i] = from[i];
     next_sample[j] += uint64_t(n);
   }
 };
@@ -138,6 +154,10 @@ struct Counts {
   std::vector<uint32_t> mbs;      // micro-batches per bin
   std::vector<uint64_t> tokens;   // per bin
   std::vector<uint32_t> fixed_steps;  // two phases: bins of the steps led by a heavy bin, step-major
+  // deal()'s decisions in order, for replay(): bin << 32 | merge << 31 | samples. Empty when
+  // not logged (deal_contiguous, or a piece of 2^31 samples or more: then deal again).
+  std::vector<uint64_t> log;
+  bool logged = false;
 
   // Loads only (a writing pass), or with the per-bin statistics.
   Counts(uint64_t bins, bool stats) : load(bins, 0) {
@@ -190,11 +210,25 @@ std::vector<int64_t> phase_two_offsets(Counts& c, int W, double fine) {
 // micro-batches. Both passes make identical decisions.
 Counts deal(uint64_t bins, const Inputs& in, Writer* w) {
   Counts c(bins, !w);  // the writing pass keeps only the loads (its decisions need no more)
-  std::vector<int64_t> offset;  // phase two: per bin, its load beyond the common level
+  c.logged = !w;
+  // About one piece per micro-batch of the dual constraint's size, plus the merges.
+  if (c.logged) {
+    uint64_t pieces = bins;
+    for (size_t b : in.order) pieces += (in.pool->begin[b + 1] - in.pool->begin[b]) / uint64_t(in.mem_cap[b]) + 1;
+    c.log.reserve(pieces);
+  }
+  // Everything a decision reads or writes of its bin, together: one cache line, not one per
+  // array (the bins of 10M samples outgrow the caches). Copied into `c` at the end.
+  struct Bin {
+    int64_t load = 0;
+    int64_t offset = 0;      // phase two: its load beyond the common level
+    uint64_t tokens = 0;
+    uint32_t samples = 0, mbs = 0;
+    uint32_t open_count = 0;            // samples in its latest micro-batch
+    uint16_t last_bucket = kNoBucket;   // bucket of that micro-batch
+  };
+  std::vector<Bin> st(bins);
   BinHeap heap(bins);
-  auto off = [&](uint32_t j) { return offset.empty() ? int64_t(0) : offset[j]; };
-  std::vector<uint16_t> last_bucket(bins, kNoBucket);  // bucket of each bin's latest micro-batch
-  std::vector<uint32_t> open_count(bins, 0);           // samples in that micro-batch
   bool phase_two = in.coarse_threshold <= 0;
   for (size_t oi = 0; oi < in.order.size(); ++oi) {
     const size_t b = in.order[oi];
@@ -206,9 +240,10 @@ Counts deal(uint64_t bins, const Inputs& in, Writer* w) {
         const double n = double(in.pool->begin[x + 1] - in.pool->begin[x]);
         fine += n * double(in.per[x]) + double(in.fixed[x]) * std::ceil(n / double(in.mem_cap[x]));
       }
-      offset = phase_two_offsets(c, in.world_size, fine);
+      for (uint64_t j = 0; j < bins; ++j) c.load[j] = st[j].load;
+      const std::vector<int64_t> offset = phase_two_offsets(c, in.world_size, fine);
       std::vector<int64_t> keys(bins);
-      for (uint64_t j = 0; j < bins; ++j) keys[j] = c.load[j] - offset[j];
+      for (uint64_t j = 0; j < bins; ++j) st[j].offset = offset[j], keys[j] = st[j].load - offset[j];
       heap = BinHeap(bins, &keys);
     }
     uint64_t next = in.pool->begin[b];
@@ -219,26 +254,57 @@ Counts deal(uint64_t bins, const Inputs& in, Writer* w) {
     const int64_t min_new = in.min_new[b];
     while (next < end) {
       const auto [load, j] = heap.top();
-      const bool merge = !in.whole && last_bucket[j] == b && int64_t(open_count[j]) < cap;
+      Bin& s = st[j];
+      const bool merge = !in.whole && s.last_bucket == b && int64_t(s.open_count) < cap;
       const int64_t gap = heap.second() - load - (merge ? 0 : fixed);
       int64_t n = in.whole ? cap : std::max<int64_t>(merge ? 1 : min_new, gap > 0 ? (gap + per - 1) / per : 1);
-      n = std::min<int64_t>({n, int64_t(end - next), merge ? cap - int64_t(open_count[j]) : cap});
+      n = std::min<int64_t>({n, int64_t(end - next), merge ? cap - int64_t(s.open_count) : cap});
       if (w) {
         w->put(*in.pool, j, b, next, n, merge);
       } else {
-        c.add(j, n, in.tokens[b], !merge);
+        s.samples += uint32_t(n);
+        s.tokens += uint64_t(n) * uint64_t(in.tokens[b]);
+        if (!merge) ++s.mbs;
+        if (c.logged) {
+          if (n < (int64_t(1) << 31)) {
+            c.log.push_back(uint64_t(j) << 32 | (merge ? uint64_t(1) << 31 : 0) | uint64_t(n));
+          } else {
+            c.logged = false;
+            std::vector<uint64_t>().swap(c.log);
+          }
+        }
       }
       if (merge) {
-        open_count[j] += uint32_t(n);
+        s.open_count += uint32_t(n);
       } else {
-        last_bucket[j] = uint16_t(b), open_count[j] = uint32_t(n);
+        s.last_bucket = uint16_t(b), s.open_count = uint32_t(n);
       }
       next += uint64_t(n);
-      c.load[j] = load + off(j) + n * per + (merge ? 0 : fixed);
-      heap.replace_top_load(c.load[j] - off(j));
+      s.load = load + s.offset + n * per + (merge ? 0 : fixed);
+      heap.replace_top_load(s.load - s.offset);
     }
   }
+  for (uint64_t j = 0; j < bins; ++j) {
+    c.load[j] = st[j].load;
+    if (!w) c.samples[j] = st[j].samples, c.mbs[j] = st[j].mbs, c.tokens[j] = st[j].tokens;
+  }
   return c;
+}
+
+// The writing pass of a logged deal(): the same pieces, in the same order, without the heap.
+void replay(const Counts& c, const Inputs& in, Writer& w) {
+  size_t i = 0;
+  for (size_t b : in.order) {
+    uint64_t next = in.pool->begin[b];
+    const uint64_t end = in.pool->begin[b + 1];
+    while (next < end) {
+      const uint64_t e = c.log[i++];
+      const int64_t n = int64_t(e & ((uint64_t(1) << 31) - 1));
+      w.put(*in.pool, uint32_t(e >> 32), b, next, n, (e >> 31 & 1) != 0);
+      next += uint64_t(n);
+    }
+  }
+  if (i != c.log.size()) throw std::logic_error("balanced: the deal's log does not match its pool");
 }
 
 // Cuts the pool, bucket by bucket in `in.order`, into consecutive runs of about equal load,
@@ -554,8 +620,14 @@ Plan plan_balanced(const PlanProblem& pr) {
   plan.sample_ids.reserve(total_samples + uint64_t(W));
   plan.sample_ids.resize(total_samples);
   plan.micro_batches.resize(total_mbs);
-  const Counts again = chosen.contiguous ? deal_contiguous(bins, chosen, &w) : deal(bins, chosen, &w);
-  (void)again;
+  if (chosen.contiguous) {
+    deal_contiguous(bins, chosen, &w);
+  } else if (best.logged) {
+    replay(best, chosen, w);
+    std::vector<uint64_t>().swap(best.log);
+  } else {
+    deal(bins, chosen, &w);
+  }
 
   // Fewer samples than ranks (tiny pool): empty bins repeat the epoch's cheapest sample.
   for (uint64_t i = 0; i < bins; ++i) {
