@@ -293,9 +293,10 @@ const char* fast_json_object(const char* p, const char* const e, std::string_vie
     // A column's key, compared in place with its closing quote (most keys are one of these).
     int k = -1;
     {
-      const size_t left = size_t(e - p) - 1;
+      const size_t left = size_t(e - p) - 1;  // bytes after the opening quote
       const char* q = p + 1;
-      const int guess = *q == 'p'   ? kPath
+      const int guess = left == 0   ? -1
+                        : *q == 'p' ? kPath
                         : *q == 'n' ? kFrames
                         : *q == 'h' ? kHeight
                         : *q == 'w' ? kWidth
