@@ -226,6 +226,11 @@ struct Cfg {
   int64_t K = 0;    // chunks in all
   int64_t G = 512;  // blocks launched at most: resident on the device at once
   int64_t sms = 0;  // SMs of the current device (0: unknown)
+  // Sample teams (per-sample modulation, samples shorter than a chunk): a chunk is spc
+  // whole samples, team t of the block takes samples t, t + rpb, ... of it, R = (spc / rpb)
+  // L rows; the backward writes each sample's dscale / dshift from the team's registers and
+  // keeps one pair of partial rows a chunk for dweight / dbias. 0: chunks of rows (above).
+  int64_t spc = 0;
 };
 
 // Sum over the ts threads of a team; all threads of the block must call it together.
@@ -284,7 +289,9 @@ __device__ __forceinline__ void chunk_rows(const Cfg& c, int64_t k, int64_t& grp
 
 // ---------------------------------------------------------------- forward
 
-template <typename T, typename TM, int VPT>
+// ST: sample teams (Cfg::spc > 0), a separate instance so that the chunks-of-rows one keeps
+// its registers.
+template <typename T, typename TM, int VPT, bool ST>
 __global__ void __launch_bounds__(kMaxTeam) adaln_fwd_kernel(const Args a) {
   const AdalnParams& p = a.p;
   const Cfg& c = a.c;
@@ -299,12 +306,11 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_fwd_kernel(const Args a) {
   VecPos vp[VPT];  // this thread's vectors of the row
 #pragma unroll
   for (int i = 0; i < VPT; ++i) vp[i] = vec_pos(rm, int64_t(i) * ts + lane);
-  // Per-sample: y = xhat * A + B, A = w (1 + s), B = b (1 + s) + t, folded once per chunk.
-  // Per-token: A = w, B = b, and the modulation is applied per row.
+  // Per-sample: y = xhat * A + B, A = w (1 + s), B = b (1 + s) + t, folded once per chunk
+  // (not with sample teams, see below). Per-token: A = w, B = b, and the modulation is
+  // applied per row.
   float A[VPT][kEpv], B[VPT][kEpv];
-  for (int64_t k = blockIdx.x; k < c.K; k += gridDim.x) {
-    int64_t grp, r0, r1;
-    chunk_rows(c, k, grp, r0, r1);
+  auto fold = [&](int64_t grp) {
 #pragma unroll
     for (int i = 0; i < VPT; ++i)
 #pragma unroll
@@ -325,9 +331,27 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_fwd_kernel(const Args a) {
           B[i][e] = b;
         }
       }
+  };
+  for (int64_t k = blockIdx.x; k < c.K; k += gridDim.x) {
+    int64_t grp = 0, r0 = 0, r1 = 0, l = -1;  // sample teams: grp this team's sample, l its row
+    if constexpr (!ST) {
+      chunk_rows(c, k, grp, r0, r1);
+      fold(grp);
+    } else {
+      grp = k * c.spc + team;
+      r1 = k * c.spc + c.spc < p.batch ? k * c.spc + c.spc : p.batch;  // samples end
+    }
     for (int64_t it = 0; it < c.R; ++it) {
-      const int64_t r = r0 + team + it * c.rpb;
-      const bool valid = r < r1;
+      int64_t r;
+      bool valid;
+      if constexpr (!ST) {
+        r = r0 + team + it * c.rpb;
+        valid = r < r1;
+      } else {
+        if (++l == c.L) l = 0, grp += c.rpb;
+        valid = grp < r1;
+        r = grp * c.L + l;
+      }
       float v[VPT][kEpv];
       float s[1] = {0.f};
 #pragma unroll
@@ -359,7 +383,22 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_fwd_kernel(const Args a) {
 #pragma unroll
       for (int i = 0; i < VPT; ++i) {
         float o[kEpv];
-        if (p.per_token) {
+        if constexpr (ST) {
+          // No folded A / B: a sample lasts a few rows, and in registers beside the sample's
+          // bookkeeping they spilled (12 bytes); the sample's modulation row is read where
+          // used, element by element (the [B, D] rows' alignment is not in the row map).
+          float sv[kEpv], tv[kEpv];
+          load_vec<TM>(scale + grp * p.scale_stride, false, vp[i], true, sv);
+          load_vec<TM>(shift + grp * p.shift_stride, false, vp[i], true, tv);
+#pragma unroll
+          for (int e = 0; e < kEpv; ++e) {
+            const int64_t j = col_at(rm, vp[i], e);
+            const bool in = e < vp[i].nv;
+            const float w = in && p.weight ? ld_any(p.weight, p.weight_dtype, j) : 1.f;
+            const float b = in && p.bias ? ld_any(p.bias, p.weight_dtype, j) : 0.f;
+            o[e] = ((v[i][e] - m - cm) * rstd * w + b) * (1.f + sv[e]) + tv[e];
+          }
+        } else if (p.per_token) {
           float sv[kEpv], tv[kEpv];
           load_vec<TM>(scale + r * p.scale_stride, rm.vec, vp[i], true, sv);
           load_vec<TM>(shift + r * p.shift_stride, rm.vec, vp[i], true, tv);
@@ -378,12 +417,12 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_fwd_kernel(const Args a) {
 
 // ---------------------------------------------------------------- backward
 
-template <typename T, typename TM, int VPT, bool AFFINE>
+template <typename T, typename TM, int VPT, bool AFFINE, bool ST>
 __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
   const AdalnParams& p = a.p;
   const Cfg& c = a.c;
   __shared__ float red[2][32][2];
-  extern __shared__ float part[];  // [rpb][D] when rpb > 1
+  extern __shared__ float part[];  // [rpb][D] when rpb > 1; sample teams: [rpb][2][D]
   const int ts = c.ts, team = threadIdx.x / ts, lane = threadIdx.x - team * ts;
   const int64_t D = p.dim;
   const T* x = static_cast<const T*>(p.x);
@@ -393,7 +432,9 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
   TM* dscale = static_cast<TM*>(p.dscale);
   TM* dshift = static_cast<TM*>(p.dshift);
   float* ws = static_cast<float*>(p.workspace);
-  const bool acc = a.off_s >= 0;  // row reductions wanted (see ws_layout)
+  // Reductions over rows wanted: the chunk partials (see ws_layout), or with sample teams
+  // also the sample's own dscale / dshift, which the team writes itself.
+  const bool tot = a.off_s >= 0, acc = tot || (ST && (dscale || dshift));
   const RowMap& rm = a.m;
   zero_tickets(a);
   VecPos vp[VPT];  // this thread's vectors of the row
@@ -404,7 +445,9 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
   // threads (ptxas spilled 520-570 bytes), so they are re-read for every row from the
   // [D] / [B, D] operands, which stay in L1; weight and bias element by element where
   // used (read a vector at a time up front, the f32 kernel spilled 8 bytes on sm_80).
-  constexpr bool kRegs = VPT == 1 || !AFFINE;
+  // Sample teams with two vectors re-read 1 + scale too (in registers, ptxas spilled 16-48
+  // bytes beside the sample's bookkeeping).
+  constexpr bool kRegs = VPT == 1 || (!AFFINE && !ST);
   auto load_wb = [&](int i, float(&wv)[kEpv], float(&bv)[kEpv]) {
 #pragma unroll
     for (int e = 0; e < kEpv; ++e) {
@@ -421,27 +464,56 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
   }
   unsigned phase = 0;  // alternates the team_sum slot across every row of every chunk
   for (int64_t k = blockIdx.x; k < c.K; k += gridDim.x) {
-    int64_t grp, r0, r1;
-    chunk_rows(c, k, grp, r0, r1);
-    float s1[kRegs ? VPT : 1][kEpv];  // 1 + scale of this chunk's sample (per-sample)
+    int64_t grp = 0, r0 = 0, r1 = 0, l = -1;  // sample teams: grp this team's sample, l its row
+    if constexpr (!ST) {
+      chunk_rows(c, k, grp, r0, r1);
+    } else {
+      grp = k * c.spc + team;
+      r1 = k * c.spc + c.spc < p.batch ? k * c.spc + c.spc : p.batch;  // samples end
+      // This team's (1 + scale) S1, (1 + scale) S2 over its samples: [team][2][D] in shared
+      // memory, each column owned by one thread of the team.
+      if (tot)
+#pragma unroll
+        for (int i = 0; i < VPT; ++i)
+#pragma unroll
+          for (int e = 0; e < kEpv; ++e)
+            if (e < vp[i].nv) {
+              part[(2 * team) * D + col_at(rm, vp[i], e)] = 0.f;
+              part[(2 * team + 1) * D + col_at(rm, vp[i], e)] = 0.f;
+            }
+    }
+    float s1[kRegs ? VPT : 1][kEpv] = {};  // 1 + scale of this chunk's (team's) sample
     // Two accumulators cover every reduction over rows: with g = dy (per-sample) or
     // g = dn = dy (1 + scale) (per-token), acc1 = sum g and acc2 = sum g * xhat. The
     // finalize derives dshift = S1, dscale = w S2 + b S1, dbias = sum_b (1 + s_b) S1_b,
     // dweight = sum_b (1 + s_b) S2_b (per-sample), or dbias = S1, dweight = S2 (per-token).
-    float acc1[VPT][kEpv], acc2[VPT][kEpv];
+    // With sample teams they cover the team's current sample only.
+    float acc1[VPT][kEpv] = {}, acc2[VPT][kEpv] = {};
+    auto start = [&](bool ok) {  // the sums of a new chunk (sample); ok: grp is a sample
 #pragma unroll
-    for (int i = 0; i < VPT; ++i)
+      for (int i = 0; i < VPT; ++i)
 #pragma unroll
-      for (int e = 0; e < kEpv; ++e) {
-        if constexpr (kRegs)
-          s1[i][e] = (!p.per_token && (e < vp[i].nv))
-                         ? 1.f + to_f(scale[grp * p.scale_stride + col_at(rm, vp[i], e)])
-                         : 0.f;
-        acc1[i][e] = acc2[i][e] = 0.f;
-      }
+        for (int e = 0; e < kEpv; ++e) {
+          if constexpr (kRegs)
+            s1[i][e] = (ok && !p.per_token && (e < vp[i].nv))
+                           ? 1.f + to_f(scale[grp * p.scale_stride + col_at(rm, vp[i], e)])
+                           : 0.f;
+          acc1[i][e] = acc2[i][e] = 0.f;
+        }
+    };
+    if constexpr (!ST) start(true);
     for (int64_t it = 0; it < c.R; ++it) {
-      const int64_t r = r0 + team + it * c.rpb;
-      const bool valid = r < r1;
+      int64_t r;
+      bool valid;
+      if constexpr (!ST) {
+        r = r0 + team + it * c.rpb;
+        valid = r < r1;
+      } else {
+        if (++l == c.L) l = 0, grp += c.rpb;
+        valid = grp < r1;
+        r = grp * c.L + l;
+        if (l == 0) start(valid);
+      }
       const float mean = valid ? p.mean[r] : 0.f, rstd = valid ? p.rstd[r] : 0.f;
       float xh[VPT][kEpv], g[VPT][kEpv], dxh[VPT][kEpv];
       float q[2] = {0.f, 0.f};  // sum dxhat, sum dxhat * xhat
@@ -457,8 +529,9 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
         } else {
 #pragma unroll
           for (int e = 0; e < kEpv; ++e)
-            sv[e] =
-                e < vp[i].nv ? 1.f + to_f(scale[grp * p.scale_stride + col_at(rm, vp[i], e)]) : 0.f;
+            sv[e] = ok && e < vp[i].nv
+                        ? 1.f + to_f(scale[grp * p.scale_stride + col_at(rm, vp[i], e)])
+                        : 0.f;
         }
         if constexpr (AFFINE && kRegs) {
 #pragma unroll
@@ -513,6 +586,55 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
         for (int e = 0; e < kEpv; ++e) o[e] = rstd * (dxh[i][e] - c1 - xh[i][e] * c2);
         store_vec<T>(dx + r * p.dx_stride, rm.vec, vp[i], o);
       }
+      if (ST && l == c.L - 1 && acc) {
+        // The team's sample is done: dshift = S1, dscale = w S2 + b S1 (element stores: the
+        // [B, D] rows' alignment is not in the row map), (1 + scale) S1 / S2 into part.
+#pragma unroll
+        for (int i = 0; i < VPT; ++i) {
+          float o1[kEpv], o2[kEpv], wv[kEpv], bv[kEpv];
+          if constexpr (AFFINE && kRegs) {
+#pragma unroll
+            for (int e = 0; e < kEpv; ++e) wv[e] = w[i][e], bv[e] = b[i][e];
+          } else if constexpr (AFFINE) {
+            load_wb(i, wv, bv);
+          } else {
+#pragma unroll
+            for (int e = 0; e < kEpv; ++e) wv[e] = 1.f, bv[e] = 0.f;
+          }
+#pragma unroll
+          for (int e = 0; e < kEpv; ++e)
+            o1[e] = acc1[i][e], o2[e] = wv[e] * acc2[i][e] + bv[e] * acc1[i][e];
+          if (dshift) store_vec<TM>(dshift + grp * p.dshift_stride, false, vp[i], o1);
+          if (dscale) store_vec<TM>(dscale + grp * p.dscale_stride, false, vp[i], o2);
+          if (tot)
+#pragma unroll
+            for (int e = 0; e < kEpv; ++e)
+              if (e < vp[i].nv) {
+                const int64_t j = col_at(rm, vp[i], e);
+                float sc;
+                if constexpr (kRegs)
+                  sc = s1[i][e];
+                else
+                  sc = 1.f + to_f(scale[grp * p.scale_stride + j]);
+                part[(2 * team) * D + j] += sc * acc1[i][e];
+                part[(2 * team + 1) * D + j] += sc * acc2[i][e];
+              }
+        }
+      }
+    }
+    if constexpr (ST) {  // the teams' sums, in team order, are the chunk's two partial rows
+      if (tot) {
+        __syncthreads();
+        for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
+          float t1 = 0.f, t2 = 0.f;
+          for (int t = 0; t < c.rpb; ++t)
+            t1 += part[(2 * t) * D + j], t2 += part[(2 * t + 1) * D + j];
+          ws[a.off_t + k * D + j] = t1;
+          ws[a.off_s + k * D + j] = t2;
+        }
+        __syncthreads();  // before the next chunk clears part
+      }
+      continue;
     }
     // One partial row per chunk and slot: teams combine in team order.
     auto flush = [&](const float(&acc)[VPT][kEpv], int64_t off) {
@@ -990,6 +1112,18 @@ void make_chunks(const AdalnParams& p, int64_t G, bool bwd, Cfg& c) {
     const int64_t spread = std::max<int64_t>(1, N / std::max<int64_t>(c.sms, 1));
     R = std::clamp<int64_t>(std::max(R, cdiv(std::min(cmin, spread), c.rpb)), 1, 256);
   }
+  c.spc = 0;
+  if (!p.per_token && c.vpt > 0 && c.L >= 1 && c.L < c.rpb * R) {
+    // Samples shorter than the chunk wanted: chunks of whole samples, one team a sample,
+    // instead of chunks cut at every sample (idle teams, a pair of partial rows a sample).
+    const int64_t per_team = std::clamp<int64_t>(cdiv(R, c.L), 1, std::max<int64_t>(1, 256 / c.L));
+    c.spc = c.rpb * per_team;
+    c.R = per_team * c.L;
+    c.C = c.spc * c.L;
+    c.cps = 1;
+    c.K = cdiv(c.groups, c.spc);
+    return;
+  }
   R = std::min<int64_t>(R, std::max<int64_t>(1, cdiv(c.L, c.rpb)));
   c.R = R;
   c.C = c.rpb * R;
@@ -1054,7 +1188,7 @@ FinPlan fin_plan(const AdalnParams& p, const Cfg& c) {
     const int64_t hi = std::max<int64_t>(1, std::min<int64_t>({cdiv(rows, 16), most, 65535}));
     return std::clamp<int64_t>(std::max(want, cdiv(rows, 256)), 1, hi);
   };
-  if (p.per_token) {
+  if (p.per_token || c.spc > 0) {  // sample teams: dscale / dshift written already
     f.mode = kFinRows;
     f.span = std::max<int64_t>(1, cdiv(c.K, segments(c.K, c.K)));
     f.nseg = c.K > 0 ? cdiv(c.K, f.span) : 1;
@@ -1084,7 +1218,7 @@ int64_t ws_layout(const AdalnParams& p, const Cfg& c, const FinPlan& f, Args& a)
   a.off_s = a.off_t = a.off_q = a.off_k = -1;
   a.ntk = 0;
   const bool total = p.dweight || p.dbias;
-  if (!(p.per_token ? total : (total || p.dscale || p.dshift))) return 0;
+  if (!(p.per_token || c.spc > 0 ? total : (total || p.dscale || p.dshift))) return 0;
   int64_t n = 0;
   const int64_t slot = c.K * p.dim;
   a.off_t = n, n += slot;
@@ -1104,23 +1238,52 @@ void launch_fwd(const Args& a, cudaStream_t st) {
   const dim3 grid(grid_for(a.c)), block(a.c.ts * a.c.rpb);
   if (a.c.vpt == 0)
     adaln_fwd_loop_kernel<T, TM><<<grid, block, 0, st>>>(a);
+  else if (a.c.vpt == 2 && a.c.spc > 0)
+    adaln_fwd_kernel<T, TM, 2, true><<<grid, block, 0, st>>>(a);
   else if (a.c.vpt == 2)
-    adaln_fwd_kernel<T, TM, 2><<<grid, block, 0, st>>>(a);
+    adaln_fwd_kernel<T, TM, 2, false><<<grid, block, 0, st>>>(a);
+  else if (a.c.spc > 0)
+    adaln_fwd_kernel<T, TM, 1, true><<<grid, block, 0, st>>>(a);
   else
-    adaln_fwd_kernel<T, TM, 1><<<grid, block, 0, st>>>(a);
+    adaln_fwd_kernel<T, TM, 1, false><<<grid, block, 0, st>>>(a);
   check_launch("forward kernel");
+}
+
+// Dynamic shared memory of adaln_bwd_kernel: the teams' partial rows ([rpb][D] when
+// rpb > 1), with sample teams and dweight / dbias two a team ([rpb][2][D]; up to 64 KiB at
+// D = 8192, one team a block).
+size_t bwd_smem(const AdalnParams& p, const Cfg& c) {
+  if (c.vpt == 0) return 0;
+  if (c.spc > 0)
+    return (p.dweight || p.dbias) ? 2 * size_t(c.rpb) * size_t(p.dim) * sizeof(float) : 0;
+  return c.rpb > 1 ? size_t(c.rpb) * size_t(p.dim) * sizeof(float) : 0;
+}
+
+// Above 48 KiB of dynamic shared memory a kernel must opt in.
+template <typename K>
+void allow_smem(K* kernel, size_t smem) {
+  if (smem > 48 * 1024 && cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               int(smem)) != cudaSuccess)
+    check_launch("backward kernel (shared memory opt-in)");
 }
 
 template <typename T, typename TM, bool AFFINE>
 void launch_bwd_affine(const Args& a, cudaStream_t st) {
   const dim3 grid(grid_for(a.c)), block(a.c.ts * a.c.rpb);
-  const size_t smem = a.c.rpb > 1 ? size_t(a.c.rpb) * size_t(a.p.dim) * sizeof(float) : 0;
-  if (a.c.vpt == 0)
+  const size_t smem = bwd_smem(a.p, a.c);
+  if (a.c.vpt == 0) {
     adaln_bwd_loop_kernel<T, TM, AFFINE><<<grid, block, 0, st>>>(a);
-  else if (a.c.vpt == 2)
-    adaln_bwd_kernel<T, TM, 2, AFFINE><<<grid, block, smem, st>>>(a);
-  else
-    adaln_bwd_kernel<T, TM, 1, AFFINE><<<grid, block, smem, st>>>(a);
+  } else if (a.c.vpt == 2 && a.c.spc > 0) {
+    allow_smem(adaln_bwd_kernel<T, TM, 2, AFFINE, true>, smem);
+    adaln_bwd_kernel<T, TM, 2, AFFINE, true><<<grid, block, smem, st>>>(a);
+  } else if (a.c.vpt == 2) {
+    adaln_bwd_kernel<T, TM, 2, AFFINE, false><<<grid, block, smem, st>>>(a);
+  } else if (a.c.spc > 0) {
+    allow_smem(adaln_bwd_kernel<T, TM, 1, AFFINE, true>, smem);
+    adaln_bwd_kernel<T, TM, 1, AFFINE, true><<<grid, block, smem, st>>>(a);
+  } else {
+    adaln_bwd_kernel<T, TM, 1, AFFINE, false><<<grid, block, smem, st>>>(a);
+  }
   check_launch("backward kernel");
 }
 
@@ -1150,16 +1313,21 @@ template <typename T, typename TM>
 int64_t resident_fwd(const Cfg& c) {
   const int block = c.ts * c.rpb;
   if (c.vpt == 0) return resident_blocks(adaln_fwd_loop_kernel<T, TM>, block, 0);
-  if (c.vpt == 2) return resident_blocks(adaln_fwd_kernel<T, TM, 2>, block, 0);
-  return resident_blocks(adaln_fwd_kernel<T, TM, 1>, block, 0);
+  if (c.vpt == 2 && c.spc > 0) return resident_blocks(adaln_fwd_kernel<T, TM, 2, true>, block, 0);
+  if (c.vpt == 2) return resident_blocks(adaln_fwd_kernel<T, TM, 2, false>, block, 0);
+  if (c.spc > 0) return resident_blocks(adaln_fwd_kernel<T, TM, 1, true>, block, 0);
+  return resident_blocks(adaln_fwd_kernel<T, TM, 1, false>, block, 0);
 }
 template <typename T, typename TM, bool AFFINE>
-int64_t resident_bwd(const Cfg& c, int64_t D) {
+int64_t resident_bwd(const Cfg& c, const AdalnParams& p) {
   const int block = c.ts * c.rpb;
-  const size_t smem = c.rpb > 1 ? size_t(c.rpb) * size_t(D) * sizeof(float) : 0;
+  const size_t smem = bwd_smem(p, c);
   if (c.vpt == 0) return resident_blocks(adaln_bwd_loop_kernel<T, TM, AFFINE>, block, 0);
-  if (c.vpt == 2) return resident_blocks(adaln_bwd_kernel<T, TM, 2, AFFINE>, block, smem);
-  return resident_blocks(adaln_bwd_kernel<T, TM, 1, AFFINE>, block, smem);
+  if (c.vpt == 2 && c.spc > 0)
+    return resident_blocks(adaln_bwd_kernel<T, TM, 2, AFFINE, true>, block, smem);
+  if (c.vpt == 2) return resident_blocks(adaln_bwd_kernel<T, TM, 2, AFFINE, false>, block, smem);
+  if (c.spc > 0) return resident_blocks(adaln_bwd_kernel<T, TM, 1, AFFINE, true>, block, smem);
+  return resident_blocks(adaln_bwd_kernel<T, TM, 1, AFFINE, false>, block, smem);
 }
 
 template <typename T, typename TM>
@@ -1206,12 +1374,26 @@ Cfg make_cfg(const AdalnParams& p, bool bwd) {
     if (!bwd)
       G = resident_fwd<T, TM>(c);
     else if (p.weight || p.bias)
-      G = resident_bwd<T, TM, true>(c, p.dim);
+      G = resident_bwd<T, TM, true>(c, p);
     else
-      G = resident_bwd<T, TM, false>(c, p.dim);
+      G = resident_bwd<T, TM, false>(c, p);
   });
   c.sms = device_sms();
   make_chunks(p, G > 0 ? G : 512, bwd, c);
+  if (c.spc > 0) {  // sample teams: their own kernel instance (and shared memory)
+    int64_t G2 = 0;
+    dispatch(p, [&](auto t, auto tm) {
+      using T = decltype(t);
+      using TM = decltype(tm);
+      if (!bwd)
+        G2 = resident_fwd<T, TM>(c);
+      else if (p.weight || p.bias)
+        G2 = resident_bwd<T, TM, true>(c, p);
+      else
+        G2 = resident_bwd<T, TM, false>(c, p);
+    });
+    if (G2 > 0 && G2 != G) make_chunks(p, G2, bwd, c);
+  }
   return c;
 }
 
@@ -1246,6 +1428,7 @@ AdalnCudaBwdPlan adaln_bwd_cuda_plan(const AdalnParams& p) {
   r.chunks = a.c.K;
   r.rows_per_chunk = a.c.C;
   r.blocks = grid_for(a.c);
+  r.samples_per_chunk = a.c.spc;
   if (a.off_t >= 0 && p.dim > 0) {
     r.finalize_mode = f.mode;
     r.finalize_segments = f.nseg;

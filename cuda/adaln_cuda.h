@@ -61,6 +61,7 @@ struct AdalnCudaBwdPlan {
   int64_t finalize_segments = 0;  // row segments of the finalize (blocks: x column tiles)
   int64_t finalize_blocks = 0;    // 0 when no finalize runs
   int64_t partial_bytes = 0;      // workspace traffic of the partial rows (written + read)
+  int64_t samples_per_chunk = 0;  // > 0: per-sample, a team a whole sample (short samples)
 };
 AdalnCudaBwdPlan adaln_bwd_cuda_plan(const AdalnParams& p);
 

@@ -357,7 +357,7 @@ void test_finalize() {
     int mode;
   };
   const std::vector<F> full = {{7, 1, 2000, 40, 0},  {3, 2, 700, 33, 0},  {11, 1, 6000, 1, 0},
-                               {5, 40, 40, 64, 1},   {16, 40, 40, 64, 1}, {1, 2, 2100, 64, 2},
+                               {5, 40, 40, 64, 1},   {16, 40, 70, 64, 1}, {1, 2, 2100, 64, 2},
                                {12, 2, 2100, 64, 2}, {9, 1, 4000, 33, 2}};
   const std::vector<F> small = {{7, 1, 2000, 40, 0}, {5, 40, 40, 64, 1}, {1, 2, 2100, 64, 2}};
   uint64_t seed = 1700;
@@ -394,6 +394,43 @@ void test_partial_traffic() {
       AL_CHECK(pl.finalize_blocks >= 2 * sms,
                c.name() << ": " << pl.finalize_blocks << " finalize blocks for " << sms << " SMs");
     }
+}
+
+// Per-sample modulation with short samples (L smaller than the chunk a block would take):
+// chunks of whole samples, one team a sample, which writes the sample's dscale / dshift
+// itself; one pair of partial rows a chunk for dweight / dbias. B = 4096, L = 1 with small
+// teams (32 a block), several samples a team (L = 2), samples of 3 rows, dscale / dshift
+// only (no workspace), two vectors a thread with 56 KiB of shared memory (D = 7000: the
+// opt-in above 48 KiB), against the reference; then the plan alone at B = 4096, L = 1,
+// D = 8192 bf16 affine: the workspace a fraction of x (was 512 MiB for 64 MiB of x).
+void test_sample_teams() {
+  const auto cs = combos();
+  struct S {
+    size_t combo;
+    int64_t B, L, D;
+  };
+  const std::vector<S> full = {{5, 4096, 1, 64}, {17, 2000, 2, 200}, {9, 1000, 3, 64},
+                               {0, 1500, 1, 40}, {1, 300, 1, 7000},  {12, 700, 1, 1500}};
+  const std::vector<S> small = {{5, 1024, 1, 64}, {17, 500, 2, 200}};
+  uint64_t seed = 1900;
+  for (const S& t : g_small ? small : full) {
+    const AdalnCase c = shaped(cs[t.combo], t.B, t.L, t.D, seed++);
+    const AdalnCudaBwdPlan pl = adaln_bwd_cuda_plan(plan_params(c));
+    AL_CHECK(pl.samples_per_chunk > 0 && pl.chunks < t.B, c.name() << ": " << pl.samples_per_chunk
+                                                                   << " samples a chunk, "
+                                                                   << pl.chunks << " chunks");
+    auto r = adaln_check::check_adaln_fwd(c, run_fwd_cuda);
+    AL_CHECK(r.ok, c.name() << "\n" << r.report);
+    r = adaln_check::check_adaln_bwd(c, run_bwd_cuda);
+    AL_CHECK(r.ok, c.name() << "\n" << r.report);
+  }
+  const AdalnCase big = shaped(cs[5], 4096, 1, 8192, 1);
+  const AdalnParams bp = plan_params(big);
+  const double ws = double(adaln_bwd_cuda_workspace_bytes(bp)), x = 4096.0 * 8192 * 2;
+  AL_CHECK(ws <= x / 4, big.name() << ": workspace " << ws / (1 << 20) << " MiB for "
+                                   << x / (1 << 20) << " MiB of x");
+  const AdalnCudaBwdPlan pl = adaln_bwd_cuda_plan(bp);
+  AL_CHECK(pl.samples_per_chunk > 0 && pl.blocks > 1, big.name() << ": " << pl.blocks << " blocks");
 }
 
 // A CUDA error left pending by earlier work is reported as such, not as an adaLN launch
@@ -442,6 +479,7 @@ const CudaTest kTests[] = {
     {"few_sms", test_few_sms, true},
     {"finalize", test_finalize, true},
     {"partial_traffic", test_partial_traffic, true},
+    {"sample_teams", test_sample_teams, true},
     {"pending_error", test_pending_error, true},
 };
 
