@@ -295,20 +295,30 @@ const char* fast_json_object(const char* p, const char* const e, std::string_vie
     {
       const size_t left = size_t(e - p) - 1;  // bytes after the opening quote
       const char* q = p + 1;
-      const int guess = left == 0   ? -1
-                        : *q == 'p' ? kPath
-                        : *q == 'n' ? kFrames
-                        : *q == 'h' ? kHeight
-                        : *q == 'w' ? kWidth
-                        : *q == 'f' ? kFps
-                                    : -1;
-      if (guess >= 0) {
-        const std::string_view want = kKeys[guess];
-        if (left > want.size() && memcmp(q, want.data(), want.size()) == 0 && q[want.size()] == '"') {
-          k = guess;
-          key = std::string_view(q, want.size());
-          p = q + want.size() + 1;
-        }
+      // Fixed-size compares (inlined), the key's closing quote included.
+      auto match = [&](int column, size_t len) {
+        k = column;
+        key = std::string_view(q, len);
+        p = q + len + 1;
+      };
+      switch (left == 0 ? '\0' : *q) {
+        case 'p':
+          if (left > 4 && memcmp(q, "path\"", 5) == 0) match(kPath, 4);
+          break;
+        case 'n':
+          if (left > 10 && memcmp(q, "num_frames\"", 11) == 0) match(kFrames, 10);
+          break;
+        case 'h':
+          if (left > 6 && memcmp(q, "height\"", 7) == 0) match(kHeight, 6);
+          break;
+        case 'w':
+          if (left > 5 && memcmp(q, "width\"", 6) == 0) match(kWidth, 5);
+          break;
+        case 'f':
+          if (left > 3 && memcmp(q, "fps\"", 4) == 0) match(kFps, 3);
+          break;
+        default:
+          break;
       }
     }
     if (k < 0 && !string(key)) return nullptr;
