@@ -8,6 +8,8 @@
 //     the row is read from memory exactly once; loads and stores are 128-bit for the
 //     16-byte aligned bulk of each row and per element for its head and tail (RowMap);
 //     rows wider than 8192 are looped over by one team (adaln_*_loop_kernel);
+//   - the forward loads the whole vectors of a team's next row while it reduces the
+//     current one (software prefetch into registers);
 //   - statistics are two-pass in fp32 from registers (mean, then the corrected sum of
 //     squared deviations), reduced with warp shuffles (ts <= 32: sub-warp teams, several
 //     rows per warp) or shuffles + shared memory (ts > 32);
@@ -187,6 +189,13 @@ __device__ __forceinline__ int64_t col_at(const RowMap&, const VecPos& v, int e)
   return int64_t(v.c0) + e;
 }
 
+// The raw bits of one whole 8-element vector (16 bytes of 16-bit data, 32 of fp32): what
+// the forward keeps of the next row while it reduces the current one.
+template <typename T>
+struct RawVec {
+  uint4 u[sizeof(T) / 2];
+};
+
 // Vector v of the row at `row`; zeros outside the row or when !valid. vec: RowMap::vec.
 template <typename T>
 __device__ __forceinline__ void load_vec(const T* row, bool vec, const VecPos& v, bool valid,
@@ -341,24 +350,54 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_fwd_kernel(const Args a) {
       grp = k * c.spc + team;
       r1 = k * c.spc + c.spc < p.batch ? k * c.spc + c.spc : p.batch;  // samples end
     }
-    for (int64_t it = 0; it < c.R; ++it) {
-      int64_t r;
-      bool valid;
+    // The team's rows in order. (rn, vn, gn): the next row, its validity and sample; its
+    // whole vectors are loaded into nx while the current row is reduced (software
+    // prefetch: the loads are in flight across the reductions' shuffles and barriers).
+    int64_t rn = 0, gn = grp;
+    bool vn = false;
+    auto advance = [&](int64_t it) {
       if constexpr (!ST) {
-        r = r0 + team + it * c.rpb;
-        valid = r < r1;
+        rn = r0 + team + it * c.rpb;
+        vn = rn < r1;
       } else {
         if (++l == c.L) l = 0, grp += c.rpb;
-        valid = grp < r1;
-        r = grp * c.L + l;
+        gn = grp;
+        vn = grp < r1;
+        rn = grp * c.L + l;
       }
+    };
+    // Not with sample teams: their one-vector instance spilled (8-20 bytes at ptxas' 64
+    // registers there), and a team's rows are few per sample.
+    constexpr bool kAhead = !ST;
+    RawVec<T> nx[VPT] = {};
+    auto prefetch = [&]() {
+#pragma unroll
+      for (int i = 0; i < VPT; ++i)
+        if (kAhead && vn && rm.vec && vp[i].nv == kEpv) {
+          const uint4* q = reinterpret_cast<const uint4*>(x + rn * p.x_stride + vp[i].c0);
+#pragma unroll
+          for (int n = 0; n < int(sizeof(T) / 2); ++n) nx[i].u[n] = q[n];
+        }
+    };
+    advance(0);
+    prefetch();
+    for (int64_t it = 0; it < c.R; ++it) {
+      const int64_t r = rn, g = gn;
+      const bool valid = vn;
       float v[VPT][kEpv];
       float s[1] = {0.f};
 #pragma unroll
       for (int i = 0; i < VPT; ++i) {
-        load_vec<T>(x + r * p.x_stride, rm.vec, vp[i], valid, v[i]);
+        if (kAhead && valid && rm.vec && vp[i].nv == kEpv)
+          Vec8<T>::load(reinterpret_cast<const T*>(nx[i].u), v[i]);
+        else
+          load_vec<T>(x + r * p.x_stride, rm.vec, vp[i], valid, v[i]);
 #pragma unroll
         for (int e = 0; e < kEpv; ++e) s[0] += v[i][e];
+      }
+      if (it + 1 < c.R) {  // uniform per team
+        advance(it + 1);
+        prefetch();
       }
       team_sum<1>(s, ts, reinterpret_cast<float(*)[32][1]>(red), 0);
       const float m = s[0] / float(D);
@@ -388,8 +427,8 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_fwd_kernel(const Args a) {
           // bookkeeping they spilled (12 bytes); the sample's modulation row is read where
           // used, element by element (the [B, D] rows' alignment is not in the row map).
           float sv[kEpv], tv[kEpv];
-          load_vec<TM>(scale + grp * p.scale_stride, false, vp[i], true, sv);
-          load_vec<TM>(shift + grp * p.shift_stride, false, vp[i], true, tv);
+          load_vec<TM>(scale + g * p.scale_stride, false, vp[i], true, sv);
+          load_vec<TM>(shift + g * p.shift_stride, false, vp[i], true, tv);
 #pragma unroll
           for (int e = 0; e < kEpv; ++e) {
             const int64_t j = col_at(rm, vp[i], e);

@@ -293,7 +293,8 @@ void test_ragged() {
 // The grid is sized from the device (occupancy x SMs) and the rows are cut into one chunk
 // a block: on a device of one SM (the emulator's set_sms; a real GPU runs the same cases
 // with its own size) every block walks many rows, the looped backward adds rows past its
-// first into the workspace rows, and a per-sample chunk ends at its sample's last row.
+// first into the workspace rows, a per-sample chunk ends at its sample's last row, and the
+// forward loads each row ahead while it reduces the one before.
 void test_few_sms() {
 #ifdef __CUDA_EMU__
   int sms = 0;
@@ -305,9 +306,12 @@ void test_few_sms() {
     size_t combo;
     int64_t B, L, D;
   };
+  // D = 1024 and 512 with 16-byte rows: the forward's prefetch of the team's next row
+  // (the vector path) over many rows a team.
   const std::vector<F> full = {{3, 1, 24, 16411},  {7, 1, 24, 16411}, {4, 3, 7, 12289},
-                               {11, 2, 300, 1500}, {1, 5, 100, 64},   {9, 1, 2000, 8}};
-  const std::vector<F> small = {{3, 1, 10, 16411}, {11, 2, 40, 1500}};
+                               {11, 2, 300, 1500}, {1, 5, 100, 64},   {9, 1, 2000, 8},
+                               {5, 1, 600, 1024},  {7, 2, 200, 512}};
+  const std::vector<F> small = {{3, 1, 10, 16411}, {11, 2, 40, 1500}, {5, 1, 200, 1024}};
   uint64_t seed = 1500;
   for (const F& t : g_small ? small : full) {
     const AdalnCase c = shaped(cs[t.combo % cs.size()], t.B, t.L, t.D, seed++);
