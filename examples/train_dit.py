@@ -524,6 +524,10 @@ def main(argv=None) -> List[dict]:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=2)
     if dist_world > 1:
+        # Every rank done (rank 0 may still be writing) before gloo's connections close: a rank
+        # tearing down while another still talks to it can abort in gloo's threads
+        # ("terminate called without an active exception", seen once in CI under fsdp2 x4).
+        torch.distributed.barrier()
         torch.distributed.destroy_process_group()
     return results
 
