@@ -57,7 +57,7 @@ class BinHeap {
  public:
   using Entry = std::pair<int64_t, uint32_t>;  // 16 bytes
   explicit BinHeap(uint64_t bins, const std::vector<int64_t>* keys = nullptr) : n_(bins), buf_(bins + 4) {
-    // Children of i are 4i+1..4i+4: h_[1] on a 64-byte boundary puts every such group on one.
+    // Children of i are 4i+1..4i+4: h()[1] on a 64-byte boundary puts every such group on one.
     const auto addr = reinterpret_cast<uintptr_t>(buf_.data() + 1);
     first_ = size_t((64 - addr % 64) % 64) / sizeof(Entry);
     for (uint64_t j = 0; j < bins; ++j) h()[j] = {keys ? (*keys)[j] : 0, uint32_t(j)};  // all zero: a heap
