@@ -124,11 +124,10 @@ bool ends_with(const std::string& s, const char* suffix) {
   return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
 }
 
-}  // namespace
-
-// Large buffers come from their own anonymous mapping with transparent huge pages asked for
-// (a 1 GB manifest then faults in ~500 pages instead of ~250,000), and are not zeroed first.
-std::shared_ptr<char> Manifest::big_buffer(size_t n) {
+// An uninitialised buffer of n bytes. Large ones come from their own anonymous mapping with
+// transparent huge pages asked for (a 1 GB manifest then faults in ~500 pages instead of
+// ~250,000).
+std::shared_ptr<char> big_buffer(size_t n) {
 #if defined(__linux__)
   if (n >= (size_t(1) << 21)) {
     const size_t len = (n + (size_t(1) << 21) - 1) & ~((size_t(1) << 21) - 1);
@@ -141,8 +140,6 @@ std::shared_ptr<char> Manifest::big_buffer(size_t n) {
 #endif
   return std::shared_ptr<char>(new char[std::max<size_t>(n, 1)], std::default_delete<char[]>());
 }
-
-namespace {
 
 // LF bytes in `s`, 16 a compare (one pass, where a memchr per line pays a call per line):
 // byte counters (0 - matches) summed with psadbw every 255 blocks.
@@ -203,7 +200,7 @@ Manifest::Text read_whole_file(const std::string& path) {
   size_t cap = 0;
   if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) cap = size_t(st.st_size);
   Manifest::Text t;
-  t.hold = Manifest::big_buffer(cap);
+  t.hold = big_buffer(cap);
   size_t size = 0;
   for (;;) {
     if (size == cap) {
@@ -214,7 +211,7 @@ Manifest::Text read_whole_file(const std::string& path) {
       if (got < 0) fail("read failed");
       if (got == 0) break;
       const size_t grown = std::max<size_t>({2 * cap, size + size_t(got), size_t(1) << 16});
-      std::shared_ptr<char> bigger = Manifest::big_buffer(grown);
+      std::shared_ptr<char> bigger = big_buffer(grown);
       if (size > 0) memcpy(bigger.get(), t.hold.get(), size);
       memcpy(bigger.get() + size, probe, size_t(got));
       t.hold = std::move(bigger);
@@ -295,30 +292,21 @@ const char* fast_json_object(const char* p, const char* const e, std::string_vie
     {
       const size_t left = size_t(e - p) - 1;  // bytes after the opening quote
       const char* q = p + 1;
-      // Fixed-size compares (inlined), the key's closing quote included.
-      auto match = [&](int column, size_t len) {
+      // `quoted` is a column's key with its closing quote: a fixed-size compare (inlined).
+      auto try_key = [&](int column, const auto& quoted) {
+        constexpr size_t len = sizeof(quoted) - 2;  // without the quote and the terminating 0
+        if (left <= len || memcmp(q, quoted, len + 1) != 0) return;
         k = column;
         key = std::string_view(q, len);
         p = q + len + 1;
       };
       switch (left == 0 ? '\0' : *q) {
-        case 'p':
-          if (left > 4 && memcmp(q, "path\"", 5) == 0) match(kPath, 4);
-          break;
-        case 'n':
-          if (left > 10 && memcmp(q, "num_frames\"", 11) == 0) match(kFrames, 10);
-          break;
-        case 'h':
-          if (left > 6 && memcmp(q, "height\"", 7) == 0) match(kHeight, 6);
-          break;
-        case 'w':
-          if (left > 5 && memcmp(q, "width\"", 6) == 0) match(kWidth, 5);
-          break;
-        case 'f':
-          if (left > 3 && memcmp(q, "fps\"", 4) == 0) match(kFps, 3);
-          break;
-        default:
-          break;
+        case 'p': try_key(kPath, "path\""); break;
+        case 'n': try_key(kFrames, "num_frames\""); break;
+        case 'h': try_key(kHeight, "height\""); break;
+        case 'w': try_key(kWidth, "width\""); break;
+        case 'f': try_key(kFps, "fps\""); break;
+        default: break;
       }
     }
     if (k < 0 && !string(key)) return nullptr;
@@ -685,6 +673,18 @@ void Manifest::load_jsonl(std::string_view text, const std::string& name, BadRow
   const char* const t = text.data();
   const size_t n = text.size();
   std::string_view cols[kColumns];
+  // Line `s` (its columns in `cols` when `parsed`): valid rows the fast way, the rest (and
+  // the messages of bad ones) through nlohmann.
+  auto add_line = [&](std::string_view s, int64_t line, bool parsed) {
+    if (parsed) {
+      const Fields f{cols[kPath], cols[kFrames], cols[kHeight], cols[kWidth], cols[kFps]};
+      if (add_plain(f, line)) return;
+      ClipInfo c;
+      std::string field, reason;
+      if (parse_fields(f, c, field, reason)) return push(f.path, c, true, line);
+    }
+    load_jsonl_line(s, name, line, policy);
+  };
   while (pos < n) {
     // Lines end in LF, CRLF or a lone CR (a JSON string cannot hold a raw CR or LF).
     {
@@ -700,16 +700,7 @@ void Manifest::load_jsonl(std::string_view text, const std::string& name, BadRow
         while (e > b && blank(t[e - 1])) --e;
         const std::string_view s(t + b, e - b);
         pos = end + (end < n && t[end] == '\r' ? 2 : 1);
-        ++line;
-        const Fields f{cols[kPath], cols[kFrames], cols[kHeight], cols[kWidth], cols[kFps]};
-        if (add_plain(f, line)) continue;
-        ClipInfo c;
-        std::string field, reason;
-        if (parse_fields(f, c, field, reason)) {
-          push(f.path, c, true, line);
-        } else {
-          load_jsonl_line(s, name, line, policy);
-        }
+        add_line(s, ++line, true);
         continue;
       }
     }
@@ -720,16 +711,7 @@ void Manifest::load_jsonl(std::string_view text, const std::string& name, BadRow
     pos = end + (end + 1 < n && t[end] == '\r' && t[end + 1] == '\n' ? 2 : 1);
     ++line;
     if (s.empty()) continue;
-    if (fast_json_fields(s, cols)) {
-      Fields f{cols[kPath], cols[kFrames], cols[kHeight], cols[kWidth], cols[kFps]};
-      ClipInfo c;
-      std::string field, reason;
-      if (parse_fields(f, c, field, reason)) {
-        push(f.path, c, true, line);
-        continue;
-      }
-    }
-    load_jsonl_line(s, name, line, policy);
+    add_line(s, line, fast_json_fields(s, cols));
   }
 }
 

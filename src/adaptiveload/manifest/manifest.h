@@ -82,8 +82,6 @@ class Manifest {
     size_t size = 0;
     std::string_view view() const { return hold ? std::string_view(hold.get(), size) : std::string_view(); }
   };
-  // An uninitialised buffer of n bytes (huge pages asked for when large).
-  static std::shared_ptr<char> big_buffer(size_t n);
 
  private:
   // A usable row's numbers (frames <= 10^7, sides <= 65536, so sides - 1 fit 16 bits); a bad
