@@ -1406,31 +1406,26 @@ void dispatch(const AdalnParams& p, Fn&& fn) {
 // current device holds of it (512 when the runtime cannot say).
 Cfg make_cfg(const AdalnParams& p, bool bwd) {
   Cfg c = make_layout(p, bwd);
-  int64_t G = 0;
-  dispatch(p, [&](auto t, auto tm) {
-    using T = decltype(t);
-    using TM = decltype(tm);
-    if (!bwd)
-      G = resident_fwd<T, TM>(c);
-    else if (p.weight || p.bias)
-      G = resident_bwd<T, TM, true>(c, p);
-    else
-      G = resident_bwd<T, TM, false>(c, p);
-  });
-  c.sms = device_sms();
-  make_chunks(p, G > 0 ? G : 512, bwd, c);
-  if (c.spc > 0) {  // sample teams: their own kernel instance (and shared memory)
-    int64_t G2 = 0;
+  // Blocks the device holds of the kernel instance `c` selects.
+  auto resident = [&] {
+    int64_t g = 0;
     dispatch(p, [&](auto t, auto tm) {
       using T = decltype(t);
       using TM = decltype(tm);
       if (!bwd)
-        G2 = resident_fwd<T, TM>(c);
+        g = resident_fwd<T, TM>(c);
       else if (p.weight || p.bias)
-        G2 = resident_bwd<T, TM, true>(c, p);
+        g = resident_bwd<T, TM, true>(c, p);
       else
-        G2 = resident_bwd<T, TM, false>(c, p);
+        g = resident_bwd<T, TM, false>(c, p);
     });
+    return g;
+  };
+  const int64_t G = resident();
+  c.sms = device_sms();
+  make_chunks(p, G > 0 ? G : 512, bwd, c);
+  if (c.spc > 0) {  // sample teams: their own kernel instance (and shared memory)
+    const int64_t G2 = resident();
     if (G2 > 0 && G2 != G) make_chunks(p, G2, bwd, c);
   }
   return c;

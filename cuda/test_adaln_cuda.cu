@@ -329,15 +329,7 @@ void test_few_sms() {
 // adaln_bwd_cuda_plan and adaln_bwd_cuda_workspace_bytes, which size but never read.
 AdalnParams plan_params(const AdalnCase& c) {
   static char dummy[16];
-  AdalnParams p;
-  p.rows = c.batch * c.L;
-  p.dim = c.D;
-  p.batch = c.batch;
-  p.rows_per_sample = c.L;
-  p.per_token = c.per_token;
-  p.x_dtype = c.x_dtype;
-  p.mod_dtype = c.mod_dtype;
-  p.weight_dtype = c.weight_dtype;
+  AdalnParams p = c.shape_params();
   p.x = p.scale = p.shift = p.dy = dummy;
   p.dx = p.dscale = p.dshift = dummy;
   p.mean = p.rstd = reinterpret_cast<float*>(dummy);

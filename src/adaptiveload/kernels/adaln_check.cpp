@@ -326,17 +326,22 @@ AdalnProblem::AdalnProblem(const AdalnCase& cs) : c(cs) {
   dbias = nan_buffer(c.weight_dtype, 1, D, D);
 }
 
-AdalnParams AdalnProblem::params() {
+AdalnParams AdalnCase::shape_params() const {
   AdalnParams p;
-  p.rows = c.batch * c.L;
-  p.dim = c.D;
-  p.batch = c.batch;
-  p.rows_per_sample = c.L;
-  p.per_token = c.per_token;
-  p.eps = c.eps;
-  p.x_dtype = c.x_dtype;
-  p.mod_dtype = c.mod_dtype;
-  p.weight_dtype = c.weight_dtype;
+  p.rows = batch * L;
+  p.dim = D;
+  p.batch = batch;
+  p.rows_per_sample = L;
+  p.per_token = per_token;
+  p.eps = eps;
+  p.x_dtype = x_dtype;
+  p.mod_dtype = mod_dtype;
+  p.weight_dtype = weight_dtype;
+  return p;
+}
+
+AdalnParams AdalnProblem::params() {
+  AdalnParams p = c.shape_params();
   p.x = x.data();
   p.x_stride = x.stride;
   p.scale = scale.data();

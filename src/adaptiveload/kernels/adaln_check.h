@@ -49,6 +49,7 @@ struct AdalnCase {
   double x_offset = 0.5;  // rows get a random mean in [-x_offset, x_offset]
   uint64_t seed = 1;
   std::string name() const;
+  AdalnParams shape_params() const;  // shape, dtypes and eps; no tensors
 };
 
 // All host tensors of one case and the params wired to them.
