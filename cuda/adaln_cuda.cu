@@ -5,9 +5,11 @@
 // Layout of the work (forward and backward alike):
 //   - a "team" of ts threads owns one row at a time; each thread holds VPT vectors of 8
 //     elements of the row in registers (vector v = i * ts + lane, see RowMap), so
-//     the row is read from memory exactly once; loads and stores are 128-bit for the
-//     16-byte aligned bulk of each row and per element for its head and tail (RowMap);
-//     rows wider than 8192 are looped over by one team (adaln_*_loop_kernel);
+//     the row is read from memory exactly once: 1-2 vectors in teams of up to 512 threads,
+//     or one in teams of up to 1024 (the wide kernels, D 4097 - 8192); loads and stores
+//     are 128-bit for the 16-byte aligned bulk of each row in every operand that agrees
+//     on where it starts, per element for the head, the tail and the other operands
+//     (RowMap); rows wider than 8192 are looped over by one team (adaln_*_loop_kernel);
 //   - the forward loads the whole vectors of a team's next row while it reduces the
 //     current one (software prefetch into registers);
 //   - statistics are two-pass in fp32 from registers (mean, then the corrected sum of
@@ -45,8 +47,8 @@ namespace adaptiveload {
 namespace {
 
 constexpr int kEpv = 8;        // elements per vector (16 bytes of 16-bit data)
-constexpr int kMaxVpt = 2;     // vectors per thread
-constexpr int kMaxTeam = 512;  // threads per row (and per block): 128 registers a thread
+constexpr int kMaxTeam = 512;    // threads per row (and per block): 128 registers a thread
+constexpr int kWideTeam = 1024;  // one vector a thread: 64 registers a thread
 constexpr int kBlockTarget = 256;
 
 // ---------------------------------------------------------------- element conversions
@@ -144,22 +146,29 @@ struct Vec8<__half> {
   }
 };
 
-// Vector layout of every row (row_map on the host). With `vec`: the head [0, head) up to
-// the first 16-byte boundary is vector 0 (when head > 0), then come `full` whole vectors
-// (8 columns each, 16-byte aligned in every row operand: x, y / dy, dx, per-token
-// modulation and its gradients; moved 128 bits at a time), then the tail; head and tail
-// are moved element by element. That is at most one vector more than ceil(D / 8); when
-// the team lacks room for it, or the operands disagree on alignment, or a row stride is
-// not a multiple of 16 bytes, `vec` is off and vector v is columns 8v .. 8v + 7, all
-// moved element by element. count: the vectors of a row.
+// Row operands, as bits of RowMap::ok (adaln_cuda.h): the operands whose whole vectors
+// are moved 128 bits at a time.
+constexpr unsigned kOpX = kAdalnOpX, kOpY = kAdalnOpY, kOpDy = kAdalnOpDy, kOpDx = kAdalnOpDx;
+constexpr unsigned kOpScale = kAdalnOpScale, kOpShift = kAdalnOpShift;
+constexpr unsigned kOpDscale = kAdalnOpDscale, kOpDshift = kAdalnOpDshift;
+
+// Vector layout of every row (row_map on the host). With `vec`: `head` columns up to the
+// column where the rows of the operands in `ok` reach a 16-byte boundary, then `full`
+// whole vectors (8 columns each, 16-byte aligned in every row of the operands of `ok`,
+// which move them 128 bits at a time; the other operands element by element), then the
+// tail. Head and tail are moved element by element; that is at most one vector more than
+// ceil(D / 8). Without `vec` (no operand has a 16-byte row stride reaching 16 bytes at a
+// column the team has room for) vector v is columns 8v .. 8v + 7, all moved element by
+// element. count: the vectors of a row.
 struct RowMap {
   int64_t D = 0, head = 0, full = 0, count = 0;
+  unsigned ok = 0;  // AdalnRowOperand bits
   bool vec = false;
 };
 
-// Where vector v of a row lies: elements e < nv, at columns c0 + e. With m.vec, nv = 8
-// only for the whole (16-byte aligned) vectors: 128-bit accesses. Columns are 32-bit
-// (D < 2^31, adaln_cuda_max_dim): one register less per vector.
+// Where vector v of a row lies: elements e < nv, at columns c0 + e. A whole vector (8
+// columns past the head) has nv = 8. Columns are 32-bit (D < 2^31, adaln_cuda_max_dim):
+// one register less per vector.
 struct VecPos {
   int c0;
   int nv;
@@ -188,6 +197,10 @@ __device__ __forceinline__ VecPos vec_pos(const RowMap& m, int64_t v) {
 __device__ __forceinline__ int64_t col_at(const RowMap&, const VecPos& v, int e) {
   return int64_t(v.c0) + e;
 }
+// Vector v moves 128 bits at a time in operand `op` (a head of 8 columns is not whole).
+__device__ __forceinline__ bool whole(const RowMap& m, unsigned op, const VecPos& v) {
+  return (m.ok & op) != 0 && v.nv == kEpv;
+}
 
 // The raw bits of one whole 8-element vector (16 bytes of 16-bit data, 32 of fp32): what
 // the forward keeps of the next row while it reduces the current one.
@@ -196,28 +209,29 @@ struct RawVec {
   uint4 u[sizeof(T) / 2];
 };
 
-// Vector v of the row at `row`; zeros outside the row or when !valid. vec: RowMap::vec.
+// Vector v of the row at `row` of operand `op` (0: element by element); zeros outside
+// the row or when !valid.
 template <typename T>
-__device__ __forceinline__ void load_vec(const T* row, bool vec, const VecPos& v, bool valid,
-                                         float (&o)[kEpv]) {
-  if (valid && vec && v.nv == kEpv) {
+__device__ __forceinline__ void load_vec(const T* row, const RowMap& m, unsigned op,
+                                         const VecPos& v, bool valid, float (&o)[kEpv]) {
+  if (valid && whole(m, op, v)) {
     Vec8<T>::load(row + v.c0, o);
     return;
   }
   const int n = valid ? v.nv : 0;
 #pragma unroll
-  for (int e = 0; e < kEpv; ++e) o[e] = e < n ? to_f(row[v.c0 + e]) : 0.f;
+  for (int e = 0; e < kEpv; ++e) o[e] = e < n ? to_f(row[col_at(m, v, e)]) : 0.f;
 }
 template <typename T>
-__device__ __forceinline__ void store_vec(T* row, bool vec, const VecPos& v,
+__device__ __forceinline__ void store_vec(T* row, const RowMap& m, unsigned op, const VecPos& v,
                                           const float (&o)[kEpv]) {
-  if (vec && v.nv == kEpv) {
+  if (whole(m, op, v)) {
     Vec8<T>::store(row + v.c0, o);
     return;
   }
 #pragma unroll
   for (int e = 0; e < kEpv; ++e)
-    if (e < v.nv) row[v.c0 + e] = from_f<T>(o[e]);
+    if (e < v.nv) row[col_at(m, v, e)] = from_f<T>(o[e]);
 }
 
 // ---------------------------------------------------------------- team reductions
@@ -235,6 +249,8 @@ struct Cfg {
   int64_t K = 0;    // chunks in all
   int64_t G = 512;  // blocks launched at most: resident on the device at once
   int64_t sms = 0;  // SMs of the current device (0: unknown)
+  // The grid-stride step of the launched grid in groups and chunks (ChunkWalk).
+  int64_t kstep_grp = 0, kstep_in = 0;
   // Sample teams (per-sample modulation, samples shorter than a chunk): a chunk is spc
   // whole samples, team t of the block takes samples t, t + rpb, ... of it, R = (spc / rpb)
   // L rows; the backward writes each sample's dscale / dshift from the team's registers and
@@ -287,11 +303,30 @@ __device__ __forceinline__ void zero_tickets(const Args& a) {
   for (int64_t i = threadIdx.x; i < a.ntk; i += blockDim.x) tk[i] = 0u;
 }
 
-// Rows [r0, r1) of chunk k.
-__device__ __forceinline__ void chunk_rows(const Cfg& c, int64_t k, int64_t& grp, int64_t& r0,
-                                           int64_t& r1) {
-  grp = k / c.cps;
-  r0 = grp * c.L + (k - grp * c.cps) * c.C;
+// A block's grid-stride walk over the chunks: chunk k is chunk kin of group grp, stepped
+// without a 64-bit division (a subroutine call in SASS, whose saved registers spilled in
+// the 64-register kernels): the host gives the step in groups and chunks (Cfg::kstep_*).
+struct ChunkWalk {
+  int64_t k, grp, kin;
+  __device__ explicit ChunkWalk(const Cfg& c) : k(blockIdx.x), grp(0), kin(blockIdx.x) {
+    if (c.cps > 0 && c.cps <= int64_t(blockIdx.x)) {  // then cps < 2^31
+      grp = int64_t(unsigned(blockIdx.x) / unsigned(c.cps));
+      kin = k - grp * c.cps;
+    }
+  }
+  __device__ void next(const Cfg& c) {
+    k += gridDim.x;
+    grp += c.kstep_grp;
+    kin += c.kstep_in;
+    if (kin >= c.cps) kin -= c.cps, ++grp;
+  }
+};
+
+// Group and rows [r0, r1) of the walk's chunk.
+__device__ __forceinline__ void chunk_rows(const Cfg& c, const ChunkWalk& w, int64_t& grp,
+                                           int64_t& r0, int64_t& r1) {
+  grp = w.grp;
+  r0 = grp * c.L + w.kin * c.C;
   const int64_t end = (grp + 1) * c.L;
   r1 = r0 + c.C < end ? r0 + c.C : end;
 }
@@ -299,9 +334,10 @@ __device__ __forceinline__ void chunk_rows(const Cfg& c, int64_t k, int64_t& grp
 // ---------------------------------------------------------------- forward
 
 // ST: sample teams (Cfg::spc > 0), a separate instance so that the chunks-of-rows one keeps
-// its registers.
-template <typename T, typename TM, int VPT, bool ST>
-__global__ void __launch_bounds__(kMaxTeam) adaln_fwd_kernel(const Args a) {
+// its registers. WIDE: one vector a thread in teams of up to kWideTeam threads (the
+// kernel adaln_fwd_wide_kernel, 64 registers a thread).
+template <typename T, typename TM, int VPT, bool ST, bool WIDE>
+__device__ __forceinline__ void adaln_fwd_rows(const Args& a) {
   const AdalnParams& p = a.p;
   const Cfg& c = a.c;
   __shared__ float red[2][32][2];
@@ -341,11 +377,12 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_fwd_kernel(const Args a) {
         }
       }
   };
-  for (int64_t k = blockIdx.x; k < c.K; k += gridDim.x) {
+  for (ChunkWalk cw(c); cw.k < c.K; cw.next(c)) {
+    const int64_t k = cw.k;
     int64_t grp = 0, r0 = 0, r1 = 0, l = -1;  // sample teams: grp this team's sample, l its row
     if constexpr (!ST) {
-      chunk_rows(c, k, grp, r0, r1);
-      fold(grp);
+      chunk_rows(c, cw, grp, r0, r1);
+      if constexpr (!WIDE) fold(grp);
     } else {
       grp = k * c.spc + team;
       r1 = k * c.spc + c.spc < p.batch ? k * c.spc + c.spc : p.batch;  // samples end
@@ -368,12 +405,12 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_fwd_kernel(const Args a) {
     };
     // Not with sample teams: their one-vector instance spilled (8-20 bytes at ptxas' 64
     // registers there), and a team's rows are few per sample.
-    constexpr bool kAhead = !ST;
+    constexpr bool kAhead = !ST && !WIDE;
     RawVec<T> nx[VPT] = {};
     auto prefetch = [&]() {
 #pragma unroll
       for (int i = 0; i < VPT; ++i)
-        if (kAhead && vn && rm.vec && vp[i].nv == kEpv) {
+        if (kAhead && vn && whole(rm, kOpX, vp[i])) {
           const uint4* q = reinterpret_cast<const uint4*>(x + rn * p.x_stride + vp[i].c0);
 #pragma unroll
           for (int n = 0; n < int(sizeof(T) / 2); ++n) nx[i].u[n] = q[n];
@@ -388,10 +425,10 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_fwd_kernel(const Args a) {
       float s[1] = {0.f};
 #pragma unroll
       for (int i = 0; i < VPT; ++i) {
-        if (kAhead && valid && rm.vec && vp[i].nv == kEpv)
+        if (kAhead && valid && whole(rm, kOpX, vp[i]))
           Vec8<T>::load(reinterpret_cast<const T*>(nx[i].u), v[i]);
         else
-          load_vec<T>(x + r * p.x_stride, rm.vec, vp[i], valid, v[i]);
+          load_vec<T>(x + r * p.x_stride, rm, kOpX, vp[i], valid, v[i]);
 #pragma unroll
         for (int e = 0; e < kEpv; ++e) s[0] += v[i][e];
       }
@@ -422,13 +459,15 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_fwd_kernel(const Args a) {
 #pragma unroll
       for (int i = 0; i < VPT; ++i) {
         float o[kEpv];
-        if constexpr (ST) {
-          // No folded A / B: a sample lasts a few rows, and in registers beside the sample's
-          // bookkeeping they spilled (12 bytes); the sample's modulation row is read where
-          // used, element by element (the [B, D] rows' alignment is not in the row map).
+        if constexpr (ST || WIDE) {
+          // No folded A / B: with sample teams a sample lasts a few rows, and in registers
+          // beside the sample's bookkeeping they spilled (12 bytes), as in the wide kernel (64
+          // registers); the modulation row is read where used (a sample's element by
+          // element: the [B, D] rows' alignment is not in the row map).
           float sv[kEpv], tv[kEpv];
-          load_vec<TM>(scale + g * p.scale_stride, false, vp[i], true, sv);
-          load_vec<TM>(shift + g * p.shift_stride, false, vp[i], true, tv);
+          const bool tok = !ST && p.per_token;
+          load_vec<TM>(scale + (tok ? r : g) * p.scale_stride, rm, tok ? kOpScale : 0u, vp[i], true, sv);
+          load_vec<TM>(shift + (tok ? r : g) * p.shift_stride, rm, tok ? kOpShift : 0u, vp[i], true, tv);
 #pragma unroll
           for (int e = 0; e < kEpv; ++e) {
             const int64_t j = col_at(rm, vp[i], e);
@@ -439,8 +478,8 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_fwd_kernel(const Args a) {
           }
         } else if (p.per_token) {
           float sv[kEpv], tv[kEpv];
-          load_vec<TM>(scale + r * p.scale_stride, rm.vec, vp[i], true, sv);
-          load_vec<TM>(shift + r * p.shift_stride, rm.vec, vp[i], true, tv);
+          load_vec<TM>(scale + r * p.scale_stride, rm, kOpScale, vp[i], true, sv);
+          load_vec<TM>(shift + r * p.shift_stride, rm, kOpShift, vp[i], true, tv);
 #pragma unroll
           for (int e = 0; e < kEpv; ++e)
             o[e] = ((v[i][e] - m - cm) * rstd * A[i][e] + B[i][e]) * (1.f + sv[e]) + tv[e];
@@ -448,16 +487,27 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_fwd_kernel(const Args a) {
 #pragma unroll
           for (int e = 0; e < kEpv; ++e) o[e] = (v[i][e] - m - cm) * rstd * A[i][e] + B[i][e];
         }
-        store_vec<T>(y + r * p.y_stride, rm.vec, vp[i], o);
+        store_vec<T>(y + r * p.y_stride, rm, kOpY, vp[i], o);
       }
     }
   }
 }
 
+// Teams of up to 512 threads, 1-2 vectors a thread (128 registers), and of up to 1024, one
+// vector a thread (64 registers).
+template <typename T, typename TM, int VPT, bool ST>
+__global__ void __launch_bounds__(kMaxTeam) adaln_fwd_kernel(const Args a) {
+  adaln_fwd_rows<T, TM, VPT, ST, false>(a);
+}
+template <typename T, typename TM, bool ST>
+__global__ void __launch_bounds__(kWideTeam) adaln_fwd_wide_kernel(const Args a) {
+  adaln_fwd_rows<T, TM, 1, ST, true>(a);
+}
+
 // ---------------------------------------------------------------- backward
 
-template <typename T, typename TM, int VPT, bool AFFINE, bool ST>
-__global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
+template <typename T, typename TM, int VPT, bool AFFINE, bool ST, bool WIDE>
+__device__ __forceinline__ void adaln_bwd_rows(const Args& a) {
   const AdalnParams& p = a.p;
   const Cfg& c = a.c;
   __shared__ float red[2][32][2];
@@ -486,15 +536,21 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
   // used (read a vector at a time up front, the f32 kernel spilled 8 bytes on sm_80).
   // Sample teams with two vectors re-read 1 + scale too (in registers, ptxas spilled 16-48
   // bytes beside the sample's bookkeeping).
-  constexpr bool kRegs = VPT == 1 || (!AFFINE && !ST);
+  // The wide kernels (64 registers) re-read them too, and the row itself for dx after the
+  // row sums instead of holding xhat and dxhat across them.
+  constexpr bool kRegs = !WIDE && (VPT == 1 || (!AFFINE && !ST));
+  // The wide kernels keep their two accumulators in shared memory (sacc, [2][8][ts] after
+  // the sample teams' rows), each slot owned by one thread: 64 registers leave no room.
+  float* const sacc = WIDE ? part + (ST && tot ? 2 * D : 0) : nullptr;
+  auto wb_at = [&](int i, int e, float& wv, float& bv) {  // element e of vector i
+    const bool in = e < vp[i].nv;
+    const int64_t j = col_at(rm, vp[i], e);
+    wv = in && p.weight ? ld_any(p.weight, p.weight_dtype, j) : 1.f;
+    bv = in && p.bias ? ld_any(p.bias, p.weight_dtype, j) : 0.f;
+  };
   auto load_wb = [&](int i, float(&wv)[kEpv], float(&bv)[kEpv]) {
 #pragma unroll
-    for (int e = 0; e < kEpv; ++e) {
-      const bool in = e < vp[i].nv;
-      const int64_t j = col_at(rm, vp[i], e);
-      wv[e] = in && p.weight ? ld_any(p.weight, p.weight_dtype, j) : 1.f;
-      bv[e] = in && p.bias ? ld_any(p.bias, p.weight_dtype, j) : 0.f;
-    }
+    for (int e = 0; e < kEpv; ++e) wb_at(i, e, wv[e], bv[e]);
   };
   float w[kRegs ? VPT : 1][kEpv], b[kRegs ? VPT : 1][kEpv];
   if constexpr (AFFINE && kRegs) {
@@ -502,10 +558,11 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
     for (int i = 0; i < VPT; ++i) load_wb(i, w[i], b[i]);
   }
   unsigned phase = 0;  // alternates the team_sum slot across every row of every chunk
-  for (int64_t k = blockIdx.x; k < c.K; k += gridDim.x) {
+  for (ChunkWalk cw(c); cw.k < c.K; cw.next(c)) {
+    const int64_t k = cw.k;
     int64_t grp = 0, r0 = 0, r1 = 0, l = -1;  // sample teams: grp this team's sample, l its row
     if constexpr (!ST) {
-      chunk_rows(c, k, grp, r0, r1);
+      chunk_rows(c, cw, grp, r0, r1);
     } else {
       grp = k * c.spc + team;
       r1 = k * c.spc + c.spc < p.batch ? k * c.spc + c.spc : p.batch;  // samples end
@@ -527,7 +584,14 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
     // finalize derives dshift = S1, dscale = w S2 + b S1, dbias = sum_b (1 + s_b) S1_b,
     // dweight = sum_b (1 + s_b) S2_b (per-sample), or dbias = S1, dweight = S2 (per-token).
     // With sample teams they cover the team's current sample only.
+    // The wide kernels keep them in shared memory instead (sacc).
     float acc1[VPT][kEpv] = {}, acc2[VPT][kEpv] = {};
+    auto A = [&](int n, int i, int e) -> float& {  // accumulator n of element e of vector i
+      if constexpr (WIDE)
+        return sacc[(n * kEpv + e) * ts + lane];
+      else
+        return n == 0 ? acc1[i][e] : acc2[i][e];
+    };
     auto start = [&](bool ok) {  // the sums of a new chunk (sample); ok: grp is a sample
 #pragma unroll
       for (int i = 0; i < VPT; ++i)
@@ -537,7 +601,7 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
             s1[i][e] = (ok && !p.per_token && (e < vp[i].nv))
                            ? 1.f + to_f(scale[grp * p.scale_stride + col_at(rm, vp[i], e)])
                            : 0.f;
-          acc1[i][e] = acc2[i][e] = 0.f;
+          A(0, i, e) = A(1, i, e) = 0.f;
         }
     };
     if constexpr (!ST) start(true);
@@ -559,7 +623,7 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
       // 1 + scale and weight / bias of vector i of row r
       auto mod = [&](int i, bool ok, float(&sv)[kEpv], float(&wv)[kEpv], float(&bv)[kEpv]) {
         if (p.per_token) {
-          load_vec<TM>(scale + r * p.scale_stride, rm.vec, vp[i], ok, sv);
+          load_vec<TM>(scale + r * p.scale_stride, rm, kOpScale, vp[i], ok, sv);
 #pragma unroll
           for (int e = 0; e < kEpv; ++e) sv[e] += 1.f;
         } else if constexpr (kRegs) {
@@ -577,53 +641,67 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
           for (int e = 0; e < kEpv; ++e) wv[e] = w[i][e], bv[e] = b[i][e];
         }
       };
-#pragma unroll
-      for (int i = 0; i < VPT; ++i) {
+      // xhat, g = dy, dxhat and nrm = xhat w + b of vector i of row r (dn = g (1 + scale))
+      auto vals = [&](int i, float(&xhi)[kEpv], float(&gi)[kEpv], float(&dxhi)[kEpv],
+                      float(&nrm)[kEpv], float(&dn)[kEpv]) {
         float xv[kEpv], sv[kEpv], wv[kEpv], bv[kEpv];
-        load_vec<T>(x + r * p.x_stride, rm.vec, vp[i], valid, xv);
-        load_vec<T>(dy + r * p.dy_stride, rm.vec, vp[i], valid, g[i]);
+        load_vec<T>(x + r * p.x_stride, rm, kOpX, vp[i], valid, xv);
+        load_vec<T>(dy + r * p.dy_stride, rm, kOpDy, vp[i], valid, gi);
         mod(i, valid, sv, wv, bv);
-        float nrm[kEpv];
 #pragma unroll
         for (int e = 0; e < kEpv; ++e) {
-          xh[i][e] = e < vp[i].nv ? (xv[e] - mean) * rstd : 0.f;  // 0 too when !valid
+          xhi[e] = e < vp[i].nv ? (xv[e] - mean) * rstd : 0.f;  // 0 too when !valid
           // weight / bias read where used (see kRegs)
-          if constexpr (AFFINE && !kRegs) {
-            const bool in = e < vp[i].nv;
-            const int64_t j = col_at(rm, vp[i], e);
-            wv[e] = in && p.weight ? ld_any(p.weight, p.weight_dtype, j) : 1.f;
-            bv[e] = in && p.bias ? ld_any(p.bias, p.weight_dtype, j) : 0.f;
-          }
-          nrm[e] = AFFINE ? xh[i][e] * wv[e] + bv[e] : xh[i][e];
-          const float dn = g[i][e] * sv[e];
-          dxh[i][e] = AFFINE ? dn * wv[e] : dn;
-          q[0] += dxh[i][e];
-          q[1] += dxh[i][e] * xh[i][e];
-          if (acc) {
-            const float ga = p.per_token ? dn : g[i][e];
-            acc1[i][e] += ga;
-            acc2[i][e] += ga * xh[i][e];
-          }
+          if constexpr (AFFINE && !kRegs) wb_at(i, e, wv[e], bv[e]);
+          nrm[e] = AFFINE ? xhi[e] * wv[e] + bv[e] : xhi[e];
+          dn[e] = gi[e] * sv[e];
+          dxhi[e] = AFFINE ? dn[e] * wv[e] : dn[e];
         }
+      };
+      // The reductions over rows and the per-token dscale / dshift of vector i (the wide
+      // kernels: in the second pass, so that fewer values are live at once).
+      auto rows_out = [&](int i, const float(&nrm)[kEpv], const float(&dn)[kEpv]) {
+        if (acc)
+#pragma unroll
+          for (int e = 0; e < kEpv; ++e) {
+            const float ga = p.per_token ? dn[e] : g[i][e];
+            A(0, i, e) += ga;
+            A(1, i, e) += ga * xh[i][e];
+          }
         if (p.per_token && valid) {
           float o[kEpv];
           if (dscale) {
 #pragma unroll
             for (int e = 0; e < kEpv; ++e) o[e] = g[i][e] * nrm[e];
-            store_vec<TM>(dscale + r * p.dscale_stride, rm.vec, vp[i], o);
+            store_vec<TM>(dscale + r * p.dscale_stride, rm, kOpDscale, vp[i], o);
           }
-          if (dshift) store_vec<TM>(dshift + r * p.dshift_stride, rm.vec, vp[i], g[i]);
+          if (dshift) store_vec<TM>(dshift + r * p.dshift_stride, rm, kOpDshift, vp[i], g[i]);
         }
+      };
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) {
+        float nrm[kEpv], dn[kEpv];
+        vals(i, xh[i], g[i], dxh[i], nrm, dn);
+#pragma unroll
+        for (int e = 0; e < kEpv; ++e) {
+          q[0] += dxh[i][e];
+          q[1] += dxh[i][e] * xh[i][e];
+        }
+        if constexpr (!WIDE) rows_out(i, nrm, dn);
       }
       team_sum<2>(q, ts, red, int(phase++ & 1u));
       if (!valid) continue;
       const float c1 = q[0] / float(D), c2 = q[1] / float(D);
 #pragma unroll
       for (int i = 0; i < VPT; ++i) {
+        float nrm[kEpv], dn[kEpv];
+        // the row again (from L1 / L2): nothing held across the sums
+        if constexpr (WIDE) vals(i, xh[i], g[i], dxh[i], nrm, dn);
         float o[kEpv];
 #pragma unroll
         for (int e = 0; e < kEpv; ++e) o[e] = rstd * (dxh[i][e] - c1 - xh[i][e] * c2);
-        store_vec<T>(dx + r * p.dx_stride, rm.vec, vp[i], o);
+        store_vec<T>(dx + r * p.dx_stride, rm, kOpDx, vp[i], o);
+        if constexpr (WIDE) rows_out(i, nrm, dn);
       }
       if (ST && l == c.L - 1 && acc) {
         // The team's sample is done: dshift = S1, dscale = w S2 + b S1 (element stores: the
@@ -642,9 +720,9 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
           }
 #pragma unroll
           for (int e = 0; e < kEpv; ++e)
-            o1[e] = acc1[i][e], o2[e] = wv[e] * acc2[i][e] + bv[e] * acc1[i][e];
-          if (dshift) store_vec<TM>(dshift + grp * p.dshift_stride, false, vp[i], o1);
-          if (dscale) store_vec<TM>(dscale + grp * p.dscale_stride, false, vp[i], o2);
+            o1[e] = A(0, i, e), o2[e] = wv[e] * A(1, i, e) + bv[e] * A(0, i, e);
+          if (dshift) store_vec<TM>(dshift + grp * p.dshift_stride, rm, 0, vp[i], o1);
+          if (dscale) store_vec<TM>(dscale + grp * p.dscale_stride, rm, 0, vp[i], o2);
           if (tot)
 #pragma unroll
             for (int e = 0; e < kEpv; ++e)
@@ -655,8 +733,8 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
                   sc = s1[i][e];
                 else
                   sc = 1.f + to_f(scale[grp * p.scale_stride + j]);
-                part[(2 * team) * D + j] += sc * acc1[i][e];
-                part[(2 * team + 1) * D + j] += sc * acc2[i][e];
+                part[(2 * team) * D + j] += sc * A(0, i, e);
+                part[(2 * team + 1) * D + j] += sc * A(1, i, e);
               }
         }
       }
@@ -676,15 +754,15 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
       continue;
     }
     // One partial row per chunk and slot: teams combine in team order.
-    auto flush = [&](const float(&acc)[VPT][kEpv], int64_t off) {
+    auto flush = [&](int n, int64_t off) {
       if (off < 0) return;
       float* dst = ws + off + k * D;
-      if (c.rpb == 1) {
+      if (WIDE || c.rpb == 1) {  // the wide kernels: one team a block
 #pragma unroll
         for (int i = 0; i < VPT; ++i)
 #pragma unroll
           for (int e = 0; e < kEpv; ++e)
-            if (e < vp[i].nv) dst[col_at(rm, vp[i], e)] = acc[i][e];
+            if (e < vp[i].nv) dst[col_at(rm, vp[i], e)] = A(n, i, e);
         return;
       }
       __syncthreads();
@@ -692,7 +770,7 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
       for (int i = 0; i < VPT; ++i)
 #pragma unroll
         for (int e = 0; e < kEpv; ++e)
-          if (e < vp[i].nv) part[team * D + col_at(rm, vp[i], e)] = acc[i][e];
+          if (e < vp[i].nv) part[team * D + col_at(rm, vp[i], e)] = A(n, i, e);
       __syncthreads();
       for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
         float s = 0.f;
@@ -701,15 +779,25 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
       }
     };
     if (acc) {
-      flush(acc1, a.off_t);
-      flush(acc2, a.off_s);
+      flush(0, a.off_t);
+      flush(1, a.off_s);
     }
   }
 }
 
+template <typename T, typename TM, int VPT, bool AFFINE, bool ST>
+__global__ void __launch_bounds__(kMaxTeam) adaln_bwd_kernel(const Args a) {
+  adaln_bwd_rows<T, TM, VPT, AFFINE, ST, false>(a);
+}
+// Wide: without weight / bias only (make_layout).
+template <typename T, typename TM, bool ST>
+__global__ void __launch_bounds__(kWideTeam) adaln_bwd_wide_kernel(const Args a) {
+  adaln_bwd_rows<T, TM, 1, false, ST, true>(a);
+}
+
 // ---------------------------------------------------------------- rows wider than a team
 
-// D > kMaxTeam * kMaxVpt * kEpv (8192): the row no longer fits in the registers of one
+// D > kWideTeam * kEpv (8192): the row no longer fits in the registers of one
 // team, so a team of kMaxTeam threads (the whole block) loops over the row's vectors
 // (vector v = lane + j * ts) once per pass and re-reads it from memory for every pass:
 // the forward reads x three times (sum, squared deviations, output), the backward reads
@@ -729,16 +817,16 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_fwd_loop_kernel(const Args a) 
   const TM* scale = static_cast<const TM*>(p.scale);
   const TM* shift = static_cast<const TM*>(p.shift);
   const RowMap& rm = a.m;
-  for (int64_t k = blockIdx.x; k < c.K; k += gridDim.x) {
+  for (ChunkWalk cw(c); cw.k < c.K; cw.next(c)) {
     int64_t grp, r0, r1;
-    chunk_rows(c, k, grp, r0, r1);
+    chunk_rows(c, cw, grp, r0, r1);
     for (int64_t r = r0; r < r1; ++r) {  // rpb = 1: the block is the row's team
       const T* xr = x + r * p.x_stride;
       float s[1] = {0.f};
 #pragma unroll 1
       for (int64_t v = lane; v < nvec; v += ts) {
         float xv[kEpv];
-        load_vec<T>(xr, rm.vec, vec_pos(rm, v), true, xv);
+        load_vec<T>(xr, rm, kOpX, vec_pos(rm, v), true, xv);
 #pragma unroll
         for (int e = 0; e < kEpv; ++e) s[0] += xv[e];
       }
@@ -749,7 +837,7 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_fwd_loop_kernel(const Args a) 
       for (int64_t v = lane; v < nvec; v += ts) {
         float xv[kEpv];
         const VecPos vp = vec_pos(rm, v);
-        load_vec<T>(xr, rm.vec, vp, true, xv);
+        load_vec<T>(xr, rm, kOpX, vp, true, xv);
 #pragma unroll
         for (int e = 0; e < kEpv; ++e) {
           const float d = e < vp.nv ? xv[e] - m : 0.f;
@@ -769,11 +857,11 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_fwd_loop_kernel(const Args a) 
       for (int64_t v = lane; v < nvec; v += ts) {
         float xv[kEpv], o[kEpv];
         const VecPos vp = vec_pos(rm, v);
-        load_vec<T>(xr, rm.vec, vp, true, xv);
+        load_vec<T>(xr, rm, kOpX, vp, true, xv);
         if (p.per_token) {
           float sv[kEpv], tv[kEpv];
-          load_vec<TM>(scale + r * p.scale_stride, rm.vec, vp, true, sv);
-          load_vec<TM>(shift + r * p.shift_stride, rm.vec, vp, true, tv);
+          load_vec<TM>(scale + r * p.scale_stride, rm, kOpScale, vp, true, sv);
+          load_vec<TM>(shift + r * p.shift_stride, rm, kOpShift, vp, true, tv);
 #pragma unroll
           for (int e = 0; e < kEpv; ++e) {
             const int64_t j = col_at(rm, vp, e);
@@ -794,7 +882,7 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_fwd_loop_kernel(const Args a) 
             o[e] = (xv[e] - m - cm) * rstd * (w * s1) + (b * s1 + t);
           }
         }
-        store_vec<T>(y + r * p.y_stride, rm.vec, vp, o);
+        store_vec<T>(y + r * p.y_stride, rm, kOpY, vp, o);
       }
     }
   }
@@ -827,9 +915,10 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_loop_kernel(const Args a) 
   const RowMap& rm = a.m;
   zero_tickets(a);
   unsigned phase = 0;
-  for (int64_t k = blockIdx.x; k < c.K; k += gridDim.x) {
+  for (ChunkWalk cw(c); cw.k < c.K; cw.next(c)) {
+    const int64_t k = cw.k;
     int64_t grp, r0, r1;
-    chunk_rows(c, k, grp, r0, r1);
+    chunk_rows(c, cw, grp, r0, r1);
     float* dst1 = acc ? ws + a.off_t + k * D : nullptr;  // sum g, this chunk
     float* dst2 = acc ? ws + a.off_s + k * D : nullptr;  // sum g * xhat
     float acc1[kLoopAccVecs<AFFINE>][kEpv], acc2[kLoopAccVecs<AFFINE>][kEpv];
@@ -844,10 +933,10 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_loop_kernel(const Args a) 
                          float(&nrm)[kEpv], float(&sv)[kEpv]) {
         float xv[kEpv];
         const VecPos vp = vec_pos(rm, v);
-        load_vec<T>(x + r * p.x_stride, rm.vec, vp, true, xv);
-        load_vec<T>(dy + r * p.dy_stride, rm.vec, vp, true, g);
+        load_vec<T>(x + r * p.x_stride, rm, kOpX, vp, true, xv);
+        load_vec<T>(dy + r * p.dy_stride, rm, kOpDy, vp, true, g);
         if (p.per_token) {
-          load_vec<TM>(scale + r * p.scale_stride, rm.vec, vp, true, sv);
+          load_vec<TM>(scale + r * p.scale_stride, rm, kOpScale, vp, true, sv);
 #pragma unroll
           for (int e = 0; e < kEpv; ++e) sv[e] += 1.f;
         } else {
@@ -896,14 +985,14 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_loop_kernel(const Args a) 
           a2[e] += ga * xh[e];
         }
         const VecPos vp = vec_pos(rm, v);
-        store_vec<T>(dx + r * p.dx_stride, rm.vec, vp, o);
+        store_vec<T>(dx + r * p.dx_stride, rm, kOpDx, vp, o);
         if (p.per_token) {
           if (dscale) {
 #pragma unroll
             for (int e = 0; e < kEpv; ++e) o[e] = g[e] * nrm[e];
-            store_vec<TM>(dscale + r * p.dscale_stride, rm.vec, vp, o);
+            store_vec<TM>(dscale + r * p.dscale_stride, rm, kOpDscale, vp, o);
           }
-          if (dshift) store_vec<TM>(dshift + r * p.dshift_stride, rm.vec, vp, g);
+          if (dshift) store_vec<TM>(dshift + r * p.dshift_stride, rm, kOpDshift, vp, g);
         }
       };
 #pragma unroll
@@ -1097,36 +1186,44 @@ int pow2_ceil(int v) {
   return p;
 }
 
-// Team width and vectors per thread for D: least padding, prefer 2 vectors per thread
-// (more loads in flight), except for the affine backward, whose 4 accumulators plus
-// weight and bias would spill at 2 when 1 fits in a team.
 // Team, vectors a thread and teams a block for D (the kernel instance); make_chunks then
-// cuts the rows.
+// cuts the rows. Rows of up to 1024 vectors (D <= 8192) sit in one team's registers:
+// above 512 vectors one vector a thread in a team of up to 1024 threads (the wide
+// kernels; not the affine backward, which spilled 32-36 bytes at their 64 registers, so
+// it keeps 2 vectors a thread in teams of up to 512); up to 512 the least padding,
+// preferring 2 vectors a thread (more loads in flight), except for the affine backward,
+// whose accumulators plus weight and bias would spill at 2 when 1 fits in a team.
 Cfg make_layout(const AdalnParams& p, bool bwd) {
   Cfg c;
   const int64_t nvec = (p.dim + kEpv - 1) / kEpv;
-  const bool prefer1 = bwd && (p.weight || p.bias) && nvec <= kMaxTeam;
-  int64_t best_waste = -1;
-  if (nvec > int64_t(kMaxTeam) * kMaxVpt) {  // looped kernels: one team of kMaxTeam a block
+  const bool affine = p.weight || p.bias;
+  if (nvec > int64_t(kWideTeam)) {  // looped kernels: one team of kMaxTeam a block
     c.ts = kMaxTeam;
     c.vpt = 0;
-    best_waste = 0;
-  }
-  for (int vpt : {prefer1 ? 1 : 2, prefer1 ? 2 : 1}) {
-    if (c.vpt == 0) break;
-    const int64_t raw = (nvec + vpt - 1) / vpt;
-    const int64_t ts = raw <= 32 ? pow2_ceil(int(std::max<int64_t>(raw, 1))) : (raw + 31) / 32 * 32;
-    if (ts > kMaxTeam) continue;
-    const int64_t waste = ts * vpt - nvec;
-    if (best_waste < 0 || waste < best_waste) {
-      best_waste = waste;
-      c.ts = int(ts);
-      c.vpt = vpt;
+  } else if (nvec > int64_t(kMaxTeam) && !(bwd && affine)) {
+    c.ts = int((nvec + 31) / 32 * 32);
+    c.vpt = 1;
+  } else {
+    const bool prefer1 = bwd && affine;
+    int64_t best_waste = -1;
+    for (int vpt : {prefer1 ? 1 : 2, prefer1 ? 2 : 1}) {
+      const int64_t raw = (nvec + vpt - 1) / vpt;
+      const int64_t ts = raw <= 32 ? pow2_ceil(int(std::max<int64_t>(raw, 1))) : (raw + 31) / 32 * 32;
+      if (ts > kMaxTeam) continue;
+      const int64_t waste = ts * vpt - nvec;
+      if (best_waste < 0 || waste < best_waste) {
+        best_waste = waste;
+        c.ts = int(ts);
+        c.vpt = vpt;
+      }
     }
   }
   c.rpb = c.ts >= kBlockTarget ? 1 : kBlockTarget / c.ts;
   return c;
 }
+
+// The wide kernels (teams of more than kMaxTeam threads, one vector a thread).
+bool wide(const Cfg& c) { return c.vpt == 1 && c.ts > kMaxTeam; }
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -1181,38 +1278,69 @@ void check_cuda_limits(const AdalnParams& p) {
                                 ") for the CUDA kernels");
 }
 
-// The vector layout of the rows (RowMap): the head is where x's rows reach a 16-byte
-// boundary; every other row operand must reach one at the same column and every row
-// stride must be a multiple of 16 bytes, else no vector is whole (all ragged).
+// The vector layout of the rows (RowMap). An operand can move whole vectors when its
+// elements are aligned, its row stride is a multiple of 16 bytes and its rows reach 16
+// bytes at the head column; the head is the column (0-7, with a whole vector after it)
+// that lets the most bytes of a row move that way (x's own head on a tie, then the
+// smallest). The others move element by element at the same columns.
 RowMap row_map(const AdalnParams& p, const Cfg& c, bool bwd) {
   RowMap m;
   m.D = p.dim;
   m.count = (p.dim + kEpv - 1) / kEpv;
-  const size_t es = dtype_size(p.x_dtype), em = dtype_size(p.mod_dtype);
-  const uintptr_t ax = reinterpret_cast<uintptr_t>(p.x);
-  if (ax % es != 0) return m;
-  const int64_t head = std::min<int64_t>(int64_t((16 - ax % 16) % 16 / es), p.dim);
-  auto ok = [&](const void* ptr, int64_t stride, size_t sz) {
-    return ptr == nullptr || ((reinterpret_cast<uintptr_t>(ptr) + uintptr_t(head) * sz) % 16 == 0 &&
-                              (stride * int64_t(sz)) % 16 == 0);
+  struct Op {
+    const void* ptr;
+    int64_t stride;
+    size_t sz;
+    unsigned bit;
   };
-  bool all = ok(p.x, p.x_stride, es);
-  if (bwd)
-    all = all && ok(p.dy, p.dy_stride, es) && ok(p.dx, p.dx_stride, es);
-  else
-    all = all && ok(p.y, p.y_stride, es);
-  if (p.per_token) {
-    all = all && ok(p.scale, p.scale_stride, em);
-    if (!bwd) all = all && ok(p.shift, p.shift_stride, em);
-    if (bwd) all = all && ok(p.dscale, p.dscale_stride, em) && ok(p.dshift, p.dshift_stride, em);
+  const size_t es = dtype_size(p.x_dtype), em = dtype_size(p.mod_dtype);
+  Op ops[6];
+  int n = 0;
+  auto add = [&](const void* ptr, int64_t stride, size_t sz, unsigned bit) {
+    if (ptr) ops[n++] = Op{ptr, stride, sz, bit};
+  };
+  add(p.x, p.x_stride, es, kOpX);
+  if (bwd) {
+    add(p.dy, p.dy_stride, es, kOpDy);
+    add(p.dx, p.dx_stride, es, kOpDx);
+  } else {
+    add(p.y, p.y_stride, es, kOpY);
   }
-  const int64_t full = (p.dim - head) / kEpv;
-  const int64_t count = (head > 0) + full + (p.dim - head - full * kEpv > 0);
-  if (!all || (c.vpt > 0 && count > int64_t(c.ts) * c.vpt)) return m;
+  if (p.per_token) {
+    add(p.scale, p.scale_stride, em, kOpScale);
+    if (bwd) {
+      add(p.dscale, p.dscale_stride, em, kOpDscale);
+      add(p.dshift, p.dshift_stride, em, kOpDshift);
+    } else {
+      add(p.shift, p.shift_stride, em, kOpShift);
+    }
+  }
+  auto fits = [](const Op& o, int64_t h) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(o.ptr);
+    return a % o.sz == 0 && (o.stride * int64_t(o.sz)) % 16 == 0 && (a + uintptr_t(h) * o.sz) % 16 == 0;
+  };
+  const uintptr_t ax = reinterpret_cast<uintptr_t>(p.x);
+  const int64_t hx = ax % es == 0 ? int64_t((16 - ax % 16) % 16 / es) : 0;
+  int64_t best_h = 0;
+  unsigned best = 0;
+  size_t best_bytes = 0;
+  for (int64_t k = -1; k < kEpv; ++k) {
+    const int64_t h = k < 0 ? hx : k;
+    const int64_t full = (p.dim - h) / kEpv, count = (h > 0) + full + (p.dim - h - full * kEpv > 0);
+    if (full == 0 || (c.vpt > 0 && count > int64_t(c.ts) * c.vpt)) continue;  // room in the team
+    unsigned bits = 0;
+    size_t bytes = 0;
+    for (int i = 0; i < n; ++i)
+      if (fits(ops[i], h)) bits |= ops[i].bit, bytes += ops[i].sz;
+    if (bytes > best_bytes) best_h = h, best = bits, best_bytes = bytes;
+  }
+  if (best == 0) return m;
+  const int64_t full = (p.dim - best_h) / kEpv, tail = p.dim - best_h - full * kEpv;
   m.vec = true;
-  m.head = head;
+  m.ok = best;
+  m.head = best_h;
   m.full = full;
-  m.count = count;
+  m.count = (best_h > 0) + full + (tail > 0);
   return m;
 }
 
@@ -1277,6 +1405,10 @@ void launch_fwd(const Args& a, cudaStream_t st) {
   const dim3 grid(grid_for(a.c)), block(a.c.ts * a.c.rpb);
   if (a.c.vpt == 0)
     adaln_fwd_loop_kernel<T, TM><<<grid, block, 0, st>>>(a);
+  else if (wide(a.c) && a.c.spc > 0)
+    adaln_fwd_wide_kernel<T, TM, true><<<grid, block, 0, st>>>(a);
+  else if (wide(a.c))
+    adaln_fwd_wide_kernel<T, TM, false><<<grid, block, 0, st>>>(a);
   else if (a.c.vpt == 2 && a.c.spc > 0)
     adaln_fwd_kernel<T, TM, 2, true><<<grid, block, 0, st>>>(a);
   else if (a.c.vpt == 2)
@@ -1293,9 +1425,10 @@ void launch_fwd(const Args& a, cudaStream_t st) {
 // D = 8192, one team a block).
 size_t bwd_smem(const AdalnParams& p, const Cfg& c) {
   if (c.vpt == 0) return 0;
-  if (c.spc > 0)
-    return (p.dweight || p.dbias) ? 2 * size_t(c.rpb) * size_t(p.dim) * sizeof(float) : 0;
-  return c.rpb > 1 ? size_t(c.rpb) * size_t(p.dim) * sizeof(float) : 0;
+  const size_t rows = c.spc > 0 ? ((p.dweight || p.dbias) ? 2 * size_t(c.rpb) : 0)
+                                : (c.rpb > 1 ? size_t(c.rpb) : 0);
+  const size_t sacc = wide(c) ? 2 * size_t(kEpv) * size_t(c.ts) : 0;  // the wide kernels' sums
+  return (rows * size_t(p.dim) + sacc) * sizeof(float);
 }
 
 // Above 48 KiB of dynamic shared memory a kernel must opt in.
@@ -1312,6 +1445,16 @@ void launch_bwd_affine(const Args& a, cudaStream_t st) {
   const size_t smem = bwd_smem(a.p, a.c);
   if (a.c.vpt == 0) {
     adaln_bwd_loop_kernel<T, TM, AFFINE><<<grid, block, 0, st>>>(a);
+  } else if (wide(a.c)) {  // not affine (make_layout)
+    if constexpr (!AFFINE) {
+      if (a.c.spc > 0) {
+        allow_smem(adaln_bwd_wide_kernel<T, TM, true>, smem);
+        adaln_bwd_wide_kernel<T, TM, true><<<grid, block, smem, st>>>(a);
+      } else {
+        allow_smem(adaln_bwd_wide_kernel<T, TM, false>, smem);
+        adaln_bwd_wide_kernel<T, TM, false><<<grid, block, smem, st>>>(a);
+      }
+    }
   } else if (a.c.vpt == 2 && a.c.spc > 0) {
     allow_smem(adaln_bwd_kernel<T, TM, 2, AFFINE, true>, smem);
     adaln_bwd_kernel<T, TM, 2, AFFINE, true><<<grid, block, smem, st>>>(a);
@@ -1352,6 +1495,8 @@ template <typename T, typename TM>
 int64_t resident_fwd(const Cfg& c) {
   const int block = c.ts * c.rpb;
   if (c.vpt == 0) return resident_blocks(adaln_fwd_loop_kernel<T, TM>, block, 0);
+  if (wide(c) && c.spc > 0) return resident_blocks(adaln_fwd_wide_kernel<T, TM, true>, block, 0);
+  if (wide(c)) return resident_blocks(adaln_fwd_wide_kernel<T, TM, false>, block, 0);
   if (c.vpt == 2 && c.spc > 0) return resident_blocks(adaln_fwd_kernel<T, TM, 2, true>, block, 0);
   if (c.vpt == 2) return resident_blocks(adaln_fwd_kernel<T, TM, 2, false>, block, 0);
   if (c.spc > 0) return resident_blocks(adaln_fwd_kernel<T, TM, 1, true>, block, 0);
@@ -1362,6 +1507,10 @@ int64_t resident_bwd(const Cfg& c, const AdalnParams& p) {
   const int block = c.ts * c.rpb;
   const size_t smem = bwd_smem(p, c);
   if (c.vpt == 0) return resident_blocks(adaln_bwd_loop_kernel<T, TM, AFFINE>, block, 0);
+  if constexpr (!AFFINE) {  // the wide kernels: not affine (make_layout)
+    if (wide(c) && c.spc > 0) return resident_blocks(adaln_bwd_wide_kernel<T, TM, true>, block, smem);
+    if (wide(c)) return resident_blocks(adaln_bwd_wide_kernel<T, TM, false>, block, smem);
+  }
   if (c.vpt == 2 && c.spc > 0)
     return resident_blocks(adaln_bwd_kernel<T, TM, 2, AFFINE, true>, block, smem);
   if (c.vpt == 2) return resident_blocks(adaln_bwd_kernel<T, TM, 2, AFFINE, false>, block, smem);
@@ -1428,6 +1577,10 @@ Cfg make_cfg(const AdalnParams& p, bool bwd) {
     const int64_t G2 = resident();
     if (G2 > 0 && G2 != G) make_chunks(p, G2, bwd, c);
   }
+  if (c.cps > 0) {
+    c.kstep_grp = grid_for(c) / c.cps;
+    c.kstep_in = grid_for(c) % c.cps;
+  }
   return c;
 }
 
@@ -1435,6 +1588,17 @@ Cfg make_cfg(const AdalnParams& p, bool bwd) {
 
 // Rows wider than 8192 take the looped kernels; columns are 32-bit in the kernels.
 int64_t adaln_cuda_max_dim() { return std::numeric_limits<int32_t>::max() - kEpv; }
+
+AdalnCudaRowLayout adaln_cuda_row_layout(const AdalnParams& p, bool backward) {
+  validate(p, backward ? AdalnPass::Bwd : AdalnPass::Fwd);
+  check_cuda_limits(p);
+  const RowMap m = row_map(p, make_layout(p, backward), backward);
+  AdalnCudaRowLayout r;
+  r.vector_operands = m.ok;
+  r.head = m.head;
+  r.vectors = m.count;
+  return r;
+}
 
 void adaln_fwd_cuda(const AdalnParams& p, void* stream) {
   validate(p, AdalnPass::Fwd);

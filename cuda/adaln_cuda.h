@@ -10,8 +10,9 @@
 // Limits of the CUDA path: mod_dtype is F32 or equal to x_dtype (weight_dtype may be any);
 // dim <= adaln_cuda_max_dim() (2^31 - 9: 32-bit columns; rows wider than 8192 take looped
 // kernels). Any int64 row count (grid-stride loops), any strides >= dim and any element-
-// aligned pointers (128-bit accesses for the 16-byte aligned bulk of the rows when the
-// operands agree on where it starts, element accesses for the rest).
+// aligned pointers (128-bit accesses for the 16-byte aligned bulk of the rows of every
+// operand whose rows reach 16 bytes at the column most of them do, element accesses for
+// the rest; see adaln_cuda_row_layout).
 //
 // Backward workspace: call adaln_bwd_cuda_workspace_bytes(p) with the params filled in
 // (sizes, per_token and which of dscale / dshift / dweight / dbias are wanted: the
@@ -64,6 +65,30 @@ struct AdalnCudaBwdPlan {
   int64_t samples_per_chunk = 0;  // > 0: per-sample, a team a whole sample (short samples)
 };
 AdalnCudaBwdPlan adaln_bwd_cuda_plan(const AdalnParams& p);
+
+// How the kernels lay out the rows for these params (the device pointers and strides
+// decide it; for tests and benchmarks). `vector_operands`: the row operands, as
+// AdalnRowOperand bits, whose whole 8-element vectors move 128 bits at a time (the others
+// element by element); 0: every element moves alone (no operand has a row stride of a
+// multiple of 16 bytes reaching 16 bytes at one column, or the row is shorter than 8).
+// `head`: the columns before the first whole vector; `vectors`: a row's vectors (the head
+// and the tail share one when they are short), at most ceil(dim / 8).
+enum AdalnRowOperand : unsigned {
+  kAdalnOpX = 1u,
+  kAdalnOpY = 2u,
+  kAdalnOpDy = 4u,
+  kAdalnOpDx = 8u,
+  kAdalnOpScale = 16u,  // per-token modulation and its gradients
+  kAdalnOpShift = 32u,
+  kAdalnOpDscale = 64u,
+  kAdalnOpDshift = 128u,
+};
+struct AdalnCudaRowLayout {
+  unsigned vector_operands = 0;
+  int64_t head = 0;
+  int64_t vectors = 0;
+};
+AdalnCudaRowLayout adaln_cuda_row_layout(const AdalnParams& p, bool backward);
 
 // Largest dim the CUDA kernels accept.
 int64_t adaln_cuda_max_dim();

@@ -44,12 +44,16 @@ class DeviceMirror {
 
   // shift: every tensor starts that many of its own elements past a 256-byte aligned
   // allocation (misaligned operands that still agree on the column where their rows reach
-  // 16 bytes, when the row strides are multiples of 16 bytes); 0 = aligned.
-  explicit DeviceMirror(const AdalnParams& hp, bool bwd, int shift = 0) : dp(hp), shift_(shift) {
+  // 16 bytes, when the row strides are multiples of 16 bytes); 0 = aligned. x_shift >= 0:
+  // x alone starts that many elements past one instead (operands that disagree).
+  explicit DeviceMirror(const AdalnParams& hp, bool bwd, int shift = 0, int x_shift = -1)
+      : dp(hp), shift_(shift) {
     const size_t es = dtype_size(hp.x_dtype), em = dtype_size(hp.mod_dtype), ew = dtype_size(hp.weight_dtype);
     const int64_t mod_rows = hp.per_token ? hp.rows : hp.batch;
     const int64_t N = hp.rows, D = hp.dim;
+    shift_ = x_shift >= 0 ? x_shift : shift;
     dp.x = mirror(hp.x, span(N, hp.x_stride, D), es, false);
+    shift_ = shift;
     dp.scale = mirror(hp.scale, span(mod_rows, hp.scale_stride, D), em, false);
     dp.shift = mirror(hp.shift, span(mod_rows, hp.shift_stride, D), em, false);
     dp.weight = mirror(hp.weight, size_t(D), ew, false);
@@ -120,14 +124,15 @@ inline void run_bwd_cuda(const AdalnParams& hp) {
   m.copy_back();
 }
 
-// The same with every device tensor `shift` elements past an aligned address.
-inline void run_fwd_cuda_shifted(const AdalnParams& hp, int shift) {
-  DeviceMirror m(hp, false, shift);
+// The same with every device tensor `shift` elements past an aligned address (x alone
+// x_shift past one when x_shift >= 0).
+inline void run_fwd_cuda_shifted(const AdalnParams& hp, int shift, int x_shift = -1) {
+  DeviceMirror m(hp, false, shift, x_shift);
   adaln_fwd_cuda(m.dp, nullptr);
   m.copy_back();
 }
-inline void run_bwd_cuda_shifted(const AdalnParams& hp, int shift) {
-  DeviceMirror m(hp, true, shift);
+inline void run_bwd_cuda_shifted(const AdalnParams& hp, int shift, int x_shift = -1) {
+  DeviceMirror m(hp, true, shift, x_shift);
   adaln_bwd_cuda(m.dp, nullptr);
   m.copy_back();
 }

@@ -231,6 +231,20 @@ void test_cuda_limits() {
   AL_CHECK(adaln_bwd_cuda_workspace_bytes(p) == 0, "per-token without weight needs no workspace");
 }
 
+// Params with the shape of a case and dummy non-null pointers: enough for
+// adaln_bwd_cuda_plan and adaln_bwd_cuda_workspace_bytes, which size but never read.
+AdalnParams plan_params(const AdalnCase& c) {
+  static char dummy[16];
+  AdalnParams p = c.shape_params();
+  p.x = p.scale = p.shift = p.dy = dummy;
+  p.dx = p.dscale = p.dshift = dummy;
+  p.mean = p.rstd = reinterpret_cast<float*>(dummy);
+  if (c.weight) p.weight = p.dweight = dummy;
+  if (c.bias) p.bias = p.dbias = dummy;
+  adaln_set_contiguous_strides(p);
+  return p;
+}
+
 // Every D from a list of primes, powers of two and their neighbours, per-sample (3
 // samples) and per-token, with and without weight / bias. Up to 8192 a row sits in the
 // registers of one team; above it the looped kernels run (one case per D and few rows, so
@@ -256,6 +270,17 @@ void test_dims() {
       check(shaped(cs[(i * 5 + k * 7) % cs.size()], 3, g_small ? 2 : 5, dims[i], seed++));
   for (size_t i = 0; i < wide.size(); ++i)
     check(shaped(cs[(i * 5 + 3) % cs.size()], g_small ? 1 : 3, 2, wide[i], seed++));
+  // D 4097 - 8192: one vector a thread in teams of up to 1024 (the wide kernels), but for
+  // the affine backward (two vectors in teams of up to 512).
+  for (int64_t D : {int64_t(4097), int64_t(8192)})
+    for (size_t combo : {size_t(4), size_t(5)}) {
+      const AdalnCudaBwdPlan pl = adaln_bwd_cuda_plan(plan_params(shaped(cs[combo], 2, 4, D, 1)));
+      const bool affine = cs[combo].weight;
+      const int team = int(affine ? ((D + 15) / 16 + 31) / 32 * 32 : ((D + 7) / 8 + 31) / 32 * 32);
+      AL_CHECK(pl.team == team && pl.vectors_per_thread == (affine ? 2 : 1),
+               "D = " << D << (affine ? " affine" : "") << ": team " << pl.team << " x "
+                      << pl.vectors_per_thread << " vectors, expected " << team);
+    }
 }
 
 // Misaligned tensors and D % 8 != 0: every tensor `shift` elements past an aligned address
@@ -290,6 +315,54 @@ void test_ragged() {
   }
 }
 
+// Operands that disagree on where their rows reach 16 bytes: only the odd ones move element
+// by element, the rest 128 bits at a time (x alone shifted: dy and dx still vectors in the
+// backward, x on a tie in the forward; x alone aligned, with per-token modulation: y and
+// the modulation win). Against the reference; the layout from adaln_cuda_row_layout with
+// the same device pointers. D leaves the team a spare vector for the head (not so for D a
+// multiple of 8 x the team's vectors, e.g. 1536: see docs/kernels.md).
+void test_row_layout() {
+  const auto cs = combos();
+  struct L {
+    size_t combo;
+    int64_t D;
+    int shift, x_shift;         // x_shift < 0: x shifted like the rest
+    unsigned fwd_ops, bwd_ops;  // wanted among the vector operands
+    unsigned fwd_not, bwd_not;  // wanted element by element
+  };
+  const unsigned X = kAdalnOpX, Y = kAdalnOpY, DY = kAdalnOpDy, DX = kAdalnOpDx;
+  const unsigned S = kAdalnOpScale, DS = kAdalnOpDscale;
+  const std::vector<L> full = {{5, 1500, 2, 0, X, DY | DX, Y, X},
+                               {13, 1000, 0, 3, X, DY | DX, Y, X},
+                               {9, 4099, 0, 5, X, DY | DX, Y, X},
+                               {7, 1000, 3, -1, X | Y | S, X | DY | DX | S | DS, 0, 0},
+                               {11, 6000, 0, 2, Y | S, DY | DX | S | DS, X, X}};
+  const std::vector<L> small = {{13, 1000, 0, 3, X, DY | DX, Y, X},
+                                {11, 6000, 0, 2, Y | S, DY | DX | S | DS, X, X}};
+  uint64_t seed = 2100;
+  for (const L& t : g_small ? small : full) {
+    const int64_t pad = (8 - t.D % 8) % 8;  // 16-byte rows of 16-bit data
+    const AdalnCase c = shaped(cs[t.combo], 2, g_small ? 2 : 5, t.D, seed++, pad);
+    for (bool bwd : {false, true}) {
+      AdalnProblem pr(c);
+      cuda_testing::DeviceMirror m(pr.params(), bwd, t.shift, t.x_shift);
+      const AdalnCudaRowLayout lo = adaln_cuda_row_layout(m.dp, bwd);
+      const unsigned want = bwd ? t.bwd_ops : t.fwd_ops, no = bwd ? t.bwd_not : t.fwd_not;
+      AL_CHECK((lo.vector_operands & want) == want && (lo.vector_operands & no) == 0,
+               c.name() << (bwd ? " backward" : " forward") << " shift " << t.shift << " x "
+                        << t.x_shift << ": vector operands 0x" << std::hex << lo.vector_operands
+                        << std::dec);
+    }
+    const int sh = t.shift, xs = t.x_shift;
+    auto r = adaln_check::check_adaln_fwd(
+        c, [sh, xs](const AdalnParams& p) { cuda_testing::run_fwd_cuda_shifted(p, sh, xs); });
+    AL_CHECK(r.ok, c.name() << " shift " << sh << " x " << xs << "\n" << r.report);
+    r = adaln_check::check_adaln_bwd(
+        c, [sh, xs](const AdalnParams& p) { cuda_testing::run_bwd_cuda_shifted(p, sh, xs); });
+    AL_CHECK(r.ok, c.name() << " shift " << sh << " x " << xs << "\n" << r.report);
+  }
+}
+
 // The grid is sized from the device (occupancy x SMs) and the rows are cut into one chunk
 // a block: on a device of one SM (the emulator's set_sms; a real GPU runs the same cases
 // with its own size) every block walks many rows, the looped backward adds rows past its
@@ -310,8 +383,10 @@ void test_few_sms() {
   // (the vector path) over many rows a team.
   const std::vector<F> full = {{3, 1, 24, 16411},  {7, 1, 24, 16411}, {4, 3, 7, 12289},
                                {11, 2, 300, 1500}, {1, 5, 100, 64},   {9, 1, 2000, 8},
-                               {5, 1, 600, 1024},  {7, 2, 200, 512}};
-  const std::vector<F> small = {{3, 1, 10, 16411}, {11, 2, 40, 1500}, {5, 1, 200, 1024}};
+                               {5, 1, 600, 1024},  {7, 2, 200, 512},  {4, 3, 50, 6000},
+                               {6, 1, 70, 8192}};
+  const std::vector<F> small = {{3, 1, 10, 16411}, {11, 2, 40, 1500}, {5, 1, 200, 1024},
+                                {4, 3, 20, 6000}};
   uint64_t seed = 1500;
   for (const F& t : g_small ? small : full) {
     const AdalnCase c = shaped(cs[t.combo % cs.size()], t.B, t.L, t.D, seed++);
@@ -320,23 +395,28 @@ void test_few_sms() {
     r = adaln_check::check_adaln_bwd(c, run_bwd_cuda);
     AL_CHECK(r.ok, c.name() << "\n" << r.report);
   }
+  // More chunks than blocks, several samples: a block's grid-stride step crosses into a
+  // later sample part-way through it (the walk's carry, ChunkWalk). The first shape of the
+  // list that does (on one emulated SM: the wide kernels, two blocks an SM, 256 rows a
+  // chunk; a GPU's many SMs would need far more rows).
+  bool carried = false;
+  for (const F& t : std::vector<F>{{4, 3, 700, 4500}, {4, 5, 700, 4500}, {4, 3, 1100, 4500}}) {
+    const AdalnCase c = shaped(cs[t.combo], t.B, t.L, t.D, seed++);
+    const AdalnCudaBwdPlan pl = adaln_bwd_cuda_plan(plan_params(c));
+    const int64_t G = pl.blocks, K = pl.chunks, cps = K / t.B;
+    for (int64_t b = 0; b < G && b + G < K && K % t.B == 0; ++b)
+      carried = carried || (b % cps + G % cps >= cps);
+    if (!carried) continue;
+    auto r = adaln_check::check_adaln_fwd(c, run_fwd_cuda);
+    AL_CHECK(r.ok, c.name() << "\n" << r.report);
+    r = adaln_check::check_adaln_bwd(c, run_bwd_cuda);
+    AL_CHECK(r.ok, c.name() << " (" << K << " chunks, " << G << " blocks)\n" << r.report);
+    break;
+  }
 #ifdef __CUDA_EMU__
+  AL_CHECK(carried, "no shape of the list steps a block across a sample part-way");
   cuda_emu::set_sms(sms);
 #endif
-}
-
-// Params with the shape of a case and dummy non-null pointers: enough for
-// adaln_bwd_cuda_plan and adaln_bwd_cuda_workspace_bytes, which size but never read.
-AdalnParams plan_params(const AdalnCase& c) {
-  static char dummy[16];
-  AdalnParams p = c.shape_params();
-  p.x = p.scale = p.shift = p.dy = dummy;
-  p.dx = p.dscale = p.dshift = dummy;
-  p.mean = p.rstd = reinterpret_cast<float*>(dummy);
-  if (c.weight) p.weight = p.dweight = dummy;
-  if (c.bias) p.bias = p.dbias = dummy;
-  adaln_set_contiguous_strides(p);
-  return p;
 }
 
 // The backward's one-launch finalize on each of its paths, every case with more than one
@@ -406,7 +486,8 @@ void test_sample_teams() {
     int64_t B, L, D;
   };
   const std::vector<S> full = {{5, 4096, 1, 64}, {17, 2000, 2, 200}, {9, 1000, 3, 64},
-                               {0, 1500, 1, 40}, {1, 300, 1, 7000},  {12, 700, 1, 1500}};
+                               {0, 1500, 1, 40}, {1, 300, 1, 7000},  {12, 700, 1, 1500},
+                               {4, 300, 2, 5000}};
   const std::vector<S> small = {{5, 1024, 1, 64}, {17, 500, 2, 200}};
   uint64_t seed = 1900;
   for (const S& t : g_small ? small : full) {
@@ -472,6 +553,7 @@ const CudaTest kTests[] = {
     {"many_blocks", test_many_blocks, true},
     {"dims", test_dims, true},
     {"ragged", test_ragged, true},
+    {"row_layout", test_row_layout, true},
     {"few_sms", test_few_sms, true},
     {"finalize", test_finalize, true},
     {"partial_traffic", test_partial_traffic, true},
