@@ -39,27 +39,16 @@ struct Template {
   double fps;
 };
 
-// Geometry of the shared manifests, or a few built-in rows of the same shape without them.
+// Geometry of the real manifests shipped in data/ (Taichi-HD clips, COCO images).
 std::vector<Template> templates() {
   std::vector<Template> out;
-#ifdef AL_SHARED_DATASETS
   for (const char* f : {"/taichi_hd.csv", "/coco2017_val_images.csv"}) {
-    const std::string path = std::string(AL_SHARED_DATASETS) + f;
-    if (access(path.c_str(), R_OK) != 0) continue;
     Manifest m;
-    m.load(path, BadRowPolicy::kSkip);
+    m.load(std::string(AL_DATA_DIR) + f, BadRowPolicy::kError);  // a missing file is an error, not other data
     for (int64_t r = 0; r < m.total_rows(); ++r) {
-      if (!m.usable(r)) continue;
-      ClipInfo c = m.clip(r);
+      const ClipInfo c = m.clip(r);
       out.push_back({c.num_frames, c.height, c.width, c.fps});
     }
-  }
-#endif
-  if (out.empty()) {
-    out = {{220, 480, 640, 29.97}, {142, 480, 640, 29.97}, {293, 480, 640, 29.97},
-           {257, 480, 640, 29.97}, {1, 427, 640, 0},       {1, 230, 352, 0},
-           {1, 428, 640, 0},       {1, 480, 640, 0},       {1, 640, 480, 0},
-           {1, 375, 500, 0}};
   }
   return out;
 }

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "adaptiveload/manifest/duplicates.h"
 #include "adaptiveload/plan/plan_io.h"
 #include "adaptiveload/presets/resources.h"
 #include "adaptiveload/util/error.h"
@@ -12,7 +13,8 @@
 namespace adaptiveload::cli {
 namespace {
 
-constexpr const char* kDemoManifest = "data/demo_manifest.csv";
+// The built-in set: the real manifests shipped in data/ (data/SOURCES.md), in this order.
+constexpr const char* kDemoManifests[] = {"data/taichi_hd.csv", "data/coco2017_val_images.csv"};
 
 int run_plan(const PlanOptions& o, const Manifest& manifest, const std::string& out_path) {
   std::vector<std::string> names = o.strategy_names();
@@ -48,12 +50,16 @@ Manifest load_manifests(const PlanOptions& o) {
   Manifest manifest;
   // Mapped, not copied: a plan is a short-lived process (see FileAccess).
   for (const auto& m : o.manifests) manifest.load(m, o.bad_row_policy(), FileAccess::kMap);
+  // Repeated paths are said even with --quiet: they change what an epoch trains.
+  const DuplicatePolicy dp = parse_duplicate_policy(o.on_duplicate);
+  const std::string report = duplicate_report(manifest, apply_duplicate_policy(manifest, dp), dp);
+  if (!report.empty()) std::cerr << "warning: " << report;
   return manifest;
 }
 
 Manifest demo_manifest(BadRowPolicy policy) {
   Manifest manifest;
-  manifest.load_text(*find_resource(kDemoManifest), std::string("built-in:") + kDemoManifest, policy);
+  for (const char* name : kDemoManifests) manifest.load_text(*find_resource(name), std::string("built-in:") + name, policy);
   return manifest;
 }
 

@@ -1,6 +1,7 @@
 #include "adaptiveload/util/format.h"
 #include "plan_options.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <algorithm>
@@ -26,14 +27,16 @@ double parse_auto(const std::string& v, const char* option, double max) {
       option, "must be a positive number up to " + fmt("%g", max) + " or 'auto', got '" + v + "'");
 }
 
-// 0 <= seed < 2^64, as the Python sampler: no sign, no wrap-around, no clamping.
-uint64_t parse_seed(const std::string& v) {
+// A whole number in 0..max written in plain digits: no sign, no wrap-around, no clamping
+// (--seed: 0 <= seed < 2^64, as the Python sampler; --epoch).
+uint64_t parse_whole(const std::string& v, const char* option, uint64_t max, const std::string& range) {
+  uint64_t x = 0;
   const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
-  if (digits && (v.size() < 20 || (v.size() == 20 && v <= "18446744073709551615")))
-    return std::stoull(v);
-  throw CLI::ValidationError(
-      "--seed",
-      "must be an integer in 0 .. 18446744073709551615 (0 <= seed < 2^64), got '" + v + "'");
+  if (digits) {
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+    if (ec == std::errc() && end == v.data() + v.size() && x <= max) return x;
+  }
+  throw CLI::ValidationError(option, "must be an integer in " + range + ", got '" + v + "'");
 }
 
 std::string names_of(const std::string& kind) {
@@ -70,7 +73,7 @@ void PlanOptions::add_to(CLI::App& app, bool with_manifest) {
       ->capture_default_str();
   app.add_option("--seed", seed, "Random seed of the plan, 0 <= seed < 2^64")
       ->capture_default_str();
-  app.add_option("--epoch", config.epoch, "Epoch to plan")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--epoch", epoch, "Epoch to plan, 0 <= epoch < 2^63")->capture_default_str();
   app.add_option("--mem-budget", mem_budget,
                  "M_mem in tokens per micro-batch (B x S <= M_mem), or 'auto': the largest for which every bucket's "
                  "batch fits device memory")
@@ -145,6 +148,11 @@ void PlanOptions::add_to(CLI::App& app, bool with_manifest) {
   app.add_option("--on-bad-row", on_bad_row, "Bad manifest rows: error (stop) or skip (count and report)")
       ->capture_default_str()
       ->check(CLI::IsMember({"error", "skip"}));
+  app.add_option("--on-duplicate", on_duplicate,
+                 "Rows that repeat an earlier row's path (a clip listed twice, a manifest given twice): warn "
+                 "(keep them, say so), skip (keep the first of each path) or error")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"warn", "skip", "error"}));
   app.add_option("--on-oversize", on_oversize, "A sample too big for memory alone: error or skip (count and report)")
       ->capture_default_str()
       ->check(CLI::IsMember({"error", "skip"}));
@@ -162,7 +170,8 @@ void PlanOptions::finish() {
   config.comp_budget = parse_auto(comp_budget, "--comp-budget", 1e300);
   config.p = parse_auto(p, "--p", kMaxP);
   config.step_budget_s = parse_auto(step_budget, "--step-budget", 1e9);
-  config.seed = parse_seed(seed);
+  config.seed = parse_whole(seed, "--seed", UINT64_MAX, "0 .. 18446744073709551615 (0 <= seed < 2^64)");
+  config.epoch = int64_t(parse_whole(epoch, "--epoch", uint64_t(INT64_MAX), "0 .. 9223372036854775807"));
   config.checkpointing = checkpointing == "on";
   config.reshard_after_forward = reshard == "on";
   config.end_policy = end_policy == "drop" ? EndPolicy::kDrop : EndPolicy::kPad;
@@ -182,7 +191,8 @@ std::vector<std::string> PlanOptions::strategy_names() const {
   try {
     find_strategy(strategy);
   } catch (const std::exception& e) {
-    throw CLI::ValidationError("--strategy", e.what());
+    // The CLI alone also compares them all.
+    throw CLI::ValidationError("--strategy", std::string(e.what()) + ", or all");
   }
   return {strategy};
 }
@@ -190,8 +200,15 @@ std::vector<std::string> PlanOptions::strategy_names() const {
 Comparison compare(const Planner& planner, const std::vector<std::string>& names) {
   Comparison c;
   for (const auto& n : names) {
+    // Comparing them all, a strategy that cannot run on these inputs is left out and said;
+    // asked for alone, it is an error.
+    if (names.size() > 1 && n == "fixed" && !planner.fixed_error().empty()) {
+      c.left_out.emplace_back(n, planner.fixed_error());
+      continue;
+    }
     c.plans.push_back(planner.plan(n));
     c.metrics.push_back(planner.simulate(c.plans.back()));
+    c.warnings.push_back(planner.warnings(c.plans.back()));
   }
   // With sequence parallelism in use, balanced on each single fixed group size that every
   // sample fits (today's practice: one sp_size for the run) beside its per-sample groups.
@@ -205,6 +222,7 @@ Comparison compare(const Planner& planner, const std::vector<std::string>& names
       m.name = "balanced g=" + std::to_string(g);
       c.metrics.push_back(std::move(m));
       c.plans.push_back(std::move(p));
+      c.warnings.emplace_back();  // shown for comparison; its step count follows from g
     }
   }
   return c;
@@ -238,7 +256,8 @@ void print_table(const Planner& planner, const Manifest& manifest, const Compari
   const auto& cfg = planner.config();
   out << "AdaptiveLoad plan: " << thousands(bk.usable - int64_t(planner.oversize().size())) << " samples in "
       << bk.buckets.size() << " buckets (" << thousands(manifest.total_rows()) << " rows, " << bk.bad << " bad, "
-      << bk.unfit.size() << " unfit, " << planner.oversize().size() << " oversize)\n";
+      << bk.unfit.size() << " unfit, " << planner.oversize().size() << " oversize"
+      << (bk.duplicates > 0 ? ", " + thousands(bk.duplicates) + " repeats left out" : "") << ")\n";
   out << "model " << planner.model().name << ", " << cfg.world_size << " x " << planner.device().name << ", cost model "
       << planner.cost().name() << ", checkpointing " << (cfg.checkpointing ? "on" : "off")
       << ", " << (planner.sharded() ? "fsdp" : "ddp") << ", " << sync_name(planner.sync()) << " sync"
@@ -335,13 +354,17 @@ void print_drop_warnings(const Planner& planner, const Comparison& c, std::ostre
         << "); use --end-policy pad, fewer ranks (-w) or "
         << "smaller batches\n";
   }
+  for (const auto& w : c.warnings)
+    for (const std::string& line : w) out << "warning: " << line << "\n";
+  for (const auto& [name, why] : c.left_out) out << "note: '" << name << "' is not in the comparison: " << why << "\n";
 }
 
 nlohmann::json comparison_json(const Planner& planner, const Manifest& manifest, const Comparison& c) {
   using json = nlohmann::json;
   json out;
   out["strategies"] = json::array();
-  for (const auto& m : c.metrics) {
+  for (size_t i = 0; i < c.metrics.size(); ++i) {
+    const Metrics& m = c.metrics[i];
     out["strategies"].push_back(
         {{"name", m.name},
          {"imbalance", m.imbalance},
@@ -369,8 +392,11 @@ nlohmann::json comparison_json(const Planner& planner, const Manifest& manifest,
          {"padded", m.padded},
          {"dropped", m.dropped},
          {"dropped_fraction",
-          double(m.dropped) / double(std::max<int64_t>(1, m.samples + m.dropped))}});
+          double(m.dropped) / double(std::max<int64_t>(1, m.samples + m.dropped))},
+         {"warnings", i < c.warnings.size() ? c.warnings[i] : std::vector<std::string>()}});
   }
+  out["left_out"] = json::array();
+  for (const auto& [name, why] : c.left_out) out["left_out"].push_back({{"name", name}, {"reason", why}});
   const auto& cfg = planner.config();
   const Bucketing& bk = planner.bucketing();
   json files = json::array();

@@ -15,8 +15,9 @@ struct PlanOptions {
   PlannerConfig config;
   std::string strategy = "all";
   std::string mem_budget = "auto", comp_budget = "auto", p = "auto", step_budget = "auto",
-              seed = "0";
+              seed = "0", epoch = "0";
   std::string on_bad_row = "error", on_oversize = "error", end_policy = "pad", checkpointing = "on";
+  std::string on_duplicate = "warn";
   std::string reshard = "on";
   bool json = false;
   bool quiet = false;
@@ -33,6 +34,8 @@ struct PlanOptions {
 struct Comparison {
   std::vector<Plan> plans;
   std::vector<Metrics> metrics;
+  std::vector<std::vector<std::string>> warnings;  // per plan: the targets it misses (Planner::warnings)
+  std::vector<std::pair<std::string, std::string>> left_out;  // (strategy, why) not in a comparison
 };
 
 Comparison compare(const Planner& planner, const std::vector<std::string>& names);
@@ -44,7 +47,8 @@ Manifest demo_manifest(BadRowPolicy policy);
 // Human table and JSON object of a comparison; `inputs` describes manifests and budgets.
 void print_table(const Planner& planner, const Manifest& manifest, const Comparison& c, std::ostream& out);
 nlohmann::json comparison_json(const Planner& planner, const Manifest& manifest, const Comparison& c);
-// A warning per strategy that drops more than kDropWarnFraction of the planned samples.
+// A warning per strategy that drops more than kDropWarnFraction of the planned samples, and
+// each target a plan misses (Comparison::warnings).
 constexpr double kDropWarnFraction = 0.01;
 void print_drop_warnings(const Planner& planner, const Comparison& c, std::ostream& out);
 // Lines about skipped bad rows, unfit and oversize samples (never silent).

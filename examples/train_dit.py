@@ -57,7 +57,7 @@ MODELS = ["wan-dit", "diffusers-wan"]
 PARALLEL = ["ddp", "fsdp2"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_MANIFESTS = [os.path.join(HERE, "..", "data", "demo_manifest.csv")]
+DEFAULT_MANIFESTS = [os.path.join(HERE, "..", "data", f) for f in ("taichi_hd.csv", "coco2017_val_images.csv")]
 PAPER = {"imbalance_equal_tokens": 0.39, "imbalance_dual": 0.189, "throughput_gain": 0.272, "vram_efficiency_gain": 0.227}
 
 
@@ -376,7 +376,9 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
                             per = flow_matching_loss_of(wrapped, x0, ctx, tt, noise)
                         else:
                             per = wan_dit.flow_matching_loss(wrapped, x0, ctx)
-                        loss = per.sum() * loss_scale / st.global_samples
+                        # Padded repeats are trained too (every rank runs its micro-batches), so they
+                        # count in the normaliser.
+                        loss = per.sum() * loss_scale / (st.global_samples + st.padded_samples)
                     loss.backward()
                 t_rank += tm.elapsed()
                 if log and log_it:
@@ -441,7 +443,7 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
             pred.append(predicted_times[steps[0].step - plan_first])
             times.append(rank_times)
             extra.append(sync_s)
-            samples += steps[0].global_samples - steps[0].padded_samples
+            samples += steps[0].global_samples
             tokens += steps[0].global_tokens
             if device.type == "cuda":
                 peaks.append(torch.cuda.max_memory_allocated())

@@ -12,7 +12,7 @@
 #   scripts/gpu_check.sh --compile-only  build for sm_90 (no GPU needed) and stop
 #   scripts/gpu_check.sh --quick         bench only Wan 1.3B 480p bf16 B=1
 #   scripts/gpu_check.sh --preflight     here, on the CPU: in a copy of exactly what travels
-#                                        (tracked files + .deps, no ../shared), check that
+#                                        (tracked files + .deps, nothing beside it), check that
 #                                        no header comes from a Debian -dev package, then
 #                                        --compile-only there; run before using a GPU
 # Environment: NVCC (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc), CXX (g++),
@@ -49,7 +49,7 @@ if [ "$PREFLIGHT" = 1 ]; then
   . "$ROOT/scripts/lib/preflight.sh"
   T0=$(date +%s)
   COPY="$(preflight_copy "$ROOT")"
-  log "preflight: copy of what travels in $COPY ($(du -sh "$COPY" | cut -f1); ../shared absent: $([ -e "$COPY/../shared" ] && echo NO || echo yes))"
+  log "preflight: copy of what travels in $COPY ($(du -sh "$COPY" | cut -f1); nothing beside it: $([ "$(ls -A "$(dirname "$COPY")")" = "$(basename "$COPY")" ] && echo yes || echo NO))"
   ok=1
   preflight_headers "$CXX" "-std=c++17 -fopenmp -I$COPY/src" "$COPY"/src/adaptiveload/kernels/*.cpp || ok=0
   cu_files=()

@@ -3,13 +3,13 @@
 # machine's PyTorch (CUDA), calibrates the Wan-2.1-1.3B-dims model (few layers) on this GPU,
 # then runs equal_tokens / dual / balanced with the fused adaLN kernel off and on, W ranks
 # emulated on the one GPU, on the Taichi-HD + COCO manifests, and prints the table.
-# Budget: under 8 minutes on an H200. Needs no network, no Debian -dev packages and no
-# ../shared: run scripts/gpu_prepare.sh here first and carry `.deps` (vendored headers,
-# manifests, wheels for Python 3.12).
+# Budget: under 8 minutes on an H200. Needs no network, no Debian -dev packages and nothing
+# beside the repository: run scripts/gpu_prepare.sh here first and carry `.deps` (vendored headers,
+# wheels for Python 3.12); the manifests are the repository's own (data/).
 #
 #   scripts/gpu_eval.sh [--cpu-smoke]     --cpu-smoke: the same steps with the tiny model on CPU
 #   scripts/gpu_eval.sh --preflight       here, on the CPU: in a copy of exactly what travels
-#                                         (tracked files + .deps, no ../shared), check headers
+#                                         (tracked files + .deps, nothing beside it), check headers
 #                                         (none from a Debian -dev package), manifests, the
 #                                         carried wheels against a Python 3.12, the scripts'
 #                                         syntax and entry points; run before using a GPU
@@ -19,21 +19,17 @@
 # SUBSET (unset: STEPS steps spread over the epoch; N: whole epochs of N rows of each manifest,
 # e.g. SUBSET=100 REPEAT=3, sized for about 8 minutes but not yet timed on a GPU),
 # LAYERS (4), WORLD (8), STEPS (4), MEM_BUDGET (80000 tokens), OUT (out/gpu_eval),
-# AL_DATASETS (../shared/datasets when it exists, else .deps/datasets), PYTHON (python3)
+# AL_DATASETS (a folder with taichi_hd.csv and coco2017_val_images.csv; default data/), PYTHON (python3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t0=$(date +%s)
 OUT=${OUT:-out/gpu_eval}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
-if [ -z "${AL_DATASETS:-}" ] && [ -d ../shared/datasets ]; then
-  DATASETS=../shared/datasets
-else
-  DATASETS=${AL_DATASETS:-.deps/datasets}
-fi
+DATASETS=${AL_DATASETS:-data}
 MANIFESTS=(-m "$DATASETS/taichi_hd.csv" -m "$DATASETS/coco2017_val_images.csv")
 for f in taichi_hd.csv coco2017_val_images.csv; do
-  [ -f "$DATASETS/$f" ] || { echo "gpu_eval: manifest $DATASETS/$f not found: run scripts/gpu_prepare.sh here and carry .deps, or set AL_DATASETS" >&2; exit 2; }
+  [ -f "$DATASETS/$f" ] || { echo "gpu_eval: manifest $DATASETS/$f not found (set AL_DATASETS to a folder that has it)" >&2; exit 2; }
 done
 
 if [ "${1:-}" = "--preflight" ]; then
@@ -41,11 +37,11 @@ if [ "${1:-}" = "--preflight" ]; then
   . scripts/lib/preflight.sh
   VPY=${PYTHON:-.venv/bin/python}
   COPY="$(preflight_copy "$PWD")"
-  echo "preflight: copy of what travels in $COPY ($(du -sh "$COPY" | cut -f1); ../shared absent: $([ -e "$COPY/../shared" ] && echo NO || echo yes))"
+  echo "preflight: copy of what travels in $COPY ($(du -sh "$COPY" | cut -f1); nothing beside it: $([ "$(ls -A "$(dirname "$COPY")")" = "$(basename "$COPY")" ] && echo yes || echo NO))"
   ok=1
   [ -d "$COPY/.deps/include/nlohmann" ] || { echo "preflight: .deps/include missing: run scripts/gpu_prepare.sh" >&2; ok=0; }
   for f in taichi_hd.csv coco2017_val_images.csv; do
-    [ -f "$COPY/.deps/datasets/$f" ] || { echo "preflight: .deps/datasets/$f missing: run scripts/gpu_prepare.sh" >&2; ok=0; }
+    [ -f "$COPY/data/$f" ] || { echo "preflight: data/$f does not travel (is it tracked?)" >&2; ok=0; }
   done
   # The extension's sources with setup.py's include path (vendored headers, torch's, Python's).
   inc="-I$COPY/src -I$COPY/python/csrc -I$COPY/.deps/include"
@@ -86,7 +82,7 @@ if [ "${1:-}" = "--preflight" ]; then
       echo "preflight: '$cmd' fails:"; head -5 "$COPY/entry.err"; ok=0
     fi
   done
-  echo "preflight: entry points run (--help) from the copy; the datasets resolve to $(cd "$COPY" && [ -d ../shared/datasets ] && echo ../shared/datasets || echo .deps/datasets)"
+  echo "preflight: entry points run (--help) from the copy; the manifests travel in data/"
   echo "preflight: $([ $ok = 1 ] && echo PASS || echo FAIL) in $(($(date +%s) - t0)) s"
   [ "$ok" = 1 ] && rm -rf "$(dirname "$COPY")"
   [ "$ok" = 1 ]

@@ -3,20 +3,16 @@
 # pass carry [".deps"] to the device tool):
 #   .deps/include   header-only libraries the core includes (nlohmann-json, pcg-cpp, xxHash);
 #                   the GPU machine has no Debian -dev packages
-#   .deps/datasets  the real manifests (Taichi-HD, COCO); ../shared does not travel
 #   .deps/wheels    wheels for Python 3.12 from requirements/gpu-wheels.txt (diffusers and what
 #                   it needs, Liger-Kernel); the GPU machine has no internet
 # Then checks the total against the 64 MiB a run may carry (tracked files + .deps).
 # Run it here, then `scripts/gpu_check.sh --preflight` and `scripts/gpu_eval.sh --preflight`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DATASETS=${AL_DATASETS:-../shared/datasets}
 scripts/vendor_headers.sh
-mkdir -p .deps/datasets .deps/wheels
-for f in taichi_hd.csv coco2017_val_images.csv SOURCES.md; do
-  [ -f "$DATASETS/$f" ] || { echo "gpu_prepare: $DATASETS/$f not found (set AL_DATASETS)" >&2; exit 1; }
-  cp "$DATASETS/$f" .deps/datasets/
-done
+# The manifests are tracked (data/) and travel with the work tree; an older copy here goes.
+rm -rf .deps/datasets
+mkdir -p .deps/wheels
 PIP=(python3 -m pip)
 [ -x .venv/bin/python ] && PIP=(.venv/bin/python -m pip)
 # --no-deps: the list is the whole set (torch, triton and numpy are the machine's own).
@@ -35,7 +31,7 @@ tracked=$(git ls-files -z --cached --others --exclude-standard | du -cb --files0
 carried=$(du -sb .deps | cut -f1)
 total=$((tracked + carried))
 limit=$((64 * 1024 * 1024))
-printf 'gpu_prepare: .deps %s (include %s, datasets %s, wheels %s: %d files); with the work tree %.1f MiB of %d MiB\n' \
-  "$(du -sh .deps | cut -f1)" "$(du -sh .deps/include | cut -f1)" "$(du -sh .deps/datasets | cut -f1)" \
+printf 'gpu_prepare: .deps %s (include %s, wheels %s: %d files); with the work tree %.1f MiB of %d MiB\n' \
+  "$(du -sh .deps | cut -f1)" "$(du -sh .deps/include | cut -f1)" \
   "$(du -sh .deps/wheels | cut -f1)" "$(ls .deps/wheels | wc -l)" "$(echo "$total / 1048576" | bc -l)" 64
 [ "$total" -le "$limit" ] || { echo "gpu_prepare: over the 64 MiB a run may carry" >&2; exit 1; }

@@ -13,8 +13,8 @@ namespace adaptiveload::test {
 
 inline Manifest real_manifest() {
   Manifest m;
-  m.load(AL_SHARED_DATASETS "/taichi_hd.csv", BadRowPolicy::kError);
-  m.load(AL_SHARED_DATASETS "/coco2017_val_images.csv", BadRowPolicy::kError);
+  m.load(AL_DATA_DIR "/taichi_hd.csv", BadRowPolicy::kError);
+  m.load(AL_DATA_DIR "/coco2017_val_images.csv", BadRowPolicy::kError);
   return m;
 }
 

@@ -32,8 +32,8 @@ CliRun run(const std::string& args) {
   return r;
 }
 
-const std::string kTaichi = AL_SHARED_DATASETS "/taichi_hd.csv";
-const std::string kCoco = AL_SHARED_DATASETS "/coco2017_val_images.csv";
+const std::string kTaichi = AL_DATA_DIR "/taichi_hd.csv";
+const std::string kCoco = AL_DATA_DIR "/coco2017_val_images.csv";
 
 std::string write_temp(const std::string& name, const std::string& text) {
   std::string path = ::testing::TempDir() + name;

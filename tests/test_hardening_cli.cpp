@@ -35,7 +35,7 @@ std::string write_temp(const std::string& name, const std::string& text) {
   return path;
 }
 
-const std::string kTaichi = AL_SHARED_DATASETS "/taichi_hd.csv";
+const std::string kTaichi = AL_DATA_DIR "/taichi_hd.csv";
 
 }  // namespace
 

@@ -104,8 +104,8 @@ TEST(Manifest, JsonlRowsNumbersOrStringsNullFps) {
 
 TEST(Manifest, RealDatasetsLoadCompletely) {
   Manifest m;
-  m.load(AL_SHARED_DATASETS "/taichi_hd.csv", BadRowPolicy::kError);
-  m.load(AL_SHARED_DATASETS "/coco2017_val_images.csv", BadRowPolicy::kError);
+  m.load(AL_DATA_DIR "/taichi_hd.csv", BadRowPolicy::kError);
+  m.load(AL_DATA_DIR "/coco2017_val_images.csv", BadRowPolicy::kError);
   ASSERT_EQ(m.total_rows(), 3334 + 5000);
   EXPECT_TRUE(m.bad_rows().empty());
   EXPECT_EQ(m.files().size(), 2u);

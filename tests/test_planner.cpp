@@ -133,7 +133,7 @@ TEST(Planner, BadConfigurationsAreClearErrors) {
 
 TEST(Planner, ResumeAtEveryStepBoundaryEqualsTheUninterruptedPlan) {
   Manifest m;
-  m.load(AL_SHARED_DATASETS "/taichi_hd.csv", BadRowPolicy::kError);
+  m.load(AL_DATA_DIR "/taichi_hd.csv", BadRowPolicy::kError);
   PlannerConfig cfg;
   cfg.world_size = 4;
   Planner pl(m, cfg);
@@ -192,7 +192,7 @@ TEST(Planner, MismatchedOrCorruptStateIsRejected) {
   const std::string good = state_to_json(st);
   EXPECT_LT(good.size(), 1024u);
   Manifest other;
-  other.load(AL_SHARED_DATASETS "/taichi_hd.csv", BadRowPolicy::kError);
+  other.load(AL_DATA_DIR "/taichi_hd.csv", BadRowPolicy::kError);
   Planner pl2(other, PlannerConfig{});
   EXPECT_THROW(pl2.resume(st, 8), InputError);  // another manifest
   PlannerConfig cfg;

@@ -143,7 +143,7 @@ TEST(Reliability, ElasticResumeAcrossRandomWorldSizeSequences) {
 
 TEST(Reliability, CorruptedStatesAreRejectedOrDetected) {
   Manifest m;
-  m.load(AL_SHARED_DATASETS "/taichi_hd.csv", BadRowPolicy::kError);
+  m.load(AL_DATA_DIR "/taichi_hd.csv", BadRowPolicy::kError);
   PlannerConfig cfg;
   cfg.world_size = 4;
   cfg.seed = 0x5eed;

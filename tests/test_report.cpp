@@ -29,7 +29,7 @@ using json = nlohmann::json;
 
 namespace {
 
-const std::string kDatasets = AL_SHARED_DATASETS;
+const std::string kDatasets = AL_DATA_DIR;
 const std::string kCli = AL_CLI_PATH;
 const std::string kTaichi = kDatasets + "/taichi_hd.csv";
 const std::string kCoco = kDatasets + "/coco2017_val_images.csv";

@@ -43,9 +43,11 @@ class PlannedStep:
     epoch: int
     step: int  # index of the global step within the epoch (0-based, all segments counted)
     micro_batches: List[List[int]]  # this rank's, in order (the remaining ones after a mid-step resume)
-    global_samples: int  # samples of the step over all ranks, padded repeats included
+    # Over all ranks, padded repeats excluded: what a trainer that skips the padded micro-batches
+    # normalises its loss by (one that trains them too divides by global_samples + padded_samples).
+    global_samples: int  # trained samples of the step
     global_tokens: int  # video tokens of those samples (for per-token loss normalisation)
-    padded_samples: int  # of global_samples, repeats added by the end-of-epoch policy
+    padded_samples: int  # repeats the end-of-epoch policy added to the step, beside global_samples
     # Per micro-batch of micro_batches: True when it is such a repeat (a trainer may skip or
     # down-weight it; the step's other ranks still run theirs, so skip its loss, not the step).
     padded_micro_batches: List[bool] = dataclasses.field(default_factory=list)
@@ -93,6 +95,9 @@ class AdaptiveBatchSampler(Sampler):
     comp_budget: compute budget (M_comp, S^p units, finite and > 0), None = automatic.
     on_bad_row: 'error' raises ValueError at the first bad manifest row, 'skip' leaves bad
       rows out (listed in `bad_rows`). on_oversize likewise for samples too big to fit.
+    on_duplicate: rows whose path repeats an earlier row's (a clip listed twice, a manifest
+      given twice): 'warn' (default) keeps them and warns, 'skip' keeps the first row of each
+      path, 'error' raises ValueError naming both rows.
     profile: a calibrated cost profile file (cost_model defaults to 'profile' then).
     sharding: model state per GPU, as the CLI's --sharding: 'none' (DDP), 'fsdp' (sharded over
       the ranks), or 'auto' (fsdp when the unsharded state would take over half the memory).
@@ -144,6 +149,7 @@ class AdaptiveBatchSampler(Sampler):
         global_batch: Optional[str] = None,
         sp: str = "auto",
         sp_sizes: Any = (1, 2, 4, 8),
+        on_duplicate: str = "warn",
     ):
         # Sampler.__init__ takes data_source in torch 1.x and nothing in 2.x; it stores
         # nothing either way, so it is not called.
@@ -169,6 +175,7 @@ class AdaptiveBatchSampler(Sampler):
             comp_budget, where + "comp_budget", 0.0, MAX_COMP_BUDGET, lo_open=True, hint=" (or None = auto)")
         _checks.choice(on_bad_row, where + "on_bad_row", ("error", "skip"))
         _checks.choice(on_oversize, where + "on_oversize", ("error", "skip"))
+        _checks.choice(on_duplicate, where + "on_duplicate", ("warn", "skip", "error"))
         profile = _checks.optional_file(profile or None, where + "profile")
         if cost_model is not None:
             _checks.choice(cost_model, where + "cost_model", COST_MODELS)
@@ -219,6 +226,11 @@ class AdaptiveBatchSampler(Sampler):
         self._observed_since = 0  # steps observed since the last re-plan
         self.adaptations: List[Dict[str, Any]] = []  # {"step": ..., fit summary} per re-plan
         self._manifest = load_manifest(manifest, on_bad_row)
+        # Rows repeating an earlier path train twice an epoch: said (warn), left out (skip) or
+        # refused (error, a ValueError naming both rows).
+        report = _C.apply_duplicate_policy(self._manifest, on_duplicate)
+        if report:
+            warnings.warn(where + report.rstrip("\n"), stacklevel=2)
         if self._manifest.total_rows == 0 and (isinstance(manifest, Mapping) or manifest in ([], ())):
             raise ValueError(where + "the manifest (an empty list or dict of columns) has no rows: nothing to plan")
         self._planners: Dict[int, "_C.Planner"] = {}
@@ -251,6 +263,10 @@ class AdaptiveBatchSampler(Sampler):
         planner = self._planner(self.world_size)
         state = planner.initial_state(self.strategy, self.world_size, epoch)
         plan, first_step, st = self._prepare(planner, state)
+        # A target the plan misses (the global batch's step count, balanced's per-step batch
+        # and mix) is said, never silent; the warnings module shows each once.
+        for text in planner.warnings(plan):
+            warnings.warn(f"AdaptiveBatchSampler: {text}", stacklevel=3)
         self._apply(epoch, self.world_size, plan, first_step, st, 0, reason)
 
     def _prepare(self, planner: "_C.Planner", state_json: str, new_cost: str = "") -> tuple:

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "adaptiveload/manifest/duplicates.h"
 #include "adaptiveload/manifest/manifest.h"
 #include "adaptiveload/plan/state.h"
 #include "adaptiveload/cost/calibration.h"
@@ -279,6 +280,10 @@ void bind_planner(pb::module_& m) {
           pb::arg("world_size"), "Modelled gradient all-reduce seconds per step.")
       .def("plan", &Planner::plan, pb::arg("strategy"), pb::arg("world_size") = 0,
            pb::arg("epoch") = -1, pb::call_guard<pb::gil_scoped_release>())
+      .def("warnings", &Planner::warnings, pb::arg("plan"),
+           "The targets a full-epoch plan misses (global batch, step mix), one sentence each.")
+      .def("target_steps", &Planner::target_steps, pb::arg("world_size") = 0,
+           "Global steps the global batch asks for (0: free).")
       .def(
           "initial_state",
           [](const Planner& self, const std::string& strategy, int world_size, int64_t epoch) {
@@ -301,6 +306,15 @@ void bind_planner(pb::module_& m) {
           "(plan, first_step, state_json): the plan that continues `state` on `world_size` ranks; with "
           "`new_cost` (a cost object from fit_observations), the rest of the epoch is re-planned with it.");
 
+  m.def(
+      "apply_duplicate_policy",
+      [](Manifest& manifest, const std::string& policy) {
+        const DuplicatePolicy p = parse_duplicate_policy(policy);
+        return duplicate_report(manifest, apply_duplicate_policy(manifest, p), p);
+      },
+      pb::arg("manifest"), pb::arg("policy"),
+      "Finds rows that repeat an earlier row's path and applies 'warn', 'skip' or 'error' (ValueError); "
+      "returns the report ('' when there are none).");
   m.def(
       "fit_profile",
       [](const std::vector<pb::dict>& points, const std::string& model, const std::string& device) {

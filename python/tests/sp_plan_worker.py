@@ -91,7 +91,7 @@ def main(out_path, device_path, manifest_path):
                             "padded": bool(st.padded_micro_batches[k])})
             flat = torch.cat([x.reshape(-1) for x in grads]) / g  # a group's g ranks hold the same sum
             acc = flat if acc is None else acc + flat
-        all_reduce_step(params, acc, st.global_samples, opt)
+        all_reduce_step(params, acc, st.global_samples + st.padded_samples, opt)
 
     final = torch.cat([p.detach().reshape(-1) for p in params])
     finals = [torch.empty_like(final) for _ in range(world)]
@@ -113,7 +113,7 @@ def main(out_path, device_path, manifest_path):
             ropt.zero_grad(set_to_none=True)
             for row in by_step[st.step]:
                 x0, ctx = sample_data(row, shapes[row], c)
-                (wan_dit.flow_matching_loss(replay, x0, ctx, loss_gen(row)).mean() / st.global_samples).backward()
+                (wan_dit.flow_matching_loss(replay, x0, ctx, loss_gen(row)).mean() / (st.global_samples + st.padded_samples)).backward()
             ropt.step()
         rfinal = torch.cat([p.detach().reshape(-1) for p in rparams])
         result = {

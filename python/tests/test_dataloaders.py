@@ -12,9 +12,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from adaptiveload import AdaptiveBatchSampler
-from conftest import DATASETS, require_datasets
+from conftest import DATASETS
 
-require_datasets("taichi_hd.csv", "coco2017_val_images.csv")
 StatefulDataLoader = pytest.importorskip("torchdata.stateful_dataloader").StatefulDataLoader
 
 

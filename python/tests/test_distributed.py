@@ -6,9 +6,8 @@ import json
 import os
 import subprocess
 
-from conftest import DATASETS, HERE, require_datasets, torchrun
+from conftest import DATASETS, HERE, torchrun
 
-require_datasets("taichi_hd.csv", "coco2017_val_images.csv")
 MANIFESTS = [os.path.join(DATASETS, "taichi_hd.csv"), os.path.join(DATASETS, "coco2017_val_images.csv")]
 
 

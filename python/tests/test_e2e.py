@@ -17,9 +17,8 @@ import torch
 import adaptiveload
 from adaptiveload import calibrate
 from adaptiveload.models import wan_dit
-from conftest import DATASETS, HERE, REPO, require_datasets, torchrun
+from conftest import DATASETS, HERE, REPO, torchrun
 
-require_datasets("taichi_hd.csv", "coco2017_val_images.csv")
 MANIFESTS = [os.path.join(DATASETS, "taichi_hd.csv"), os.path.join(DATASETS, "coco2017_val_images.csv")]
 sys.path.insert(0, os.path.join(REPO, "examples"))
 import train_dit  # noqa: E402

@@ -89,7 +89,7 @@ def worker(argv):
             x, y = features(mb)
             sync = i + 1 == len(st.micro_batches)
             with contextlib.nullcontext() if sync else ddp.no_sync():
-                loss = ((ddp(x).squeeze(1) - y) ** 2).sum() * world / st.global_samples
+                loss = ((ddp(x).squeeze(1) - y) ** 2).sum() * world / (st.global_samples + st.padded_samples)
                 loss.backward()
             ids += mb
         opt.step()

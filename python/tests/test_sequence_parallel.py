@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from conftest import DATASETS, HERE, kill_tree, require_datasets, torchrun
+from conftest import DATASETS, HERE, kill_tree, torchrun
 from adaptiveload import sequence_parallel as spl
 from adaptiveload.models import wan_dit
 
@@ -108,7 +108,6 @@ def run_torchrun(cmd, env):
 
 
 def test_torchrun_epoch_with_groups_of_1_2_4(tmp_path):
-    require_datasets("taichi_hd.csv", "coco2017_val_images.csv")
     out = tmp_path / "result.json"
     cmd, env = torchrun(4, tmp_path / "logs", [HERE])
     cmd += [os.path.join(HERE, "sp_worker.py"), str(out),
@@ -187,7 +186,6 @@ def mixed_manifest(path):
 
 
 def test_sampler_gives_each_micro_batch_its_group(tmp_path):
-    require_datasets("taichi_hd.csv", "coco2017_val_images.csv")
     from adaptiveload.sampler import AdaptiveBatchSampler
     manifest, n = mixed_manifest(tmp_path / "m.csv")
     device = small_gpu(tmp_path / "gpu.json")
@@ -227,7 +225,6 @@ def test_sampler_gives_each_micro_batch_its_group(tmp_path):
 def test_elastic_resume_with_groups_loses_nothing(tmp_path):
     """Two steps on 4 ranks, then the rest on 8: the groups are chosen again for 8 ranks and
     every planned row is trained exactly once over the two segments."""
-    require_datasets("taichi_hd.csv", "coco2017_val_images.csv")
     from adaptiveload.sampler import AdaptiveBatchSampler
     manifest, n = mixed_manifest(tmp_path / "m.csv")
     device = small_gpu(tmp_path / "gpu.json")
@@ -259,7 +256,6 @@ def test_elastic_resume_with_groups_loses_nothing(tmp_path):
 
 
 def test_torchrun_planned_epoch_with_groups_of_1_2_4(tmp_path):
-    require_datasets("taichi_hd.csv", "coco2017_val_images.csv")
     manifest, n = mixed_manifest(tmp_path / "m.csv")
     device = small_gpu(tmp_path / "gpu.json")
     out = tmp_path / "result.json"

@@ -28,9 +28,8 @@ import pytest
 import torch
 
 import adaptiveload
-from conftest import DATASETS, REPO, kill_tree, require_datasets, torchrun
+from conftest import DATASETS, REPO, kill_tree, torchrun
 
-require_datasets("taichi_hd.csv", "coco2017_val_images.csv")
 if not torch.distributed.is_available():
     pytest.skip("torch.distributed is not available in this torch build", allow_module_level=True)
 if not torch.distributed.is_gloo_available():

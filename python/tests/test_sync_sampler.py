@@ -8,9 +8,8 @@ import os
 import pytest
 
 from adaptiveload import AdaptiveBatchSampler
-from conftest import DATASETS, require_datasets
+from conftest import DATASETS
 
-require_datasets("taichi_hd.csv", "coco2017_val_images.csv")
 MANIFEST = [os.path.join(DATASETS, "taichi_hd.csv"), os.path.join(DATASETS, "coco2017_val_images.csv")]
 
 

@@ -2,9 +2,9 @@
 # run here on the CPU so that a GPU run (rare and short) cannot fail in its first minute.
 #
 # The GPU machine receives a copy of the work tree (tracked files and untracked files git
-# does not ignore) plus the folders named in `carry` (.deps); it has no ../shared, no Debian
+# does not ignore) plus the folders named in `carry` (.deps); nothing beside it, no Debian
 # -dev packages and no internet. preflight_copy makes exactly that copy in a fresh folder
-# with no ../shared beside it; preflight_headers fails on any header a build would take from
+# with nothing beside it; preflight_headers fails on any header a build would take from
 # a Debian -dev package other than the C/C++ toolchain's own.
 
 # preflight_copy SRC_REPO -> prints the path of the copy (DEST/repo, DEST a new temp dir).

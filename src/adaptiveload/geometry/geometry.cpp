@@ -56,7 +56,7 @@ Bucketing assign_buckets(const Manifest& manifest, const BucketGrid& grid, const
   std::vector<std::pair<uint64_t, uint32_t>> cache(kCache, {UINT64_MAX, UINT32_MAX});
   for (int64_t row = 0; row < n; ++row) {
     if (!manifest.usable(row)) {
-      ++out.bad;
+      ++(manifest.skipped_duplicate(row) ? out.duplicates : out.bad);
       continue;
     }
     const ClipInfo& c = manifest.clip(row);

@@ -33,6 +33,7 @@ struct Bucketing {
   std::vector<int64_t> bucket_counts;   // samples per bucket
   int64_t usable = 0;                   // rows with a bucket
   int64_t bad = 0;                      // rows rejected by the manifest reader
+  int64_t duplicates = 0;               // rows left out as repeats of an earlier path
   std::vector<UnfitRow> unfit;          // rows that fit no bucket, with the reason
 };
 

@@ -492,7 +492,9 @@ void Manifest::load_owned(Text owned, const std::string& name, BadRowPolicy poli
   const std::string_view text = texts_.back().view();
   bool jsonl = ends_with(name, ".jsonl") || ends_with(name, ".ndjson") || ends_with(name, ".json");
   if (!jsonl && !ends_with(name, ".csv")) {
-    size_t i = text.find_first_not_of(" \t\r\n");
+    // Sniffed past a UTF-8 byte-order mark, which both readers skip.
+    const size_t bom = text.substr(0, 3) == "\xEF\xBB\xBF" ? 3 : 0;
+    size_t i = text.find_first_not_of(" \t\r\n", bom);
     jsonl = i != std::string_view::npos && text[i] == '{';
   }
   // One row per line, about: reserving avoids the doubling copies of 10^7-row vectors.
@@ -593,6 +595,10 @@ void Manifest::load_csv(std::string_view text, const std::string& name, BadRowPo
   std::vector<std::string> fields;
   if (text.substr(0, 3) == "\xEF\xBB\xBF") pos = 3;  // UTF-8 byte-order mark
   if (!next_csv_record(text, pos, fields, lines, name)) throw InputError(name, "empty manifest (no header row)");
+  // A row with more fields than the header is refused: its values would be read from the
+  // wrong columns (an unquoted comma in a path moves every field after it). Fewer fields are
+  // missing values, as in pandas and Python's csv.DictReader.
+  const size_t header_fields = fields.size();
   int col[kColumns];
   for (int k = 0; k < kColumns; ++k) {
     col[k] = -1;
@@ -658,6 +664,15 @@ void Manifest::load_csv(std::string_view text, const std::string& name, BadRowPo
       nf = slow_views.size();
     }
     if (nf == 1 && trim(v[0]).empty()) continue;  // blank line
+    if (nf > header_fields) {
+      const std::string reason = "has " + std::to_string(nf) + " fields, the header " + std::to_string(header_fields) +
+                                 ": quote a value that holds a comma (\"clips/a,b.mp4\")";
+      if (policy == BadRowPolicy::kError)
+        throw InputError(name + ":" + std::to_string(line), "row " + reason + " (fix the row, or pass --on-bad-row=skip)");
+      bad_rows_.push_back({name, line, "(row)", reason});
+      push("", ClipInfo{}, false, line);
+      continue;
+    }
     auto field = [&](int k) -> std::string_view {
       return col[k] >= 0 && size_t(col[k]) < nf ? v[size_t(col[k])] : std::string_view();
     };

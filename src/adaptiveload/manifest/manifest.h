@@ -63,6 +63,10 @@ class Manifest {
   // ClipInfo{}).
   int64_t total_rows() const { return int64_t(rows_.size()); }
   bool usable(int64_t row) const { return rows_[size_t(row)].frames > 0; }
+  // Leaves a row out as a repeat of an earlier path (manifest/duplicates.h): not usable, and
+  // not a bad row.
+  void skip_duplicate(int64_t row) { rows_[size_t(row)].frames = -1; }
+  bool skipped_duplicate(int64_t row) const { return rows_[size_t(row)].frames < 0; }
   ClipInfo clip(int64_t row) const {
     const Row& r = rows_[size_t(row)];
     if (r.frames <= 0) return ClipInfo{};
@@ -85,7 +89,7 @@ class Manifest {
 
  private:
   // A usable row's numbers (frames <= 10^7, sides <= 65536, so sides - 1 fit 16 bits); a bad
-  // row is all zeros.
+  // row is all zeros, a skipped duplicate has frames -1.
   struct Row {
     int32_t frames = 0;
     uint16_t height_m1 = 0, width_m1 = 0;

@@ -31,10 +31,22 @@ struct MicroBatch {
 };
 
 struct StepInfo {
-  uint64_t tokens = 0;   // video tokens of the step's samples over all ranks (loss normalisation)
-  uint32_t samples = 0;  // samples of the step over all ranks, padded ones included
-  uint32_t padded = 0;   // of which padded repeats
+  // Over all ranks, padded repeats excluded: what a trainer that skips the padded micro-batches
+  // normalises its loss by (one that trains them too adds `padded`).
+  uint64_t tokens = 0;   // video tokens of the step's trained samples
+  uint32_t samples = 0;  // trained samples of the step
+  uint32_t padded = 0;   // padded repeats in the step, beside `samples`
 };
+
+// Counts `count` samples of `tokens` tokens each into a step: as padded repeats or as trained.
+inline void add_to_step(StepInfo& s, uint32_t count, int64_t tokens, bool padded) {
+  if (padded) {
+    s.padded += count;
+  } else {
+    s.samples += count;
+    s.tokens += uint64_t(tokens) * count;
+  }
+}
 
 struct Plan {
   std::string strategy;

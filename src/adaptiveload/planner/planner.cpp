@@ -118,15 +118,25 @@ void validate_config(PlannerConfig& c) {
 
 // Advice for a sample too big for memory, following the configuration it was planned under.
 std::string oversize_advice(const PlannerConfig& cfg, bool sharded, bool memory_bound, int largest_group,
-                            int node_size) {
+                            int node_size, int heads) {
+  // A larger group is advice only where one could be used: a power of two up to the node size
+  // that divides the world size and the heads.
+  int larger = 0;
+  for (int g = 2 * largest_group; g <= node_size && larger == 0; g *= 2)
+    if (cfg.world_size % g == 0 && heads % g == 0) larger = g;
   std::string a;
   auto add = [&](const std::string& s) { a += (a.empty() ? "" : ", ") + s; };
   if (memory_bound) {
     if (cfg.sp == "off")
       add("allow sequence parallelism (--sp auto) to split such a sample over a group of GPUs");
+    else if (larger > 0)
+      add("allow larger sequence-parallel groups (--sp-sizes with " + std::to_string(larger) +
+          "; a group size must divide the world size and the model's heads and be at most the node size " +
+          std::to_string(node_size) + ")");
     else if (largest_group < node_size)
-      add("allow larger sequence-parallel groups (--sp-sizes, up to the node size " + std::to_string(node_size) +
-          ", dividing the world size and the model's heads)");
+      add("run on a world size that larger sequence-parallel groups divide (no group size above " +
+          std::to_string(largest_group) + " divides " + std::to_string(cfg.world_size) + " ranks and " +
+          std::to_string(heads) + " heads)");
     if (!cfg.checkpointing) add("enable activation checkpointing (--checkpointing on)");
     if (!sharded && cfg.world_size > 1) add("shard the model state (--sharding fsdp)");
     if (!sharded && cfg.world_size == 1)
@@ -257,7 +267,7 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
           "manifest row " + std::to_string(row) +
           (manifest ? " (" + manifest->where(row) + ", " + std::string(manifest->path(row)) + ")"
                     : "") +
-          ": " + msg + oversize_advice(cfg_, sharded_, memory_bound, largest, device_.node_size));
+          ": " + msg + oversize_advice(cfg_, sharded_, memory_bound, largest, device_.node_size, model_.heads));
     }
     oversize_.push_back({row, msg});
   }

@@ -114,6 +114,8 @@ class Planner {
   // The plan with every sample on `g` ranks (one fixed group size), for comparison.
   Plan plan_fixed_group(const std::string& strategy, int g, int world_size = 0) const;
   uint64_t fingerprint() const { return fingerprint_; }
+  // Why `fixed` cannot run (its batch sizes miss a bucket), "" when it can.
+  const std::string& fixed_error() const { return fixed_error_; }
   // Candidates tried by the automatic M_comp search and their simulated throughput.
   const std::vector<std::pair<double, double>>& comp_search() const { return comp_search_; }
 
@@ -121,6 +123,13 @@ class Planner {
   // `epoch` (-1: the configured one). Budgets do not depend on the epoch.
   Plan plan(const std::string& strategy, int world_size = 0, int64_t epoch = -1) const;
   Metrics simulate(const Plan& plan) const;
+  // Global steps the global batch asks for on `world_size` ranks (0: the configured one), for
+  // the full epoch; 0 when it is free.
+  uint64_t target_steps(int world_size = 0) const;
+  // Targets `plan` (a full-epoch plan of this planner) misses, one sentence each for the user:
+  // the global batch's step count, and for balanced in step sync the per-step global batch
+  // (within 10%) and the mix (images and clips in every step). Empty when it meets them all.
+  std::vector<std::string> warnings(const Plan& plan) const;
   SimEnv sim_env(int world_size) const;
 
   // Resume: the plan to continue from `state` on `world_size` ranks, and the first step of it

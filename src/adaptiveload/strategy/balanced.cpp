@@ -25,6 +25,7 @@
 // integer arithmetic and identical on every rank.
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <stdexcept>
 
 #include "adaptiveload/strategy/strategy.h"
@@ -111,6 +112,7 @@ struct Inputs {
   const BucketedPool* pool;
   std::vector<size_t> order;  // buckets with samples, longest sample first
   std::vector<int64_t> per, fixed, mem_cap, tokens;
+  std::vector<uint8_t> image;    // per bucket: one frame
   std::vector<int64_t> min_new;  // fewest samples a new micro-batch of the bucket takes
   bool whole = false;            // deal whole micro-batches of mem_cap samples (LPT), no merging
   bool contiguous = false;       // deal_contiguous instead of LPT
@@ -153,6 +155,7 @@ struct Counts {
   std::vector<uint32_t> samples;  // per bin
   std::vector<uint32_t> mbs;      // micro-batches per bin
   std::vector<uint64_t> tokens;   // per bin
+  std::vector<uint32_t> images;   // per bin: samples of one-frame buckets (the step-mix check)
   std::vector<uint32_t> fixed_steps;  // two phases: bins of the steps led by a heavy bin, step-major
   // deal()'s decisions in order, for replay(): bin << 32 | merge << 31 | samples. Empty when
   // not logged (deal_contiguous, or a piece of 2^31 samples or more: then deal again).
@@ -161,12 +164,13 @@ struct Counts {
 
   // Loads only (a writing pass), or with the per-bin statistics.
   Counts(uint64_t bins, bool stats) : load(bins, 0) {
-    if (stats) samples.assign(bins, 0), mbs.assign(bins, 0), tokens.assign(bins, 0);
+    if (stats) samples.assign(bins, 0), mbs.assign(bins, 0), tokens.assign(bins, 0), images.assign(bins, 0);
   }
   Counts() = default;
-  void add(uint32_t j, int64_t n, int64_t tokens_per_sample, bool new_mb) {
+  void add(uint32_t j, int64_t n, int64_t tokens_per_sample, bool image, bool new_mb) {
     samples[j] += uint32_t(n);
     tokens[j] += uint64_t(n) * uint64_t(tokens_per_sample);
+    if (image) images[j] += uint32_t(n);
     if (new_mb) ++mbs[j];
   }
 };
@@ -223,7 +227,7 @@ Counts deal(uint64_t bins, const Inputs& in, Writer* w) {
     int64_t load = 0;
     int64_t offset = 0;      // phase two: its load beyond the common level
     uint64_t tokens = 0;
-    uint32_t samples = 0, mbs = 0;
+    uint32_t samples = 0, mbs = 0, images = 0;
     uint32_t open_count = 0;            // samples in its latest micro-batch
     uint16_t last_bucket = kNoBucket;   // bucket of that micro-batch
   };
@@ -264,6 +268,7 @@ Counts deal(uint64_t bins, const Inputs& in, Writer* w) {
       } else {
         s.samples += uint32_t(n);
         s.tokens += uint64_t(n) * uint64_t(in.tokens[b]);
+        if (in.image[b]) s.images += uint32_t(n);
         if (!merge) ++s.mbs;
         if (c.logged) {
           if (n < (int64_t(1) << 31)) {
@@ -286,7 +291,7 @@ Counts deal(uint64_t bins, const Inputs& in, Writer* w) {
   }
   for (uint64_t j = 0; j < bins; ++j) {
     c.load[j] = st[j].load;
-    if (!w) c.samples[j] = st[j].samples, c.mbs[j] = st[j].mbs, c.tokens[j] = st[j].tokens;
+    if (!w) c.samples[j] = st[j].samples, c.mbs[j] = st[j].mbs, c.tokens[j] = st[j].tokens, c.images[j] = st[j].images;
   }
   return c;
 }
@@ -344,7 +349,7 @@ Counts deal_contiguous(uint64_t bins, const Inputs& in, Writer* w) {
       if (left > later) n = std::min<int64_t>(n, int64_t(left - later));
       left -= uint64_t(n);
       if (w) w->put(*in.pool, j, b, next, n, false);
-      c.add(j, n, in.tokens[b], true);
+      c.add(j, n, in.tokens[b], in.image[b] != 0, true);
       c.load[j] += fixed + n * per;
       next += uint64_t(n);
     }
@@ -370,13 +375,73 @@ std::vector<uint32_t> shuffled_bins(uint64_t bins, Rng rng) {
   return perm;
 }
 
+// Bins laid out step-major, W to a step, with the step order and the ranks in each step
+// shuffled.
+std::vector<uint32_t> shuffled_steps(const std::vector<uint32_t>& laid, int W, Rng rng) {
+  const uint64_t w = uint64_t(W), K = laid.size() / w;
+  std::vector<uint32_t> step_perm(K);
+  for (uint64_t t = 0; t < K; ++t) step_perm[t] = uint32_t(t);
+  rng.shuffle(step_perm);
+  std::vector<uint32_t> out(laid.size());
+  for (uint64_t t = 0; t < K; ++t) {
+    std::copy(laid.begin() + int64_t(step_perm[t] * w), laid.begin() + int64_t((step_perm[t] + 1) * w),
+              out.begin() + int64_t(t * w));
+    rng.shuffle(out.data() + t * w, w);
+  }
+  return out;
+}
+
+// How far a layout is from the global batch and from a like mix in every step:
+// `batch_dev` the largest |x_t - mean| / mean of the steps' tokens (or samples), `unmixed`
+// the share of steps without an image while the pool has one for every step, or without a
+// clip while it has one for every step.
+struct StepSpread {
+  double batch_dev = 0, unmixed = 0;
+};
+StepSpread step_spread(const Counts& c, const std::vector<uint32_t>& perm, int W, bool by_tokens) {
+  const uint64_t w = uint64_t(W), K = perm.size() / w;
+  uint64_t images = 0, samples = 0;
+  for (uint64_t j = 0; j < perm.size(); ++j) images += c.images[j], samples += c.samples[j];
+  const bool want_image = images >= K, want_clip = samples - images >= K;
+  std::vector<double> x(K, 0);
+  double total = 0;
+  uint64_t unmixed = 0;
+  for (uint64_t t = 0; t < K; ++t) {
+    uint64_t im = 0, n = 0;
+    for (uint64_t r = 0; r < w; ++r) {
+      const uint32_t j = perm[t * w + r];
+      x[t] += by_tokens ? double(c.tokens[j]) : double(c.samples[j]);
+      im += c.images[j], n += c.samples[j];
+    }
+    total += x[t];
+    if ((want_image && im == 0) || (want_clip && im == n)) ++unmixed;
+  }
+  StepSpread s;
+  const double mean = total / double(std::max<uint64_t>(K, 1));
+  if (mean > 0)
+    for (double v : x) s.batch_dev = std::max(s.batch_dev, std::abs(v - mean) / mean);
+  s.unmixed = double(unmixed) / double(std::max<uint64_t>(K, 1));
+  return s;
+}
+
 // Lays bins out as steps of W (bins in step-major order) for a global batch target. Bins much
 // longer than the median ("tall": a long clip alone costs more than a rank's share of a step)
 // go together, W to a step, so that as few steps as possible wait on them; the others are
 // dealt in a snake by descending samples (or tokens) over the remaining steps, so that every
 // step gets a like mix and about the same global batch. Step order and ranks are shuffled.
-std::vector<uint32_t> stratified_bins(const Counts& c, int W, bool by_tokens, Rng rng) {
+std::vector<uint32_t> stratified_bins(const Counts& c, int W, bool by_tokens, bool group_tall, Rng rng) {
   const uint64_t bins = c.load.size(), w = uint64_t(W), K = bins / w;
+  if (!group_tall) {
+    // Every bin in the snake: the steps' global batches and mixes as even as the bins allow,
+    // at the price of steps that wait on one tall bin.
+    std::vector<uint32_t> all(bins);
+    for (uint64_t j = 0; j < bins; ++j) all[j] = uint32_t(j);
+    auto key = [&](uint32_t j) { return by_tokens ? c.tokens[j] : uint64_t(c.samples[j]); };
+    std::stable_sort(all.begin(), all.end(), [&](uint32_t a, uint32_t b) { return key(a) > key(b); });
+    std::vector<uint32_t> laid(bins);
+    for (uint64_t i = 0; i < bins; ++i) laid[snake_step(i, K) * w + i / K] = all[i];
+    return shuffled_steps(laid, W, rng);
+  }
   std::vector<int64_t> loads(c.load);
   std::nth_element(loads.begin(), loads.begin() + int64_t(bins / 2), loads.end());
   const double median = double(loads[bins / 2]);
@@ -405,16 +470,7 @@ std::vector<uint32_t> stratified_bins(const Counts& c, int W, bool by_tokens, Rn
     std::stable_sort(rest.begin(), rest.end(), [&](uint32_t a, uint32_t b) { return key(a) > key(b); });
     for (uint64_t i = 0; i < rest.size(); ++i) laid[(tall_steps + snake_step(i, K2)) * w + i / K2] = rest[i];
   }
-  std::vector<uint32_t> step_perm(K);
-  for (uint64_t t = 0; t < K; ++t) step_perm[t] = uint32_t(t);
-  rng.shuffle(step_perm);
-  std::vector<uint32_t> out(bins);
-  for (uint64_t t = 0; t < K; ++t) {
-    std::copy(laid.begin() + int64_t(step_perm[t] * w), laid.begin() + int64_t((step_perm[t] + 1) * w),
-              out.begin() + int64_t(t * w));
-    rng.shuffle(out.data() + t * w, w);
-  }
-  return out;
+  return shuffled_steps(laid, W, rng);
 }
 
 }  // namespace
@@ -441,10 +497,12 @@ Plan plan_balanced(const PlanProblem& pr) {
   in.fixed.resize(nb);
   in.tokens.resize(nb);
   in.min_new.resize(nb);
+  in.image.resize(nb);
   std::vector<int64_t>& tokens = in.tokens;
   for (size_t b = 0; b < nb; ++b) {
     const Bucket& bk = (*pr.buckets)[b];
     tokens[b] = bk.tokens;
+    in.image[b] = bk.frames == 1;
     in.per[b] = to_ticks(pr.cost->marginal_time(1, bk));
     in.fixed[b] = std::max<int64_t>(0, to_ticks(pr.cost->microbatch_time(1, bk)) - in.per[b]);
     // A new micro-batch takes at least enough samples to cover its own overhead.
@@ -582,20 +640,47 @@ Plan plan_balanced(const PlanProblem& pr) {
     // sample before any bin a second one.
     // (Fewer samples than ranks: one step, whose empty bins repeat a sample, as in free mode.)
     const bool can_fill = n_samples >= bins;
+    // The global batch and the step mix: a layout whose steps' tokens (samples for
+    // samples:N) stray over kMaxBatchDev from their mean, or with more than kMaxUnmixed of its
+    // steps lacking images (or clips) that the pool has enough of, misses them. The fastest
+    // layout that meets both is kept unless the fastest of all is over kMixPrice faster (then
+    // that one is, and the planner reports the miss). Each dealing is laid out twice: long
+    // bins grouped into steps of their own (fewest waits on them) and every bin in one snake
+    // (the evenest steps).
+    struct Pick {
+      std::shared_ptr<Counts> counts;
+      std::vector<uint32_t> perm;
+      const Inputs* inputs = nullptr;
+      int64_t ticks = INT64_MAX;
+    };
+    Pick fastest, fastest_ok;
     auto evaluate = [&](const Inputs& c) {
-      Counts counts = c.contiguous ? deal_contiguous(bins, c, nullptr) : deal(bins, c, nullptr);
-      if (can_fill && std::find(counts.samples.begin(), counts.samples.end(), 0u) != counts.samples.end()) return;
-      std::vector<uint32_t> p = stratified_bins(counts, W, by_tokens, rng);
-      const int64_t ticks = epoch_ticks(counts, p, W, allreduce);
-      if (ticks < best_ticks) best_ticks = ticks, best = std::move(counts), perm = std::move(p), chosen = c;
+      auto counts = std::make_shared<Counts>(c.contiguous ? deal_contiguous(bins, c, nullptr) : deal(bins, c, nullptr));
+      if (can_fill && std::find(counts->samples.begin(), counts->samples.end(), 0u) != counts->samples.end()) return;
+      for (const bool group_tall : {true, false}) {
+        std::vector<uint32_t> p = stratified_bins(*counts, W, by_tokens, group_tall, rng);
+        const int64_t ticks = epoch_ticks(*counts, p, W, allreduce);
+        const StepSpread sp = step_spread(*counts, p, W, by_tokens);
+        const double miss = std::max(0.0, sp.batch_dev - kMaxBatchDev) + std::max(0.0, sp.unmixed - kMaxUnmixed);
+        auto keep = [&](Pick& k) { k.counts = counts, k.perm = p, k.inputs = &c, k.ticks = ticks; };
+        if (ticks < fastest.ticks) keep(fastest);
+        if (miss == 0 && ticks < fastest_ok.ticks) keep(fastest_ok);
+      }
+    };
+    auto choose = [&] {
+      const Pick* k = &fastest;
+      if (fastest_ok.counts && double(fastest_ok.ticks) <= (1 + kMixPrice) * double(fastest.ticks)) k = &fastest_ok;
+      if (!k->counts) return;
+      best = *k->counts, perm = k->perm, chosen = *k->inputs, best_ticks = k->ticks;
     };
     for (const Inputs& c : cands) evaluate(c);
-    if (perm.empty()) {
-      Inputs c = in;
-      c.world_size = W;
-      std::fill(c.min_new.begin(), c.min_new.end(), int64_t(1));
-      evaluate(c);
+    Inputs plain = in;
+    if (!fastest.counts) {
+      plain.world_size = W;
+      std::fill(plain.min_new.begin(), plain.min_new.end(), int64_t(1));
+      evaluate(plain);
     }
+    choose();
     if (perm.empty()) throw std::logic_error("balanced: plain LPT left a rank-step empty");
   }
   const uint64_t bins = perm.size();
@@ -647,9 +732,7 @@ Plan plan_balanced(const PlanProblem& pr) {
     StepInfo& info = plan.steps[t];
     for (uint64_t m = plan.rank_begin[t * uint64_t(W)]; m < plan.rank_begin[(t + 1) * uint64_t(W)]; ++m) {
       const MicroBatch& mb = plan.micro_batches[m];
-      info.samples += mb.count;
-      info.tokens += uint64_t(tokens[mb.bucket]) * mb.count;
-      if (mb.padded) info.padded += mb.count;
+      add_to_step(info, mb.count, tokens[mb.bucket], mb.padded);
     }
   }
   if (plan.padded_samples > 0 && pr.end_policy == EndPolicy::kDrop) {

@@ -132,9 +132,8 @@ Plan plan_from_slots(const PlanProblem& pr, const char* name, const std::vector<
         plan.sample_ids.insert(plan.sample_ids.end(), ids.begin() + int64_t(it.begin),
                                ids.begin() + int64_t(it.begin + it.count));
         plan.micro_batches.push_back(mb);
-        info.samples += it.count;
-        info.tokens += uint64_t(pr.tokens(it.bucket)) * it.count;
-        if (it.padded) info.padded += it.count, plan.padded_samples += it.count;
+        add_to_step(info, it.count, pr.tokens(it.bucket), it.padded);
+        if (it.padded) plan.padded_samples += it.count;
       }
       plan.rank_begin.push_back(plan.micro_batches.size());
     }

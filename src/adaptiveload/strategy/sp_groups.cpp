@@ -142,9 +142,8 @@ Plan write_plan(const PlanProblem& pr, const BucketedPool& pool, const std::vect
           for (uint32_t j = i; j != UINT32_MAX; j = items[j].next)
             plan.sample_ids.insert(plan.sample_ids.end(), pool.ids.begin() + int64_t(items[j].begin),
                                    pool.ids.begin() + int64_t(items[j].begin + items[j].own));
-          info.samples += it.count;
-          info.tokens += uint64_t(pr.tokens(it.bucket)) * it.count;
-          if (it.padded) info.padded += it.count, plan.padded_samples += it.count;
+          add_to_step(info, it.count, pr.tokens(it.bucket), it.padded);
+          if (it.padded) plan.padded_samples += it.count;
         }
         MicroBatch mb;
         mb.begin = at[i], mb.count = it.count, mb.bucket = it.bucket, mb.padded = it.padded;

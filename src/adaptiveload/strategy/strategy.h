@@ -55,6 +55,15 @@ struct PlanProblem {
   uint64_t target_steps() const;
 };
 
+// balanced in step sync with a global batch keeps two invariants where they cost at most
+// kMixPrice of the epoch time (strategy/balanced.cpp; Planner::warnings reports a miss):
+// tokens (samples for samples:N) per step within kMaxBatchDev of their mean, and at most
+// kMaxUnmixed of the steps without an image, or without a clip, where the pool has one of
+// them for every step.
+constexpr double kMaxBatchDev = 0.10;
+constexpr double kMaxUnmixed = 0.05;
+constexpr double kMixPrice = 0.03;
+
 struct StrategyEntry {
   const char* name;
   const char* summary;

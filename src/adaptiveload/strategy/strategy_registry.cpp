@@ -20,7 +20,7 @@ const StrategyEntry& find_strategy(const std::string& name) {
     if (name == s.name) return s;
     names += (names.empty() ? "" : ", ") + std::string(s.name);
   }
-  throw ConfigError("unknown strategy '" + name + "'; choose one of: " + names + ", all");
+  throw ConfigError("unknown strategy '" + name + "'; choose one of: " + names);
 }
 
 }  // namespace adaptiveload

@@ -1,0 +1,89 @@
+// Targets a plan misses, in words for the user: the global batch's step count, and for
+// balanced in step sync the per-step global batch and mix that docs/planner.md promises.
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+
+#include "adaptiveload/planner/planner.h"
+#include "adaptiveload/util/format.h"
+
+namespace adaptiveload {
+
+uint64_t Planner::target_steps(int world_size) const {
+  PlanProblem pr = problem(world_size > 0 ? world_size : cfg_.world_size, cfg_.epoch, 0, {});
+  pr.pool_view = &pool_;
+  return pr.target_steps();
+}
+
+std::vector<std::string> Planner::warnings(const Plan& plan) const {
+  std::vector<std::string> out;
+  const std::string who = "strategy '" + plan.strategy + "'";
+  const uint64_t W = uint64_t(plan.world_size), K = target_steps(plan.world_size), steps = plan.num_steps();
+  if (K > 0 && steps != K && steps > 0) {
+    // What the trained samples can fill: a sample on a sequence-parallel group of g takes g
+    // rank-steps of the W a step has (its micro-batch is listed by each rank of the group).
+    uint64_t rank_samples = 0, samples = 0;
+    for (const MicroBatch& mb : plan.micro_batches)
+      if (!mb.padded) rank_samples += mb.count;
+    for (const StepInfo& s : plan.steps) samples += s.samples;
+    const uint64_t cap = rank_samples / W;
+    std::string why;
+    if (steps < K && cap < K) {
+      why = thousands(int64_t(samples)) + " samples on " + std::to_string(W) + " ranks fill at most " +
+            thousands(int64_t(cap)) + " steps (one sample per rank-step" +
+            (rank_samples > samples ? "; a sample on a sequence-parallel group of g takes g ranks" : "") +
+            "); ask for fewer, larger steps (--global-batch) or plan on fewer ranks";
+    } else if (steps < K) {
+      why = "its micro-batches could not be cut into more steps" +
+            std::string(plan.sync == SyncMode::kMicro
+                            ? " (micro sync: every step needs a slot of " + std::to_string(W) + " micro-batches)"
+                            : "") +
+            "; ask for fewer steps (--global-batch)";
+    } else {
+      why = "its batches could not be merged into fewer steps; ask for more steps (--global-batch)";
+    }
+    out.push_back(who + " plans " + thousands(int64_t(steps)) + " steps, not the " + thousands(int64_t(K)) +
+                  " of the global batch (" + global_batch_text_ + "): " + why);
+  }
+  if (plan.strategy == "balanced" && plan.sync == SyncMode::kStep && steps == K && steps > 1) {
+    // The global batch per step (tokens, or samples for samples:N) and the mix of images and
+    // clips, over the steps without padded repeats.
+    const bool by_samples = base_.batch_kind == BatchKind::kSamples;
+    double total = 0, lo = INFINITY, hi = 0;
+    uint64_t full = 0, images = 0, clips = 0, no_image = 0, no_clip = 0;
+    std::vector<uint8_t> has(2);
+    for (uint64_t t = 0; t < steps; ++t) {
+      const StepInfo& s = plan.steps[t];
+      has[0] = has[1] = 0;
+      for (uint64_t m = plan.rank_begin[t * W]; m < plan.rank_begin[(t + 1) * W]; ++m) {
+        const MicroBatch& mb = plan.micro_batches[m];
+        if (mb.padded) continue;
+        const bool image = bucketing_.buckets[mb.bucket].frames == 1;
+        has[image] = 1;
+        (image ? images : clips) += mb.count;
+      }
+      no_image += !has[1], no_clip += !has[0];
+      if (s.padded > 0) continue;
+      const double x = by_samples ? double(s.samples) : double(s.tokens);
+      total += x, lo = std::min(lo, x), hi = std::max(hi, x), ++full;
+    }
+    const double mean = full > 0 ? total / double(full) : 0;
+    if (mean > 0 && std::max(hi - mean, mean - lo) / mean > kMaxBatchDev)
+      out.push_back(who + ": its " + (by_samples ? "samples" : "tokens") + " per step range over " +
+                    fmt("%.2f", lo / mean) + "-" + fmt("%.2f", hi / mean) +
+                    "x their mean (balanced keeps them within " + fmt("%.0f%%", 100 * kMaxBatchDev) +
+                        " unless that costs over " + fmt("%.0f%%", 100 * kMixPrice) + " of the epoch or no "
+                    "plan it tries does)");
+    // A kind (images, clips) the pool has at least one of for every step, missing from a step.
+    for (const auto& [kind, have, missing] : {std::tuple{"image", images, no_image}, {"clip", clips, no_clip}})
+      if (have >= steps && double(missing) > kMaxUnmixed * double(steps))
+        out.push_back(who + ": " + thousands(int64_t(missing)) + " of " + thousands(int64_t(steps)) +
+                      " steps have no " + kind +
+                      " (balanced keeps a like mix in every step unless that costs over " +
+                        fmt("%.0f%%", 100 * kMixPrice) + " of the epoch or no "
+                      "plan it tries does)");
+  }
+  return out;
+}
+
+}  // namespace adaptiveload
