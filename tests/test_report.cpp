@@ -17,11 +17,12 @@
 #include <string>
 #include <vector>
 
-#include "test_support.h"
 #include "adaptiveload/planner/planner.h"
 #include "adaptiveload/report/html_report.h"
 #include "adaptiveload/report/svg_chart.h"
 #include "adaptiveload/util/error.h"
+#include "adaptiveload/util/format.h"
+#include "test_support.h"
 
 namespace fs = std::filesystem;
 using namespace adaptiveload;
@@ -161,6 +162,20 @@ TEST(SvgChart, BarChartHasOneGroupPerBarAndEscapesText) {
   EXPECT_EQ(check_balanced(svg), "");
 }
 
+TEST(SvgChart, BarRangeDrawsAWhiskerAndScalesTheAxis) {
+  SvgBarChart c;
+  SvgBarGroup g{"g", {}};
+  g.bars.push_back({{{1.0, "#000"}}, "flat"});
+  SvgBar b{{{1.0, "#000"}}, "spread"};
+  b.range_lo = 0.5, b.range_hi = 7.5;
+  g.bars.push_back(b);
+  c.groups.push_back(g);
+  const std::string svg = render_bar_chart(c);
+  EXPECT_EQ(count(svg, "class=\"range\""), 1u) << "only a bar with range_hi > range_lo";
+  EXPECT_NE(svg.find(">8</text>"), std::string::npos) << "the y axis reaches the whisker's top";
+  EXPECT_EQ(check_balanced(svg), "");
+}
+
 TEST(SvgChart, LineChartDropsPointsALogAxisCannotShow) {
   SvgLineChart c;
   c.log_x = c.log_y = true;
@@ -294,6 +309,312 @@ TEST_F(RealManifests, CostCurveShowsBucketsAndCalibratedPoints) {
   fs::remove(prof);
 }
 
+// ---- Small in-memory inputs: the sync modes, the table's columns, sequence parallelism and
+// the per-rank charts at many ranks (docs/scan_report.md, "report").
+
+// `rows` rows, 3 in 5 of them clips (33-121 frames, 480p to 1080p, 16 fps), the rest images:
+// plans in milliseconds on any world size. For Wan 2.1 14B on the wan-long grid its 1080p
+// 121-frame clips need a sequence-parallel group of 2 GPUs.
+std::string small_mix_csv(int rows) {
+  static const int kFrames[] = {33, 49, 81, 121};
+  static const int kClip[][2] = {{480, 832}, {720, 1280}, {1080, 1920}};
+  static const int kImage[][2] = {{512, 512}, {768, 1024}, {1024, 768}};
+  std::string text = "path,num_frames,height,width,fps\n";
+  for (int k = 0; k < rows; ++k) {
+    if (k % 5 < 3) {
+      const auto& hw = kClip[(k / 4) % 3];
+      text += "c" + std::to_string(k) + ".mp4," + std::to_string(kFrames[k % 4]) + "," +
+              std::to_string(hw[0]) + "," + std::to_string(hw[1]) + ",16\n";
+    } else {
+      const auto& hw = kImage[k % 3];
+      text += "i" + std::to_string(k) + ".jpg,1," + std::to_string(hw[0]) + "," +
+              std::to_string(hw[1]) + ",\n";
+    }
+  }
+  return text;
+}
+
+Manifest small_mix(int rows) {
+  Manifest m;
+  m.load_text(small_mix_csv(rows), "small_mix.csv", BadRowPolicy::kError);
+  return m;
+}
+
+struct Built {
+  std::vector<Plan> plans;
+  std::vector<Metrics> metrics;
+  Report report;
+};
+
+// The report of `names` (all strategies when empty), plus balanced on each fixed group size
+// named "balanced g=G" when `fixed_groups` (as the CLI's compare() adds them).
+Built build(const Planner& pl, const Manifest& m, std::vector<std::string> names = {},
+            bool fixed_groups = false, ReportOptions o = {}) {
+  Built b;
+  if (names.empty())
+    for (const auto& s : strategies()) names.push_back(s.name);
+  for (const auto& n : names) {
+    b.plans.push_back(pl.plan(n));
+    b.metrics.push_back(pl.simulate(b.plans.back()));
+  }
+  if (fixed_groups)
+    for (int g = pl.max_group(); g <= kMaxGroup; g *= 2) {
+      if (!pl.seq_parallel().allows(g)) continue;
+      b.plans.push_back(pl.plan_fixed_group("balanced", g));
+      b.metrics.push_back(pl.simulate(b.plans.back()));
+      b.metrics.back().name = "balanced g=" + std::to_string(g);
+    }
+  b.report = build_report(pl, &m, b.plans, b.metrics, o);
+  return b;
+}
+
+PlannerConfig small_config(int world_size, const std::string& sharding = "none",
+                           const std::string& sync = "auto") {
+  PlannerConfig c;
+  c.world_size = world_size;
+  c.sharding = sharding;
+  c.sync = sync;
+  return c;
+}
+
+PlannerConfig sp_config() {  // some samples need a group of 2 (sequence parallelism auto)
+  PlannerConfig c = small_config(16, "fsdp");
+  c.model = "wan2.1-14b";
+  c.grid = "wan-long";
+  return c;
+}
+
+// The text of a summary cell.
+std::string cell_text(const std::string& html, const std::string& strategy,
+                      const std::string& key) {
+  const size_t row = html.find("<tr data-strategy=\"" + strategy + "\">");
+  if (row == std::string::npos) return "(no row)";
+  const size_t c = html.find("data-key=\"" + key + "\"", row);
+  if (c == std::string::npos || c > html.find("</tr>", row)) return "(no cell)";
+  const size_t from = html.find('>', c) + 1;
+  return html.substr(from, html.find("</td>", from) - from);
+}
+
+std::string svg_width(const std::string& svg) {
+  std::smatch m;
+  return std::regex_search(svg, m, std::regex("<svg [^>]*width=\"([0-9]+)\"")) ? m[1].str() : "";
+}
+
+// Every text of the page follows the plan's sync mode: micro sync (FSDP) never speaks of a
+// per-step all-reduce, step sync (DDP) never of slots and reduce-scatters.
+TEST(ReportSync, TextsFollowTheSyncMode) {
+  const Manifest m = small_mix(400);
+  const Planner micro(m, small_config(8, "fsdp"));
+  ASSERT_EQ(micro.sync(), SyncMode::kMicro);
+  const std::string html = build(micro, m).report.html;
+  EXPECT_EQ(count(html, "all-reduce"), 0u) << "micro sync has no gradient all-reduce";
+  EXPECT_EQ(count(html, "one gradient all-reduce per step"), 0u);
+  EXPECT_EQ(count(html, "waits at the gradient all-reduce"), 0u);
+  EXPECT_NE(html.find("<b>micro sync</b> (auto; FSDP"), std::string::npos);
+  EXPECT_NE(html.find("every micro-batch slot runs a parameter all-gather in forward, another in "
+                      "backward and a gradient reduce-scatter"),
+            std::string::npos);
+  EXPECT_NE(html.find("all ranks run the same number of micro-batches per step"),
+            std::string::npos);
+  EXPECT_NE(html.find("the sum over its slots of the slowest rank's micro-batch plus the "
+                      "collectives' exposed time"),
+            std::string::npos);
+  EXPECT_NE(html.find("waits for that slot's slowest rank"), std::string::npos);
+  EXPECT_EQ(count(html, xml_escape("idle (waits for each slot's slowest rank)")), 4u)
+      << "each chart's legend";
+  EXPECT_EQ(check_balanced(html), "");
+
+  // Micro sync without sharded parameters (ZeRO-2): only the reduce-scatter.
+  const Planner zero2(m, small_config(8, "none", "micro"));
+  const std::string z = build(zero2, m, {"balanced"}).report.html;
+  EXPECT_NE(z.find("every micro-batch slot runs a gradient reduce-scatter,"), std::string::npos);
+  EXPECT_EQ(count(z, "all-gather"), 0u);
+  EXPECT_EQ(count(z, "all-reduce"), 0u);
+
+  const Planner step(m, small_config(8));
+  ASSERT_EQ(step.sync(), SyncMode::kStep);
+  const std::string d = build(step, m).report.html;
+  EXPECT_NE(d.find("one gradient all-reduce per step"), std::string::npos);
+  EXPECT_NE(d.find("waits for the step's slowest rank before the step's gradient all-reduce"),
+            std::string::npos);
+  for (const char* micro_only : {"reduce-scatter", "all-gather", "slot", "same number of"})
+    EXPECT_EQ(count(d, micro_only), 0u) << micro_only;
+}
+
+// In micro sync a rank waits in every slot for that slot's slowest rank, so each bar ends at the
+// sum over slots of the slowest micro-batch: over the epoch, the simulated epoch time less its
+// exposed collectives (not at the busiest rank's total, as in step sync).
+TEST(ReportSync, MicroSyncBarsWaitInEverySlot) {
+  const Manifest m = small_mix(400);
+  const Planner pl(m, small_config(8, "fsdp"));
+  ReportOptions o;
+  o.steps = 1000;  // the whole epoch
+  const Built b = build(pl, m, {"equal_tokens", "fixed", "balanced"}, false, o);
+  const std::regex tip(R"(step (\d+), rank (\d+): busy ([0-9.]+) s \([^)]*\), idle ([0-9.]+) s)");
+  for (size_t i = 0; i < b.plans.size(); ++i) {
+    const Metrics& mt = b.metrics[i];
+    const std::string svg = svg_by_id(b.report.html, "steps-" + mt.name);
+    std::map<int, double> top;  // step -> busy + idle of its rank 0
+    double slack = 0;           // largest disagreement within a step
+    for (std::sregex_iterator it(svg.begin(), svg.end(), tip), end; it != end; ++it) {
+      const int t = std::stoi((*it)[1]);
+      const double x = std::stod((*it)[3]) + std::stod((*it)[4]);
+      if (!top.count(t)) top[t] = x;
+      slack = std::max(slack, std::abs(top[t] - x));
+    }
+    ASSERT_EQ(top.size(), b.plans[i].num_steps()) << mt.name;
+    EXPECT_LE(slack, 0.0021) << mt.name << ": every bar of a step ends at the same height";
+    double sum = 0;
+    for (const auto& [t, x] : top) sum += x;
+    EXPECT_NEAR(sum, mt.epoch_time_s - mt.collective_s, 0.001 * double(top.size()) + 1e-6)
+        << mt.name;
+  }
+  EXPECT_GT(b.metrics[1].micro_batches_per_rank_step, 1.5) << "fixed runs several slots a step";
+}
+
+// The table has plan's `batch` (samples per global step, mean) and `g` (group sizes used)
+// columns, in plan's order and formats.
+TEST(ReportTable, HasBatchAndGroupColumns) {
+  const Manifest m = small_mix(400);
+  const Planner pl(m, sp_config());
+  const Built b = build(pl, m, {}, true);
+  const std::string& html = b.report.html;
+  EXPECT_NE(html.find("<th>steps</th><th>batch</th><th>mb/rank</th>"), std::string::npos);
+  EXPECT_NE(html.find("<th>epoch s</th><th>g</th><th>padded</th>"), std::string::npos);
+  bool mixed = false;
+  for (const Metrics& mt : b.metrics) {
+    EXPECT_DOUBLE_EQ(cell(html, mt.name, "global_batch_samples_mean"), mt.global_batch_samples_mean)
+        << mt.name;
+    char batch[32];
+    std::snprintf(batch, sizeof batch, "%.1f", mt.global_batch_samples_mean);
+    EXPECT_EQ(cell_text(html, mt.name, "global_batch_samples_mean"), batch) << mt.name;
+    EXPECT_DOUBLE_EQ(cell(html, mt.name, "group_max"), mt.group_max) << mt.name;
+    const std::string g = mt.group_min == mt.group_max
+                              ? std::to_string(mt.group_max)
+                              : std::to_string(mt.group_min) + "-" + std::to_string(mt.group_max);
+    EXPECT_EQ(cell_text(html, mt.name, "group_max"), g) << mt.name;
+    mixed |= mt.group_max > 1;
+  }
+  EXPECT_TRUE(mixed) << "the input should need groups";
+  EXPECT_EQ(cell_text(html, "equal_tokens", "group_max"), "2");
+  EXPECT_EQ(cell_text(html, "balanced g=4", "group_max"), "4");
+}
+
+// With sequence parallelism in use the page says the policy, the allowed sizes, the samples per
+// group size and the sizes the plans used, and explains the `balanced g=G` rows; each of them
+// gets its own per-rank chart.
+TEST(ReportSp, SequenceParallelLineAndFixedGroupRows) {
+  const Manifest m = small_mix(400);
+  const Planner pl(m, sp_config());
+  ASSERT_EQ(pl.max_group(), 2);
+  const Built b = build(pl, m, {}, true);
+  const std::string& html = b.report.html;
+  int64_t on2 = 0, on1 = 0;
+  for (size_t k = 0; k < pl.bucketing().buckets.size(); ++k)
+    (pl.bucket_groups()[k] == 2 ? on2 : on1) += pl.bucketing().bucket_counts[k];
+  ASSERT_GT(on2, 0);
+  EXPECT_NE(html.find("<li>sequence parallelism (Ulysses): policy <b>auto</b>"), std::string::npos);
+  EXPECT_NE(html.find("allowed group sizes 1,2,4,8 (usable on 16 x h200: 1,2,4,8)"),
+            std::string::npos);
+  EXPECT_NE(html.find("samples on g GPUs: g=1 " + std::to_string(on1) + " g=2 " +
+                      std::to_string(on2) + ";"),
+            std::string::npos);
+  EXPECT_NE(
+      html.find("group sizes used (column g): g=2 by equal_tokens, fixed, dual, balanced g=2;"),
+      std::string::npos);
+  EXPECT_NE(html.find("equal_tokens, fixed and dual run every sample on g=2"), std::string::npos);
+  EXPECT_NE(html.find("balanced g=G: balanced with every sample on a fixed group of G GPUs"),
+            std::string::npos);
+  EXPECT_NE(html.find("shown for comparison beside balanced with per-sample groups"),
+            std::string::npos);
+  ASSERT_EQ(count(html, "<tr data-strategy=\"balanced g="), 3u);
+  // One chart per row, each its own id (the plans of the g=G rows are all "balanced").
+  ASSERT_EQ(b.report.charts.size(), 3 + b.metrics.size());
+  for (const ReportChart& c : b.report.charts)
+    EXPECT_EQ(count(html, "id=\"" + c.id + "\""), 1u) << c.id;
+  for (const char* id :
+       {"steps-balanced", "steps-balanced-g2", "steps-balanced-g4", "steps-balanced-g8"})
+    EXPECT_NE(svg_by_id(html, id), "") << id;
+  EXPECT_NE(svg_by_id(html, "steps-balanced-g4").find("Per-rank time per step: balanced g=4"),
+            std::string::npos);
+
+  // One fixed size for all (--sp 2): said as such.
+  PlannerConfig c2 = small_config(8);
+  c2.sp = "2";
+  const Planner p2(m, c2);
+  const std::string h2 = build(p2, m, {"equal_tokens", "balanced"}).report.html;
+  EXPECT_NE(h2.find("policy <b>2</b> (every sample on 2 GPUs)"), std::string::npos);
+  EXPECT_NE(h2.find("every strategy runs every sample on g=2"), std::string::npos);
+  EXPECT_EQ(count(h2, "balanced g=G"), 0u) << "no such rows here";
+  // No groups: no line.
+  const Planner p1(m, small_config(8));
+  EXPECT_EQ(count(build(p1, m, {"balanced"}).report.html, "sequence parallelism"), 0u);
+}
+
+// Bars of the per-rank chart at `W` ranks: count and the widest spread of a bin's whisker.
+struct RankBars {
+  size_t bars = 0;
+  double widest_spread = 0;
+};
+
+RankBars rank_bars(const std::string& svg) {
+  RankBars r;
+  r.bars = count(svg, "<g class=\"rank\"");
+  const std::regex tip(R"(busy mean [0-9.]+ s, min ([0-9.]+) s \(rank \d+\), max ([0-9.]+) s)");
+  for (std::sregex_iterator it(svg.begin(), svg.end(), tip), end; it != end; ++it)
+    r.widest_spread = std::max(r.widest_spread, std::stod((*it)[2]) - std::stod((*it)[1]));
+  return r;
+}
+
+// At 1,000 or 1,024 ranks the per-rank chart stays page-wide: ranks are drawn in bins
+// (mean, and a min-max whisker that keeps the imbalance visible), and the caption says so.
+TEST(ReportChart, PerRankChartWidthIsCappedAtManyRanks) {
+  const Manifest m = small_mix(3000);
+  for (const int W : {1024, 1000}) {
+    PlannerConfig c = small_config(W);
+    c.global_batch = "steps:3";
+    const Planner pl(m, c);
+    const Built b = build(pl, m, {"equal_tokens", "balanced"});
+    for (const Plan& p : b.plans) {
+      const std::string ctx = p.strategy + " on " + std::to_string(W);
+      const std::string svg = svg_by_id(b.report.html, "steps-" + p.strategy);
+      ASSERT_FALSE(svg.empty()) << ctx;
+      EXPECT_LE(std::stoi(svg_width(svg)), 1200) << ctx;
+      const size_t steps = std::min<size_t>(24, p.num_steps());
+      ASSERT_GE(steps, 2u) << ctx;
+      // Bins of k ranks, a power of two, the smallest whose bars are 8 px or wider in the
+      // plot's 1,120 px: 32 for 3 steps, 16 for 2.
+      std::smatch bin;
+      ASSERT_TRUE(std::regex_search(
+          svg, bin,
+          std::regex(thousands(W) + " ranks in bins of ([0-9]+) \\(bar: the bin&#39;s mean, "
+                                    "line: its least to most busy rank\\)")))
+          << ctx;
+      const size_t k = std::stoul(bin[1]);
+      EXPECT_EQ(k, steps == 3 ? 32u : 16u) << ctx;
+      const RankBars r = rank_bars(svg);
+      EXPECT_EQ(r.bars, steps * ((size_t(W) + k - 1) / k)) << ctx;
+      EXPECT_GT(count(svg, "class=\"range\""), 0u) << ctx;
+      EXPECT_NE(svg.find("ranks " + std::to_string((W - 1) / int(k) * int(k)) + "-" +
+                         std::to_string(W - 1) + ":"),
+                std::string::npos)
+          << ctx << ": the last bin ends at the last rank";
+      if (p.strategy == "equal_tokens") {
+        EXPECT_GT(r.widest_spread, 1.0) << ctx << ": the whiskers show the imbalance";
+      }
+    }
+    EXPECT_NE(b.report.html.find("a bar stands for a bin of consecutive ranks"), std::string::npos);
+  }
+  // 16 ranks: one bar per rank, no longer wider than the page.
+  const Planner p16(m, small_config(16));
+  const Built b16 = build(p16, m, {"equal_tokens"});
+  const std::string svg = svg_by_id(b16.report.html, "steps-equal_tokens");
+  EXPECT_EQ(svg_width(svg), "1200");
+  EXPECT_EQ(count(svg, "<g class=\"rank\""), std::min<size_t>(24, b16.plans[0].num_steps()) * 16);
+  EXPECT_EQ(count(svg, "class=\"range\""), 0u);
+  EXPECT_EQ(count(b16.report.html, "bin of consecutive ranks"), 0u);
+}
+
 // The CLI: the page's table holds the numbers `comparison_json` prints, the embedded data
 // is that JSON, --format svg writes one file per chart, and nothing is left half written.
 TEST(ReportCli, TableMatchesComparisonJsonAndSvgFiles) {
@@ -337,6 +658,44 @@ TEST(ReportCli, TableMatchesComparisonJsonAndSvgFiles) {
           .code,
       1);
   EXPECT_FALSE(fs::exists(dir / "nodir"));
+  fs::remove_all(dir);
+}
+
+// The CLI on a sequence-parallel FSDP input: the rows compare() adds (balanced g=G) are
+// explained and charted under their own ids, and the batch and g cells hold plan --json's
+// numbers.
+TEST(ReportCli, SequenceParallelFsdpReport) {
+  if (kCli.empty() || !fs::exists(kCli)) GTEST_SKIP() << "adaptiveload CLI not built";
+  const fs::path dir = fs::temp_directory_path() / ("al_report_sp_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "mix.csv") << small_mix_csv(400);
+  const fs::path out = dir / "report.html";
+  Exec r = run(kCli + " report -m " + (dir / "mix.csv").string() +
+               " --model wan2.1-14b --grid wan-long -w 16 --sharding fsdp --json -q -o " +
+               out.string() + " --format svg");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const json j = json::parse(r.out);
+  const std::string html = read_text(out);
+  EXPECT_EQ(j["inputs"]["sync"], "micro");
+  EXPECT_EQ(count(html, "all-reduce"), 0u);
+  EXPECT_NE(html.find("<li>sequence parallelism (Ulysses): policy <b>auto</b>"), std::string::npos);
+  EXPECT_NE(html.find("balanced g=G: balanced with every sample on a fixed group of G GPUs"),
+            std::string::npos);
+  size_t fixed_rows = 0;
+  for (const auto& s : j["strategies"]) {
+    const std::string name = s["name"];
+    fixed_rows += name.rfind("balanced g=", 0) == 0;
+    EXPECT_DOUBLE_EQ(cell(html, name, "global_batch_samples_mean"),
+                     s["global_batch_samples_mean"].get<double>())
+        << name;
+    EXPECT_DOUBLE_EQ(cell(html, name, "group_max"), s["group_max"].get<double>()) << name;
+  }
+  EXPECT_EQ(fixed_rows, 3u);
+  for (const char* id :
+       {"steps-balanced", "steps-balanced-g2", "steps-balanced-g4", "steps-balanced-g8"}) {
+    EXPECT_EQ(count(html, std::string("id=\"") + id + "\""), 1u) << id;
+    EXPECT_TRUE(fs::exists(dir / (std::string("report-") + id + ".svg"))) << id;
+  }
   fs::remove_all(dir);
 }
 

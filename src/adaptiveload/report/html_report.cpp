@@ -1,15 +1,17 @@
-#include "adaptiveload/util/format.h"
 #include "adaptiveload/report/html_report.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "adaptiveload/presets/presets.h"
 #include "adaptiveload/report/svg_chart.h"
 #include "adaptiveload/util/error.h"
+#include "adaptiveload/util/format.h"
 
 namespace adaptiveload {
 namespace {
@@ -20,6 +22,7 @@ constexpr const char* kPadded = "#a0a7b0";
 constexpr const char* kIdle = "#f0a04b";
 constexpr const char* kSamplesColor = "#3a6db5";
 constexpr const char* kTokensColor = "#5b9a59";
+constexpr const char* kRangeColor = "#222";
 
 // Full precision for data-value attributes, so a reader can compare with the JSON exactly.
 std::string exact(double v) { return fmt("%.17g", v); }
@@ -37,48 +40,57 @@ Bucket synthetic_bucket(double tokens) {
   return b;
 }
 
+// The summary table's columns, one entry each: key (data-key; the field of `plan --json`),
+// heading, text and exact value. `batch`, `g` and the formats follow `plan`'s table.
 struct Cell {
-  std::string key, text;
+  std::string key, head, text;
   double value;
 };
 
+std::string group_text(const Metrics& m) {
+  return m.group_min == m.group_max
+             ? std::to_string(m.group_max)
+             : std::to_string(m.group_min) + "-" + std::to_string(m.group_max);
+}
+
 std::vector<Cell> metric_cells(const Metrics& m, double base_samples_per_s) {
   return {
-      {"imbalance", fmt("%.1f%%", 100 * m.imbalance), m.imbalance},
-      {"imbalance_step_mean", fmt("%.1f%%", 100 * m.imbalance_step_mean), m.imbalance_step_mean},
-      {"imbalance_step_maxmin", fmt("%.1f%%", 100 * m.imbalance_step_maxmin),
+      {"imbalance", "imbalance", fmt("%.1f%%", 100 * m.imbalance), m.imbalance},
+      {"imbalance_step_mean", "max-mean", fmt("%.1f%%", 100 * m.imbalance_step_mean),
+       m.imbalance_step_mean},
+      {"imbalance_step_maxmin", "max-min", fmt("%.1f%%", 100 * m.imbalance_step_maxmin),
        m.imbalance_step_maxmin},
-      {"throughput_samples_per_s", fmt("%.2f", m.throughput_samples_per_s),
+      {"throughput_samples_per_s", "samples/s", fmt("%.2f", m.throughput_samples_per_s),
        m.throughput_samples_per_s},
-      {"throughput_tokens_per_s", fmt("%.0f", m.throughput_tokens_per_s),
+      {"throughput_tokens_per_s", "tokens/s", fmt("%.0f", m.throughput_tokens_per_s),
        m.throughput_tokens_per_s},
       // A strategy that dropped samples trained fewer: no speedup, so it cannot rank higher.
-      {"speedup",
+      {"speedup", "speedup",
        m.dropped > 0 || base_samples_per_s < 0 ? "-*"
        : base_samples_per_s > 0 ? fmt("%.2fx", m.throughput_samples_per_s / base_samples_per_s)
                                 : "-",
        m.dropped == 0 && base_samples_per_s > 0 ? m.throughput_samples_per_s / base_samples_per_s
                                                 : 0},
-      {"peak_memory_utilization_mean", fmt("%.1f%%", 100 * m.peak_memory_utilization_mean),
-       m.peak_memory_utilization_mean},
-      {"peak_memory_utilization_max", fmt("%.1f%%", 100 * m.peak_memory_utilization_max),
+      {"peak_memory_utilization_mean", "mem avg",
+       fmt("%.1f%%", 100 * m.peak_memory_utilization_mean), m.peak_memory_utilization_mean},
+      {"peak_memory_utilization_max", "mem max", fmt("%.1f%%", 100 * m.peak_memory_utilization_max),
        m.peak_memory_utilization_max},
-      {"diversity", fmt("%.1f", m.diversity), m.diversity},
-      {"steps", thousands(m.steps), double(m.steps)},
-      {"micro_batches_per_rank_step", fmt("%.2f", m.micro_batches_per_rank_step),
+      {"diversity", "buckets", fmt("%.1f", m.diversity), m.diversity},
+      {"steps", "steps", thousands(m.steps), double(m.steps)},
+      {"global_batch_samples_mean", "batch", fmt("%.1f", m.global_batch_samples_mean),
+       m.global_batch_samples_mean},
+      {"micro_batches_per_rank_step", "mb/rank", fmt("%.2f", m.micro_batches_per_rank_step),
        m.micro_batches_per_rank_step},
-      {"fixed_cost_fraction", fmt("%.1f%%", 100 * m.fixed_cost_fraction), m.fixed_cost_fraction},
-      {"collective_s", fmt("%.1f", m.collective_s), m.collective_s},
-      {"epoch_time_s", fmt("%.0f", m.epoch_time_s), m.epoch_time_s},
-      {"padded", thousands(m.padded), double(m.padded)},
-      {"dropped", thousands(m.dropped), double(m.dropped)},
+      {"fixed_cost_fraction", "fixed", fmt("%.1f%%", 100 * m.fixed_cost_fraction),
+       m.fixed_cost_fraction},
+      {"collective_s", "sync s", fmt("%.1f", m.collective_s), m.collective_s},
+      {"epoch_time_s", "epoch s", fmt("%.0f", m.epoch_time_s), m.epoch_time_s},
+      // data-value: the largest size; the text gives the range, as `plan`'s table.
+      {"group_max", "g", group_text(m), double(m.group_max)},
+      {"padded", "padded", thousands(m.padded), double(m.padded)},
+      {"dropped", "dropped", thousands(m.dropped), double(m.dropped)},
   };
 }
-
-const char* const kColumnHeads[] = {"imbalance", "max-mean", "max-min", "samples/s", "tokens/s",
-                                    "speedup",   "mem avg",  "mem max", "buckets",   "steps",
-                                    "mb/rank",   "fixed",    "sync s",  "epoch s",
-                                    "padded",    "dropped"};
 
 std::string summary_table(const std::vector<Metrics>& metrics) {
   double base = 0;  // < 0: the baseline dropped samples, so no speedup is comparable
@@ -86,7 +98,7 @@ std::string summary_table(const std::vector<Metrics>& metrics) {
     if (m.name == "equal_tokens") base = m.dropped > 0 ? -1 : m.throughput_samples_per_s;
   std::ostringstream o;
   o << "<table class=\"summary\" id=\"summary\">\n<thead><tr><th>strategy</th>";
-  for (const char* h : kColumnHeads) o << "<th>" << h << "</th>";
+  for (const Cell& c : metric_cells(Metrics{}, 0)) o << "<th>" << c.head << "</th>";
   o << "</tr></thead>\n<tbody>\n";
   for (const auto& m : metrics) {
     o << "<tr data-strategy=\"" << xml_escape(m.name) << "\"><td class=\"name\">"
@@ -100,7 +112,112 @@ std::string summary_table(const std::vector<Metrics>& metrics) {
   return o.str();
 }
 
-std::string inputs_section(const Planner& planner, const Manifest* manifest) {
+// What every rank joins in each micro-batch slot of micro sync (Planner::layout): the
+// parameter all-gathers only when the model state is sharded.
+std::string slot_collectives(const Planner& planner) {
+  if (!planner.sharded()) return "a gradient reduce-scatter";
+  return planner.config().reshard_after_forward
+             ? "a parameter all-gather in forward, another in backward and a gradient "
+               "reduce-scatter"
+             : "a parameter all-gather in forward and a gradient reduce-scatter";
+}
+
+// The plan's synchronisation in words (docs/planner.md, "Sync modes").
+std::string sync_text(const Planner& planner) {
+  if (planner.sync() == SyncMode::kStep)
+    return "DDP / ZeRO-1: one gradient all-reduce per step, after the gradient accumulation; "
+           "ranks may run different numbers of micro-batches, and a step takes its slowest "
+           "rank's compute plus the all-reduce";
+  return "FSDP / FSDP2 / ZeRO-2/3: every micro-batch slot runs " + slot_collectives(planner) +
+         ", which every rank joins, so all ranks run the same number of micro-batches per "
+         "step; a step takes the sum over its slots of the slowest rank's micro-batch plus the "
+         "collectives' exposed time, up to " +
+         fmt("%.0f%%", 100 * planner.config().collective_overlap) +
+         " of them overlapping the slot's compute";
+}
+
+// Sequence parallelism is in use when some sample needs a group, or a plan chose one.
+bool sp_in_use(const Planner& planner, const std::vector<Metrics>& metrics) {
+  if (planner.max_group() > 1) return true;
+  for (const auto& m : metrics)
+    if (m.group_max > 1) return true;
+  return false;
+}
+
+bool has_fixed_group_rows(const std::vector<Metrics>& metrics) {
+  for (const auto& m : metrics)
+    if (m.name.rfind("balanced g=", 0) == 0) return true;
+  return false;
+}
+
+// The rows `balanced g=G` (cli compare(): balanced with one group size for every sample).
+std::string fixed_group_rows_text() {
+  return "balanced g=G: balanced with every sample on a fixed group of G GPUs (one sequence-"
+         "parallel size for the whole run), shown for comparison beside balanced with "
+         "per-sample groups";
+}
+
+// The sequence-parallel line: policy, allowed sizes, samples per group size and the sizes
+// each plan used (as `plan`'s table header and its g column).
+std::string sp_item(const Planner& planner, const std::vector<Metrics>& metrics) {
+  const Bucketing& bk = planner.bucketing();
+  const auto& cfg = planner.config();
+  std::ostringstream o;
+  o << "<li>sequence parallelism (Ulysses): policy <b>" << xml_escape(cfg.sp) << "</b>";
+  if (cfg.sp == "auto")
+    o << " (a sample that does not fit one GPU runs on the smallest group it fits, or a larger "
+         "one where balanced's simulation says that shortens the epoch)";
+  else if (cfg.sp == "min")
+    o << " (every sample on the smallest group it fits)";
+  else if (cfg.sp == "per-sample")
+    o << " (balanced tries groups even for samples that fit one GPU)";
+  else if (cfg.sp != "off")
+    o << " (every sample on " << xml_escape(cfg.sp) << " GPUs)";
+  const SeqParallel sp = planner.seq_parallel();
+  std::string usable;
+  for (int g = 1; g <= kMaxGroup; g *= 2)
+    if (sp.allows(g)) usable += (usable.empty() ? "" : ",") + std::to_string(g);
+  o << ", allowed group sizes " << xml_escape(cfg.sp_sizes) << " (usable on " << cfg.world_size
+    << " x " << xml_escape(planner.device().name) << ": " << usable << ")";
+  std::map<int, int64_t> per_g;  // samples per group size of their bucket
+  for (size_t b = 0; b < bk.buckets.size(); ++b)
+    if (bk.bucket_counts[b] > 0)
+      per_g[planner.bucket_groups().empty() ? 1 : planner.bucket_groups()[b]] +=
+          bk.bucket_counts[b];
+  o << "; samples on g GPUs:";
+  for (const auto& [g, n] : per_g) o << " g=" << g << " " << thousands(n);
+  // Strategies by the group sizes their plans use, in table order.
+  std::vector<std::pair<std::string, std::string>> used;  // sizes, strategies
+  for (const auto& m : metrics) {
+    const std::string g = group_text(m);
+    auto it = std::find_if(used.begin(), used.end(), [&](const auto& u) { return u.first == g; });
+    if (it == used.end())
+      used.push_back({g, xml_escape(m.name)});
+    else
+      it->second += ", " + xml_escape(m.name);
+  }
+  std::stable_sort(used.begin(), used.end(), [](const auto& a, const auto& b) {
+    return std::stoi(a.first) < std::stoi(b.first);  // by the smallest size ("1-2" -> 1)
+  });
+  o << "; group sizes used (column g):";
+  for (size_t i = 0; i < used.size(); ++i)
+    o << (i ? ";" : "") << " g=" << used[i].first << " by " << used[i].second;
+  o << ". ";
+  if (cfg.sp == "auto" || cfg.sp == "per-sample" || cfg.sp == "min")
+    o << "balanced mixes group sizes per sample"
+      << (cfg.sp == "min" ? " (each on the smallest it fits)"
+                          : " and keeps the fastest choice it simulates")
+      << "; equal_tokens, fixed and dual run every sample on g=" << planner.max_group()
+      << " (the largest any sample needs)";
+  else
+    o << "every strategy runs every sample on g=" << planner.max_group();
+  if (has_fixed_group_rows(metrics)) o << "; the table's balanced g=G rows put every sample on G";
+  o << ".</li>\n";
+  return o.str();
+}
+
+std::string inputs_section(const Planner& planner, const Manifest* manifest,
+                           const std::vector<Metrics>& metrics) {
   const Bucketing& bk = planner.bucketing();
   const auto& cfg = planner.config();
   std::ostringstream o;
@@ -115,11 +232,10 @@ std::string inputs_section(const Planner& planner, const Manifest* manifest) {
   o << "<li>model <b>" << xml_escape(planner.model().name) << "</b>, " << cfg.world_size << " x <b>"
     << xml_escape(planner.device().name) << "</b>, grid " << xml_escape(planner.grid().name)
     << ", cost model " << xml_escape(planner.cost().name()) << ", checkpointing "
-    << (cfg.checkpointing ? "on" : "off") << ", " << (planner.sharded() ? "fsdp" : "ddp")
-    << ", <b>" << sync_name(planner.sync()) << " sync</b>"
-    << (planner.sync() == SyncMode::kMicro ? " (FSDP / ZeRO-2/3: every rank the same micro-batches per step)"
-                                           : " (DDP / ZeRO-1: one all-reduce per step)")
-    << ", seed " << cfg.seed << ", epoch " << cfg.epoch << "</li>\n";
+    << (cfg.checkpointing ? "on" : "off") << ", " << (planner.sharded() ? "fsdp" : "ddp") << ", <b>"
+    << sync_name(planner.sync()) << " sync</b> (" << (cfg.sync == "auto" ? "auto; " : "")
+    << sync_text(planner) << "), seed " << cfg.seed << ", epoch " << cfg.epoch << "</li>\n";
+  if (sp_in_use(planner, metrics)) o << sp_item(planner, metrics);
   o << "<li>global batch: " << xml_escape(planner.global_batch_text()) << "</li>\n";
   o << "<li>budgets: M_mem " << thousands(planner.mem_budget_tokens()) << " tokens"
     << (cfg.mem_budget_tokens ? "" : " (auto)") << ", M_comp " << fmt("%.4g", planner.comp_budget())
@@ -224,64 +340,182 @@ Window step_window(const Plan& p, const ReportOptions& o) {
   return w;
 }
 
-ReportChart step_chart(const Planner& planner, const Plan& plan, const Metrics& m,
-                       const ReportOptions& o, double y_max) {
+// One rank's bar in one step: its micro-batches and the time it waits for the slowest rank:
+// of the step (step sync, on top) or of each slot (micro sync, after each micro-batch).
+struct RankBar {
+  std::vector<SvgSegment> segments;  // bottom-up, seconds
+  double compute = 0;                // sum of its micro-batches (rank_times)
+  double padded = 0;                 // of which padded repeats
+  double idle = 0;
+  int64_t mbs = 0, samples = 0;
+};
+
+struct StepBars {
+  size_t step = 0;
+  // The step's compute span, where every bar ends: the slowest rank's compute (step sync) or
+  // the sum over slots of the slowest rank's micro-batch (micro sync); collectives excluded.
+  double top = 0;
+  std::vector<RankBar> ranks;
+};
+
+std::vector<StepBars> window_bars(const Planner& planner, const Plan& plan, const Window& win) {
   const SimEnv env = planner.sim_env(plan.world_size);
-  const std::vector<double> T = rank_times(plan, env);
   const size_t W = size_t(plan.world_size);
-  const Window win = step_window(plan, o);
+  const bool micro = plan.sync == SyncMode::kMicro;
+  auto time_of = [&](uint64_t i) {  // the simulator's micro-batch time (sim/metrics.cpp)
+    const MicroBatch& mb = plan.micro_batches[i];
+    return group_microbatch_time(*env.cost, mb.count, (*env.buckets)[mb.bucket], plan.group(i),
+                                 env.layout.sp);
+  };
+  std::vector<StepBars> out;
+  std::vector<double> slot_max;  // per slot (micro sync): its slowest rank's micro-batch
+  for (size_t t = win.first; t < win.end; ++t) {
+    StepBars s;
+    s.step = t;
+    s.ranks.resize(W);
+    slot_max.clear();
+    for (size_t r = 0; r < W; ++r) {
+      const auto [m0, m1] = plan.rank_range(t, int(r));
+      RankBar& b = s.ranks[r];
+      b.mbs = int64_t(m1 - m0);
+      for (uint64_t i = m0; i < m1; ++i) {
+        const double x = time_of(i);
+        const MicroBatch& mb = plan.micro_batches[i];
+        b.compute += x;
+        if (mb.padded) b.padded += x;
+        b.samples += mb.count;
+        if (slot_max.size() <= i - m0) slot_max.resize(i - m0 + 1, 0.0);
+        slot_max[i - m0] = std::max(slot_max[i - m0], x);
+      }
+      if (!micro) s.top = std::max(s.top, b.compute);
+    }
+    if (micro)
+      for (double x : slot_max) s.top += x;
+    for (size_t r = 0; r < W; ++r) {
+      const auto [m0, m1] = plan.rank_range(t, int(r));
+      RankBar& b = s.ranks[r];
+      for (uint64_t i = m0; i < m1; ++i) {
+        const double x = time_of(i);
+        b.segments.push_back(
+            {x, plan.micro_batches[i].padded ? kPadded : ((i - m0) % 2 ? kBusyB : kBusyA)});
+        if (micro) b.segments.push_back({slot_max[i - m0] - x, kIdle});
+      }
+      b.idle = s.top - b.compute;
+      if (!micro) b.segments.push_back({b.idle, kIdle});
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// Every per-rank chart is at most this wide (the page's width). Where one bar per rank would
+// be under kMinBarPx wide, consecutive ranks are drawn as one bar per bin, wide enough
+// (kMinBinPx) for its min-max whisker to be read.
+constexpr int kStepChartWidth = 1200;
+constexpr double kStepPlotWidth = kStepChartWidth - 80;  // render_bar_chart's margins
+constexpr double kMinBarPx = 2, kMinBinPx = 8;
+
+// Ranks per bar: 1, or the smallest power of two whose bins fit the chart at kMinBinPx.
+size_t ranks_per_bar(size_t world_size, size_t steps) {
+  auto fits = [&](size_t k, double px) {
+    return double(steps) * double((world_size + k - 1) / k) * px <= kStepPlotWidth;
+  };
+  if (fits(1, kMinBarPx)) return 1;
+  size_t k = 2;
+  while (k < world_size && !fits(k, kMinBinPx)) k *= 2;
+  return std::min(k, world_size);
+}
+
+std::string chart_slug(const std::string& name) {  // "balanced g=2" -> "balanced-g2"
+  std::string out;
+  for (char c : name)
+    if (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')
+      out += c;
+    else if (c == ' ')
+      out += '-';
+  return out;
+}
+
+ReportChart step_chart(const Plan& plan, const Metrics& m, const std::vector<StepBars>& bars,
+                       const Window& win, double y_max) {
+  const size_t W = size_t(plan.world_size);
+  const bool micro = plan.sync == SyncMode::kMicro;
+  const size_t k = ranks_per_bar(W, bars.size());
   SvgBarChart c;
-  c.id = "steps-" + plan.strategy;
-  c.title = "Per-rank time per step: " + plan.strategy;
+  c.id = "steps-" + chart_slug(m.name);
+  c.title = "Per-rank time per step: " + m.name;
   c.x_label = "global step";
   c.y_label = "seconds";
   c.bar_class = "rank";
   c.y_max = y_max;
   c.group_separators = true;
-  c.legend = {{"busy (micro-batches in alternating shades)", kBusyA},
-              {"idle (waits for the slowest rank)", kIdle}};
+  const SvgLegendItem idle{
+      micro ? "idle (waits for each slot's slowest rank)" : "idle (waits for the slowest rank)",
+      kIdle};
+  if (k == 1)
+    c.legend = {{"busy (micro-batches in alternating shades)", kBusyA}, idle};
+  else
+    c.legend = {{"busy (bin mean)", kBusyA}, {"min-max busy", kRangeColor, false, true}, idle};
   double busy = 0, span = 0;
   bool any_padded = false;
-  for (size_t t = win.first; t < win.end; ++t) {
-    double mx = 0;
-    for (size_t r = 0; r < W; ++r) mx = std::max(mx, T[t * W + r]);
+  for (const StepBars& s : bars) {
     SvgBarGroup g;
-    g.label = std::to_string(t);
-    for (size_t r = 0; r < W; ++r) {
+    g.label = std::to_string(s.step);
+    for (size_t r0 = 0; r0 < W; r0 += k) {
+      const size_t r1 = std::min(W, r0 + k);
       SvgBar b;
-      const auto [m0, m1] = plan.rank_range(t, int(r));
-      int64_t samples = 0;
-      for (uint64_t i = m0; i < m1; ++i) {
-        const MicroBatch& mb = plan.micro_batches[i];
-        const double s = group_microbatch_time(*env.cost, mb.count, (*env.buckets)[mb.bucket], plan.group(i), env.layout.sp);
-        any_padded |= mb.padded != 0;
-        b.segments.push_back({s, mb.padded ? kPadded : ((i - m0) % 2 ? kBusyB : kBusyA)});
-        samples += mb.count;
+      if (k == 1) {
+        const RankBar& x = s.ranks[r0];
+        b.segments = x.segments;
+        b.title = "step " + std::to_string(s.step) + ", rank " + std::to_string(r0) + ": busy " +
+                  fmt("%.3f", x.compute) + " s (" + std::to_string(x.mbs) + " micro-batches, " +
+                  std::to_string(x.samples) + " samples), idle " + fmt("%.3f", x.idle) + " s";
+      } else {
+        // A bin: the mean of its ranks, and a whisker from the least to the most busy.
+        double compute = 0, padded = 0, idle_sum = 0, lo = 1e300, hi = -1;
+        size_t r_lo = r0, r_hi = r0;
+        int64_t mbs = 0, samples = 0;
+        for (size_t r = r0; r < r1; ++r) {
+          const RankBar& x = s.ranks[r];
+          compute += x.compute, padded += x.padded, idle_sum += x.idle;
+          mbs += x.mbs, samples += x.samples;
+          if (x.compute < lo) lo = x.compute, r_lo = r;
+          if (x.compute > hi) hi = x.compute, r_hi = r;
+        }
+        const double n = double(r1 - r0);
+        b.segments = {
+            {(compute - padded) / n, kBusyA}, {padded / n, kPadded}, {idle_sum / n, kIdle}};
+        b.range_lo = lo, b.range_hi = hi;
+        b.title = "step " + std::to_string(s.step) + ", ranks " + std::to_string(r0) + "-" +
+                  std::to_string(r1 - 1) + ": busy mean " + fmt("%.3f", compute / n) + " s, min " +
+                  fmt("%.3f", lo) + " s (rank " + std::to_string(r_lo) + "), max " +
+                  fmt("%.3f", hi) + " s (rank " + std::to_string(r_hi) + "); idle mean " +
+                  fmt("%.3f", idle_sum / n) + " s; " + std::to_string(mbs) + " micro-batches, " +
+                  std::to_string(samples) + " samples";
       }
-      const double x = T[t * W + r];
-      b.segments.push_back({mx - x, kIdle});
-      b.title = "step " + std::to_string(t) + ", rank " + std::to_string(r) + ": busy " +
-                fmt("%.3f", x) + " s (" + std::to_string(m1 - m0) + " micro-batches, " +
-                std::to_string(samples) + " samples), idle " + fmt("%.3f", mx - x) + " s";
       g.bars.push_back(std::move(b));
-      busy += x;
     }
-    span += mx * double(W);
+    for (const RankBar& x : s.ranks) busy += x.compute, any_padded |= x.padded > 0;
+    span += s.top * double(W);
     c.groups.push_back(std::move(g));
   }
   if (any_padded) c.legend.insert(c.legend.begin() + 1, {"padded repeats", kPadded});
-  if (win.first >= win.end) {
+  if (bars.empty()) {
     c.subtitle =
         "no steps in the window: the plan has " + std::to_string(plan.num_steps()) + " steps";
   } else {
-    c.subtitle = "steps " + std::to_string(win.first) + "-" + std::to_string(win.end - 1) + " of " +
-                 thousands(int64_t(plan.num_steps())) + ", " + std::to_string(W) +
-                 " ranks; idle in this window " +
-                 fmt("%.1f%%", span > 0 ? 100 * (1 - busy / span) : 0) +
+    c.subtitle = (win.end - win.first == 1
+                      ? "step " + std::to_string(win.first)
+                      : "steps " + std::to_string(win.first) + "-" + std::to_string(win.end - 1)) +
+                 " of " + thousands(int64_t(plan.num_steps())) + ", " + thousands(int64_t(W)) +
+                 " ranks" +
+                 (k > 1 ? " in bins of " + std::to_string(k) +
+                              " (bar: the bin's mean, line: its least to most busy rank)"
+                        : "") +
+                 "; idle in this window " + fmt("%.1f%%", span > 0 ? 100 * (1 - busy / span) : 0) +
                  " of GPU time, epoch imbalance " + fmt("%.1f%%", 100 * m.imbalance);
   }
-  const size_t bars = (win.end - win.first) * W;
-  c.width = int(std::clamp<size_t>(120 + bars * 5, 1200, 4000));  // 24 steps x 8 ranks fit the page
+  c.width = kStepChartWidth;
   c.height = 360;
   return {c.id, c.title, render_bar_chart(c)};
 }
@@ -343,16 +577,21 @@ Report build_report(const Planner& planner, const Manifest* manifest,
   for (auto& c : bucket_charts(planner)) rep.charts.push_back(std::move(c));
   rep.charts.push_back(cost_chart(planner, points));
   // One y scale for every strategy's window, so the charts compare at a glance.
+  const size_t n = std::min(plans.size(), metrics.size());
+  std::vector<std::vector<StepBars>> bars(n);
   double y_max = 0;
-  for (const Plan& p : plans) {
-    const std::vector<double> T = rank_times(p, planner.sim_env(p.world_size));
-    const Window w = step_window(p, o);
-    for (size_t i = w.first * size_t(p.world_size); i < w.end * size_t(p.world_size); ++i)
-      y_max = std::max(y_max, T[i]);
+  for (size_t i = 0; i < n; ++i) {
+    bars[i] = window_bars(planner, plans[i], step_window(plans[i], o));
+    for (const StepBars& s : bars[i]) y_max = std::max(y_max, s.top);
   }
   const size_t first_step_chart = rep.charts.size();
-  for (size_t i = 0; i < plans.size() && i < metrics.size(); ++i)
-    rep.charts.push_back(step_chart(planner, plans[i], metrics[i], o, y_max));
+  bool binned = false;
+  for (size_t i = 0; i < n; ++i) {
+    rep.charts.push_back(
+        step_chart(plans[i], metrics[i], bars[i], step_window(plans[i], o), y_max));
+    binned |= ranks_per_bar(size_t(plans[i].world_size), bars[i].size()) > 1;
+  }
+  const bool micro = planner.sync() == SyncMode::kMicro;
 
   std::ostringstream h;
   h << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>"
@@ -361,19 +600,37 @@ Report build_report(const Planner& planner, const Manifest* manifest,
   h << "<p class=\"note\">Simulated by the AdaptiveLoad planner: the same manifest and budgets for "
        "every strategy. "
        "Hover over bars and points for exact values.</p>\n";
-  h << "<h2>Inputs</h2>\n" << inputs_section(planner, manifest);
+  h << "<h2>Inputs</h2>\n" << inputs_section(planner, manifest, metrics);
   h << "<h2>Summary</h2>\n" << summary_table(metrics);
   h << "<p class=\"note\">imbalance: idle fraction of the GPUs, 1 - sum<sub>t</sub> "
-       "mean<sub>r</sub> T / "
-       "sum<sub>t</sub> max<sub>r</sub> T; max-mean, max-min: per-step mean of (max-mean)/max and "
-       "(max-min)/max. "
-       "Throughput includes one gradient all-reduce per step; mem: per-step peak over ranks / "
-       "device memory; "
-       "buckets: distinct buckets per global step; mb/rank: micro-batches per rank and step "
-       "(gradient "
-       "accumulation); speedup: samples/s over equal_tokens. Samples/s count trained samples only "
-       "(padded repeats and dropped samples excluded); -*: the strategy (or equal_tokens) dropped "
-       "samples at the epoch's end (--end-policy drop), so its speedup is not comparable.</p>\n";
+       "mean<sub>r</sub> T / sum<sub>t</sub> max<sub>r</sub> T"
+    << (micro ? ", T a rank's micro-batch in each slot (sums over every step's slots)" : "")
+    << "; max-mean, max-min: per-step mean of (max-mean)/max and (max-min)/max. "
+       "samples/s, tokens/s: samples and video tokens trained per second of the simulated "
+       "epoch, synchronisation included ("
+    << (micro ? "in every micro-batch slot " + slot_collectives(planner) +
+                    ", beyond what overlaps the slot's compute"
+              : "one gradient all-reduce per step")
+    << "); padded repeats and dropped samples are not counted; speedup: samples/s over "
+       "equal_tokens. mem avg, mem max: per-step peak memory over ranks / device memory, mean "
+       "and max over the epoch; buckets: distinct buckets per global step; steps: global steps "
+       "in the epoch; batch: samples per global step (mean); mb/rank: micro-batches per rank "
+       "per step (gradient accumulation"
+    << (micro ? "; the same on every rank" : "")
+    << "); fixed: share of GPU time in per-micro-batch fixed costs (overhead and small-batch "
+       "inefficiency); sync s: seconds of the epoch in synchronisation the compute does not "
+       "hide ("
+    << (micro ? "the exposed collectives of every slot" : "the all-reduce of every step")
+    << "); epoch s: the simulated epoch, the sum over steps of "
+    << (micro ? "every slot's slowest micro-batch plus its exposed collectives"
+              : "the slowest rank's compute plus the all-reduce")
+    << "; g: sequence-parallel group sizes (GPUs per sample) used; padded: repeated samples "
+       "added at the epoch's end so every rank has work (--end-policy pad); dropped: samples "
+       "left out of the epoch for that reason (--end-policy drop); -*: the strategy (or "
+       "equal_tokens) dropped samples at the epoch's end (--end-policy drop), so its speedup is "
+       "not "
+       "comparable."
+    << (has_fixed_group_rows(metrics) ? " " + fixed_group_rows_text() + "." : "") << "</p>\n";
   h << "<h2>Buckets</h2>\n";
   for (size_t i = 0; i < 2; ++i) h << "<div class=\"chart\">\n" << rep.charts[i].svg << "</div>\n";
   h << "<h2>Cost model</h2>\n<div class=\"chart\">\n" << rep.charts[2].svg << "</div>\n";
@@ -383,10 +640,27 @@ Report build_report(const Planner& planner, const Manifest* manifest,
     << (points.empty() ? "" : ", green points the profile's measurements (time_s / batch)")
     << ".</p>\n";
   h << "<h2>Per-rank load per step</h2>\n<p class=\"note\">Each group is one global step, one bar "
-       "per rank: blue "
-       "is the rank's compute (each micro-batch a shade), orange the time it waits at the gradient "
-       "all-reduce "
-       "for the step's slowest rank. Same y scale for every strategy.</p>\n";
+       "per rank. ";
+  if (micro)
+    h << "In micro sync the ranks run their micro-batches in slots: the i-th micro-batch of "
+         "every rank runs together, and each slot runs "
+      << slot_collectives(planner)
+      << " that every rank joins. A bar stacks, slot by slot, the rank's micro-batch (blue, "
+         "alternating shades) and the time it waits for that slot's slowest rank (orange); every "
+         "bar of a step ends at the sum over its slots of the slowest rank's micro-batch. The "
+         "collectives' exposed time (sync s) is not drawn.";
+  else
+    h << "Blue is the rank's compute (each micro-batch a shade), orange the time it waits for "
+         "the step's slowest rank before the step's gradient all-reduce; the all-reduce itself "
+         "(sync s) is not drawn.";
+  if (binned)
+    h << " Where one bar per rank would be under " << fmt("%.0f", kMinBarPx)
+      << " px wide (many ranks), a bar stands for a bin of consecutive ranks (the chart's subtitle "
+         "says how "
+         "many): the mean over its ranks of the busy time, padded repeats and idle time, with a "
+         "black line from its least to its most busy rank's busy time; hover for the ranks and "
+         "their times.";
+  h << " Same y scale for every strategy.</p>\n";
   for (size_t i = first_step_chart; i < rep.charts.size(); ++i)
     h << "<div class=\"chart\">\n" << rep.charts[i].svg << "</div>\n";
   if (!o.data_json.empty()) {

@@ -6,8 +6,13 @@
 //   - the bucket histogram: samples and tokens per bucket;
 //   - the cost model c(S): seconds per sample vs tokens, over the buckets in use and a smooth
 //     range, with a profile's calibrated points when it has "points";
-//   - per strategy, a window of steps: each rank's busy time (micro-batches in alternating
-//     shades) and its idle time up to the step's slowest rank.
+//   - per strategy (and per `balanced g=G` row), a window of steps: each rank's busy time
+//     (micro-batches in alternating shades) and its idle time up to the step's slowest rank
+//     (step sync) or, slot by slot, up to each micro-batch slot's slowest rank (micro sync);
+//     past about 560 bars, consecutive ranks in bins (mean and a min-max whisker), so the
+//     chart stays 1,200 px wide at any world size.
+// Every text follows the plan's sync mode; with sequence parallelism the inputs say the
+// policy, the allowed group sizes and the sizes each plan used (the table's g column).
 // Pure C++ string building; the CLI (cli/cmd_report.cpp) only wires options and files.
 #include <cstdint>
 #include <string>

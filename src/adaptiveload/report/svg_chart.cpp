@@ -181,7 +181,7 @@ std::string render_bar_chart(const SvgBarChart& c) {
       for (const auto& b : g.bars) {
         double s = 0;
         for (const auto& seg : b.segments) s += std::max(0.0, seg.value);
-        y_max = finite_max(y_max, s);
+        y_max = finite_max(finite_max(y_max, s), b.range_hi);
       }
   if (y_max <= 0) y_max = 1;
   std::vector<double> ticks = linear_ticks(0, y_max, 5);
@@ -221,6 +221,16 @@ std::string render_bar_chart(const SvgBarChart& c) {
           << num(std::max(0.5, bw - gap)) << "\" height=\"" << num(std::max(0.0, y0 - y1))
           << "\" fill=\"" << seg.color << "\"/>";
         acc += seg.value;
+      }
+      if (b.range_hi > b.range_lo) {
+        const double cx = x + std::max(0.5, bw - gap) / 2, cap = std::min(4.0, bw / 2);
+        const double ylo = f.bottom() - std::max(0.0, b.range_lo) / hi * f.height;
+        const double yhi = f.bottom() - b.range_hi / hi * f.height;
+        o << "<path class=\"range\" d=\"M" << num(cx) << " " << num(ylo) << "V" << num(yhi);
+        if (cap >= 1)
+          o << "M" << num(cx - cap) << " " << num(ylo) << "h" << num(2 * cap) << "M"
+            << num(cx - cap) << " " << num(yhi) << "h" << num(2 * cap);
+        o << "\" stroke=\"" << kTextColor << "\" stroke-width=\"1\" fill=\"none\"/>";
       }
       o << "</g>\n";
     }

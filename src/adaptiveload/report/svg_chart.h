@@ -20,6 +20,9 @@ struct SvgSegment {
 struct SvgBar {
   std::vector<SvgSegment> segments;
   std::string title;  // hover text
+  // A whisker from range_lo to range_hi (y values) across the bar, e.g. the spread of the
+  // values a bar's mean stands for; drawn only when range_hi > range_lo.
+  double range_lo = 0, range_hi = 0;
 };
 
 struct SvgBarGroup {
