@@ -86,9 +86,11 @@ inline void expect_plan_contract(const Planner& pl, const Plan& p, const std::st
           << ctx << ": B x S^p over M_comp in " << b.name();
     }
   }
-  uint64_t samples = 0;
-  for (const StepInfo& s : p.steps) samples += s.samples;
-  EXPECT_EQ(samples, p.sample_ids.size()) << ctx;
+  // A step counts its trained samples and, beside them, its padded repeats.
+  uint64_t samples = 0, padded = 0;
+  for (const StepInfo& s : p.steps) samples += s.samples, padded += s.padded;
+  EXPECT_EQ(samples + padded, p.sample_ids.size()) << ctx;
+  EXPECT_EQ(padded, p.padded_samples) << ctx;
 }
 
 }  // namespace adaptiveload::test

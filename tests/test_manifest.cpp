@@ -126,3 +126,36 @@ TEST(Manifest, MissingFileIsAClearError) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/x.csv: cannot open file"), std::string::npos);
   }
 }
+
+TEST(Manifest, CsvRowWithMoreFieldsThanTheHeaderIsABadRow) {
+  // An unquoted comma in a path moves every later field: the row must not be read shifted.
+  const std::string text = "num_frames,height,width,fps,path\n121,1080,1920,16,clips/a,b.mp4\n1,480,640,,ok.jpg\n";
+  const std::string err = error_of(text);
+  EXPECT_NE(err.find("m.csv:2"), std::string::npos) << err;
+  EXPECT_NE(err.find("has 6 fields, the header 5"), std::string::npos) << err;
+  Manifest skip;
+  skip.load_text(text, "m.csv", BadRowPolicy::kSkip);
+  ASSERT_EQ(skip.total_rows(), 2);
+  EXPECT_FALSE(skip.usable(0));
+  ASSERT_EQ(skip.bad_rows().size(), 1u);
+  EXPECT_EQ(skip.bad_rows()[0].line, 2);
+  EXPECT_TRUE(skip.usable(1));
+  // The same row quoted is a good one; fewer fields than the header are missing values.
+  Manifest ok;
+  ok.load_text("num_frames,height,width,fps,path\n121,1080,1920,16,\"clips/a,b.mp4\"\n1,480,640\n", "m.csv",
+               BadRowPolicy::kSkip);
+  EXPECT_EQ(ok.path(0), "clips/a,b.mp4");
+  EXPECT_TRUE(ok.usable(0));
+  EXPECT_FALSE(ok.usable(1));  // no path
+  EXPECT_EQ(ok.bad_rows().at(0).field, "path");
+}
+
+TEST(Manifest, JsonlWithAByteOrderMarkIsSniffedAsJsonl) {
+  // A .txt file (no telling extension): the content decides, past a UTF-8 byte-order mark.
+  Manifest m;
+  m.load_text("\xEF\xBB\xBF{\"path\":\"a.mp4\",\"num_frames\":81,\"height\":480,\"width\":832,\"fps\":16}\n", "list.txt",
+              BadRowPolicy::kError);
+  ASSERT_EQ(m.total_rows(), 1);
+  EXPECT_EQ(m.path(0), "a.mp4");
+  EXPECT_EQ(m.clip(0).num_frames, 81);
+}

@@ -72,16 +72,14 @@ std::vector<std::string> Planner::warnings(const Plan& plan) const {
       out.push_back(who + ": its " + (by_samples ? "samples" : "tokens") + " per step range over " +
                     fmt("%.2f", lo / mean) + "-" + fmt("%.2f", hi / mean) +
                     "x their mean (balanced keeps them within " + fmt("%.0f%%", 100 * kMaxBatchDev) +
-                        " unless that costs over " + fmt("%.0f%%", 100 * kMixPrice) + " of the epoch or no "
-                    "plan it tries does)");
+                        " where a plan it tries does, unless a bucket loader would then be faster)");
     // A kind (images, clips) the pool has at least one of for every step, missing from a step.
     for (const auto& [kind, have, missing] : {std::tuple{"image", images, no_image}, {"clip", clips, no_clip}})
       if (have >= steps && double(missing) > kMaxUnmixed * double(steps))
         out.push_back(who + ": " + thousands(int64_t(missing)) + " of " + thousands(int64_t(steps)) +
                       " steps have no " + kind +
-                      " (balanced keeps a like mix in every step unless that costs over " +
-                        fmt("%.0f%%", 100 * kMixPrice) + " of the epoch or no "
-                      "plan it tries does)");
+                      " (balanced keeps a like mix in every step where a plan it tries does, unless a bucket loader "
+                      "would then be faster)");
   }
   return out;
 }

@@ -759,7 +759,34 @@ Plan Planner::run(const StrategyEntry& s, const PlanProblem& pr) const {
   }
   if (std::string(s.name) == "balanced" && cfg_.sp == "per-sample" && seq_parallel(pr.world_size).sizes != 1)
     return run_balanced_groups(s, pr);
+  if (std::string(s.name) == "balanced") return run_balanced_held(s, pr);
   return s.fn(pr);
+}
+
+Plan Planner::run_balanced_held(const StrategyEntry& s, const PlanProblem& pr) const {
+  Plan held = s.fn(pr);
+  // Up to kHeldCheckSamples samples, the per-step batch and then the mix are let go where
+  // keeping them would leave balanced slower than a bucket loader at the same global batch
+  // (small pools with long clips at few steps); beyond, both are kept.
+  constexpr size_t kHeldCheckSamples = 2'000'000;
+  if (pr.layout.sync != SyncMode::kStep || pr.target_steps() == 0 || pr.pool_ids().size() > kHeldCheckSamples)
+    return held;
+  PlanProblem q = pr;
+  q.hold = 0;
+  Plan quick = s.fn(q);
+  double t = simulate(held).throughput_samples_per_s;
+  if (t >= simulate(quick).throughput_samples_per_s) return held;
+  double best_other = 0;
+  for (const StrategyEntry& other : strategies())
+    if (std::string(other.name) != "balanced" && !(std::string(other.name) == "fixed" && !fixed_error_.empty()))
+      best_other = std::max(best_other, simulate(run(other, pr)).throughput_samples_per_s);
+  if (t >= best_other) return held;
+  for (const uint8_t hold : {kHoldBatch, kHoldMix}) {
+    q.hold = hold;
+    Plan p = s.fn(q);
+    if (simulate(p).throughput_samples_per_s >= best_other) return p;
+  }
+  return quick;
 }
 
 Plan Planner::run_balanced_groups(const StrategyEntry& s, const PlanProblem& pr) const {

@@ -170,6 +170,9 @@ class Planner {
   // raise groups (a floor for all, and long samples further), the one whose plan simulates
   // fastest.
   Plan run_balanced_groups(const StrategyEntry& s, const PlanProblem& pr) const;
+  // balanced without groups: its plan keeping the step-sync invariants (PlanProblem::hold),
+  // or with fewer of them where a bucket loader would beat it.
+  Plan run_balanced_held(const StrategyEntry& s, const PlanProblem& pr) const;
   PlannerConfig cfg_;
   ModelPreset model_;
   DevicePreset device_;

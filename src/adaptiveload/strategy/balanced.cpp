@@ -116,6 +116,10 @@ struct Inputs {
   std::vector<int64_t> min_new;  // fewest samples a new micro-batch of the bucket takes
   bool whole = false;            // deal whole micro-batches of mem_cap samples (LPT), no merging
   bool contiguous = false;       // deal_contiguous instead of LPT
+  // Images first (their buckets lead `order`): the image pool is cut into one run of about
+  // equal count per bin, so every bin (and step) holds images, then the rest is dealt LPT
+  // onto those loads.
+  bool images_first = false;
   double contiguous_total = 0;   // its total load (0: estimated from the batch counts)
   // Two phases (0: one): buckets whose one sample costs more than this ("coarse") are dealt
   // first; then the bins are grouped into steps by their coarse load (W to a step, heaviest
@@ -234,8 +238,51 @@ Counts deal(uint64_t bins, const Inputs& in, Writer* w) {
   std::vector<Bin> st(bins);
   BinHeap heap(bins);
   bool phase_two = in.coarse_threshold <= 0;
+  // images_first: samples still to cut and the bin being filled.
+  bool cutting = in.images_first;
+  uint64_t cut_left = 0, cut_bin = 0, cut_have = 0;
+  if (cutting)
+    for (size_t b : in.order)
+      if (in.image[b]) cut_left += in.pool->begin[b + 1] - in.pool->begin[b];
   for (size_t oi = 0; oi < in.order.size(); ++oi) {
     const size_t b = in.order[oi];
+    if (cutting && !in.image[b]) {
+      cutting = false;
+      std::vector<int64_t> keys(bins);
+      for (uint64_t j = 0; j < bins; ++j) keys[j] = st[j].load;
+      heap = BinHeap(bins, &keys);
+    }
+    if (cutting) {
+      uint64_t next = in.pool->begin[b];
+      const uint64_t end = in.pool->begin[b + 1];
+      while (next < end) {
+        const uint64_t quota = (cut_left + cut_have + (bins - cut_bin) - 1) / (bins - cut_bin);
+        if (cut_have >= quota && cut_bin + 1 < bins) {
+          ++cut_bin, cut_have = 0;
+          continue;
+        }
+        const uint32_t j = uint32_t(cut_bin);
+        Bin& s = st[j];
+        const bool merge = s.last_bucket == b && int64_t(s.open_count) < in.mem_cap[b];
+        const int64_t n = std::min<int64_t>({int64_t(std::max<uint64_t>(quota - cut_have, 1)), int64_t(end - next),
+                                             merge ? in.mem_cap[b] - int64_t(s.open_count) : in.mem_cap[b]});
+        if (w) {
+          w->put(*in.pool, j, b, next, n, merge);
+        } else {
+          s.samples += uint32_t(n), s.images += uint32_t(n), s.tokens += uint64_t(n) * uint64_t(in.tokens[b]);
+          if (!merge) ++s.mbs;
+          if (c.logged) c.log.push_back(uint64_t(j) << 32 | (merge ? uint64_t(1) << 31 : 0) | uint64_t(n));
+        }
+        if (merge) {
+          s.open_count += uint32_t(n);
+        } else {
+          s.last_bucket = uint16_t(b), s.open_count = uint32_t(n);
+        }
+        s.load += n * in.per[b] + (merge ? 0 : in.fixed[b]);
+        next += uint64_t(n), cut_have += uint64_t(n), cut_left -= uint64_t(n);
+      }
+      continue;
+    }
     if (!phase_two && in.fixed[b] + in.per[b] <= in.coarse_threshold) {
       phase_two = true;
       double fine = 0;  // the rest's work, with one fixed cost per dual-constraint batch
@@ -620,6 +667,18 @@ Plan plan_balanced(const PlanProblem& pr) {
       });
       cands.push_back(std::move(c));
     }
+    {
+      // Images first, cut evenly over the bins, then the clips LPT onto them: a like mix in
+      // every step by construction (when there are images for every bin).
+      Inputs c = in;
+      c.world_size = W;
+      c.images_first = true;
+      std::stable_partition(c.order.begin(), c.order.end(), [&](size_t b) { return c.image[b] != 0; });
+      uint64_t images = 0;
+      for (size_t b : c.order)
+        if (c.image[b]) images += pool.begin[b + 1] - pool.begin[b];
+      if (images >= bins && images < n_samples) cands.push_back(std::move(c));
+    }
     if (n_samples <= kSearchSamples) {
       // The cut's total load counts the fixed cost of every micro-batch, which only a cut
       // knows (one per bucket a bin spans): refined from two trial cuts, so the last bin
@@ -640,11 +699,11 @@ Plan plan_balanced(const PlanProblem& pr) {
     // sample before any bin a second one.
     // (Fewer samples than ranks: one step, whose empty bins repeat a sample, as in free mode.)
     const bool can_fill = n_samples >= bins;
-    // The global batch and the step mix: a layout whose steps' tokens (samples for
-    // samples:N) stray over kMaxBatchDev from their mean, or with more than kMaxUnmixed of its
-    // steps lacking images (or clips) that the pool has enough of, misses them. The fastest
-    // layout that meets both is kept unless the fastest of all is over kMixPrice faster (then
-    // that one is, and the planner reports the miss). Each dealing is laid out twice: long
+    // The global batch and the step mix (PlanProblem::hold): a layout whose steps' tokens
+    // (samples for samples:N) stray over kMaxBatchDev from their mean misses the global batch;
+    // one with more than kMaxUnmixed of its steps lacking images (or clips) that the pool has
+    // enough of misses the mix. The fastest layout that keeps what is held is kept: both,
+    // else the batch, else the mix, else the fastest of all. Each dealing is laid out twice: long
     // bins grouped into steps of their own (fewest waits on them) and every bin in one snake
     // (the evenest steps).
     struct Pick {
@@ -653,7 +712,7 @@ Plan plan_balanced(const PlanProblem& pr) {
       const Inputs* inputs = nullptr;
       int64_t ticks = INT64_MAX;
     };
-    Pick fastest, fastest_ok;
+    Pick fastest, batch_ok, mix_ok, both_ok;
     auto evaluate = [&](const Inputs& c) {
       auto counts = std::make_shared<Counts>(c.contiguous ? deal_contiguous(bins, c, nullptr) : deal(bins, c, nullptr));
       if (can_fill && std::find(counts->samples.begin(), counts->samples.end(), 0u) != counts->samples.end()) return;
@@ -661,15 +720,20 @@ Plan plan_balanced(const PlanProblem& pr) {
         std::vector<uint32_t> p = stratified_bins(*counts, W, by_tokens, group_tall, rng);
         const int64_t ticks = epoch_ticks(*counts, p, W, allreduce);
         const StepSpread sp = step_spread(*counts, p, W, by_tokens);
-        const double miss = std::max(0.0, sp.batch_dev - kMaxBatchDev) + std::max(0.0, sp.unmixed - kMaxUnmixed);
+        const bool batch = sp.batch_dev <= kMaxBatchDev, mixed = sp.unmixed <= kMaxUnmixed;
         auto keep = [&](Pick& k) { k.counts = counts, k.perm = p, k.inputs = &c, k.ticks = ticks; };
         if (ticks < fastest.ticks) keep(fastest);
-        if (miss == 0 && ticks < fastest_ok.ticks) keep(fastest_ok);
+        if (batch && ticks < batch_ok.ticks) keep(batch_ok);
+        if (mixed && ticks < mix_ok.ticks) keep(mix_ok);
+        if (batch && mixed && ticks < both_ok.ticks) keep(both_ok);
       }
     };
     auto choose = [&] {
-      const Pick* k = &fastest;
-      if (fastest_ok.counts && double(fastest_ok.ticks) <= (1 + kMixPrice) * double(fastest.ticks)) k = &fastest_ok;
+      const bool hb = pr.hold & kHoldBatch, hm = pr.hold & kHoldMix;
+      const Pick* k = hb && hm && both_ok.counts ? &both_ok
+                      : hb && batch_ok.counts    ? &batch_ok
+                      : hm && mix_ok.counts      ? &mix_ok
+                                                 : &fastest;
       if (!k->counts) return;
       best = *k->counts, perm = k->perm, chosen = *k->inputs, best_ticks = k->ticks;
     };

@@ -19,6 +19,14 @@ namespace adaptiveload {
 //   kTokens   about `batch_target` video tokens per global step.
 enum class BatchKind : uint8_t { kFree = 0, kSamples = 1, kTokens = 2 };
 
+// balanced in step sync with a global batch keeps two invariants (strategy/balanced.cpp,
+// with PlanProblem::hold; Planner::warnings reports a miss): tokens (samples
+// for samples:N) per step within kMaxBatchDev of their mean, and at most kMaxUnmixed of the
+// steps without an image, or without a clip, where the pool has one of them for every step.
+constexpr double kMaxBatchDev = 0.10;
+constexpr double kMaxUnmixed = 0.05;
+constexpr uint8_t kHoldBatch = 1, kHoldMix = 2;
+
 struct PlanProblem {
   const std::vector<Bucket>* buckets = nullptr;
   const std::vector<uint16_t>* sample_bucket = nullptr;  // per sample id (kNoBucket: skip)
@@ -48,21 +56,17 @@ struct PlanProblem {
   ParallelLayout layout;                  // sync mode and its collectives
   BatchKind batch_kind = BatchKind::kFree;
   double batch_target = 0;                // samples or tokens per global step
+  // balanced, step sync with a global batch: the invariants its plan keeps where a layout it
+  // tries does (kHoldBatch: tokens or samples per step within kMaxBatchDev; kHoldMix: images
+  // and clips in every step, kMaxUnmixed), else the fastest. The planner lets go of them, one
+  // at a time, where a bucket loader would be faster (Planner::run_balanced_held).
+  uint8_t hold = kHoldBatch | kHoldMix;
 
   int64_t tokens(uint16_t bucket) const { return (*buckets)[bucket].tokens; }
   // Global steps this problem's pool should take under the global batch (0 for kFree): the
   // pool's samples (or tokens) over the target, rounded, at least 1.
   uint64_t target_steps() const;
 };
-
-// balanced in step sync with a global batch keeps two invariants where they cost at most
-// kMixPrice of the epoch time (strategy/balanced.cpp; Planner::warnings reports a miss):
-// tokens (samples for samples:N) per step within kMaxBatchDev of their mean, and at most
-// kMaxUnmixed of the steps without an image, or without a clip, where the pool has one of
-// them for every step.
-constexpr double kMaxBatchDev = 0.10;
-constexpr double kMaxUnmixed = 0.05;
-constexpr double kMixPrice = 0.03;
 
 struct StrategyEntry {
   const char* name;
