@@ -26,11 +26,31 @@ Two modes:
       single-process run of the same plan (emulated ranks, --inputs per-sample) trains on the
       same tensors: python/tests/test_sharded_torchrun.py compares the two.
 
+Sequence parallelism (--sp, --sp-sizes: the sampler's sp and sp_sizes; default auto): the
+planner may run a sample too big for one GPU on an aligned group of ranks (PlannedStep.groups).
+  under torchrun: the groups are created once (sequence_parallel.new_sp_groups), and each rank
+      runs each micro-batch on its group's SPContext (wan-dit's sp= path, Ulysses): every rank
+      of the group holds the same per-sample inputs and its shard of the tokens, and back-
+      propagates the whole samples' loss through its shard; the step's gradient sum over the
+      world then counts each sample once (as python/tests/sp_plan_worker.py's reduce over the
+      group, then 1/g on each rank), and the loss is normalised by the step's samples, a
+      group's counted once. --model diffusers-wan has no sp path: a plan with groups is refused.
+  emulated ranks: a group's micro-batch runs once, whole, without sequence parallelism (the
+      same loss and gradients), on the group's first rank; each rank of the group is charged
+      1/g of its time, and it is logged once (position 0). A note on stderr says so.
+  --adapt-every with groups is refused (the refit does not model groups yet).
+
+Manifests: a bad row stops the run naming file, line and field (--on-bad-row error, the
+default); --on-bad-row skip leaves bad rows out and says on stderr how many, with the first
+messages, as it says which rows fit no bucket or are oversize (--on-oversize skip). Every
+numeric option is range-checked when parsed (an argparse error naming it).
+
 Examples:
   python examples/train_dit.py --config tiny --strategy balanced --world-size 4 --steps 6
   python examples/train_dit.py --model diffusers-wan --config tiny --fused both --epoch --subset 200
   torchrun --nproc_per_node 8 examples/train_dit.py --config wan2.1-1.3b --layers 4 --device cuda
   torchrun --nproc_per_node 4 examples/train_dit.py --parallel fsdp2 --sync micro --epoch --subset 100
+  torchrun --nproc_per_node 2 examples/train_dit.py --sp 2 --epoch --subset 10 --log-samples ids
 The summary (one JSON object per strategy x kernel setting) goes to --out and stdout.
 """
 import argparse
@@ -38,7 +58,9 @@ import contextlib
 import csv
 import inspect
 import json
+import math
 import os
+import re
 import sys
 import time
 from typing import Dict, List, Optional
@@ -51,14 +73,72 @@ except ImportError:  # running from a source checkout with the extension built i
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
     import adaptiveload
 
+from adaptiveload import sequence_parallel as spl
 from adaptiveload.models import wan_dit
+from adaptiveload.sampler import MAX_INT64, MAX_MEM_BUDGET, MAX_SEED, MAX_WORLD_SIZE
 
 MODELS = ["wan-dit", "diffusers-wan"]
 PARALLEL = ["ddp", "fsdp2"]
+SP_MODES = ("auto", "min", "per-sample", "off")  # the sampler's sp words; or a group size
+SP_MAX_GROUP = 128  # the core's largest group (kMaxGroup), as the sampler's sp_sizes check
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_MANIFESTS = [os.path.join(HERE, "..", "data", f) for f in ("taichi_hd.csv", "coco2017_val_images.csv")]
 PAPER = {"imbalance_equal_tokens": 0.39, "imbalance_dual": 0.189, "throughput_gain": 0.272, "vram_efficiency_gain": 0.227}
+
+
+def whole(lo: int, hi: Optional[int] = None, what: str = ""):
+    """An argparse type: a whole number in [lo, hi] (hi None: no upper bound; 4e4 is taken as
+    40000). A value outside is an argparse error naming the option, not a crash later."""
+    rng = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            try:
+                x = float(text)
+            except ValueError:
+                x = math.nan
+            if not (math.isfinite(x) and x.is_integer()):
+                raise argparse.ArgumentTypeError(f"must be a whole number {rng}{what}, got {text!r}") from None
+            n = int(x)
+        if n < lo or (hi is not None and n > hi):
+            raise argparse.ArgumentTypeError(f"must be {rng}{what}, got {n}")
+        return n
+
+    return parse
+
+
+def positive_real(text: str) -> float:
+    """An argparse type: a finite number > 0."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}") from None
+    if not (math.isfinite(x) and x > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return x
+
+
+def sp_mode(text: str) -> str:
+    """An argparse type: the sampler's sp (auto, min, per-sample, off) or one group size G, a
+    power of two up to SP_MAX_GROUP."""
+    if text in SP_MODES:
+        return text
+    if text.isdigit() and 1 <= int(text) <= SP_MAX_GROUP and int(text) & (int(text) - 1) == 0:
+        return str(int(text))
+    raise argparse.ArgumentTypeError(f"must be {', '.join(SP_MODES)} or a group size (a power of two, 1.."
+                                     f"{SP_MAX_GROUP}), got {text!r}")
+
+
+def sp_size_list(text: str) -> tuple:
+    """An argparse type: allowed group sizes, a comma list of powers of two (1..SP_MAX_GROUP)."""
+    parts = [t.strip() for t in text.split(",")]
+    if not all(t.isdigit() and 1 <= int(t) <= SP_MAX_GROUP and int(t) & (int(t) - 1) == 0 for t in parts):
+        raise argparse.ArgumentTypeError(f"must be a comma list of powers of two in 1..{SP_MAX_GROUP} (e.g. "
+                                         f"1,2,4,8), got {text!r}")
+    return tuple(sorted({int(t) for t in parts}))
 
 
 def parse_args(argv=None):
@@ -67,31 +147,53 @@ def parse_args(argv=None):
     p.add_argument("--model", default="wan-dit", choices=MODELS, help="wan-dit: our Wan-style DiT; diffusers-wan: "
                    "diffusers' WanTransformer3DModel with the same dimensions (default: %(default)s)")
     p.add_argument("--config", default="tiny", choices=sorted(wan_dit.CONFIGS), help="model dimensions")
-    p.add_argument("--layers", type=int, help="override the number of blocks")
+    p.add_argument("--layers", type=whole(1), help="override the number of blocks (>= 1; default: the "
+                   "config's)")
     p.add_argument("--strategy", default="balanced", help="equal_tokens, fixed, dual, balanced, or a comma list")
     p.add_argument("--fused", default="off", choices=["off", "on", "both"], help="fused adaLN kernel")
-    p.add_argument("--world-size", "-w", type=int, default=4, help="emulated ranks (ignored under torchrun)")
-    p.add_argument("--steps", type=int, default=8, help="global steps to run per strategy (after warm-up)")
-    p.add_argument("--warmup", type=int, default=1, help="global steps run first and not measured")
+    p.add_argument("--world-size", "-w", type=whole(1, MAX_WORLD_SIZE), default=4,
+                   help="emulated ranks, 1..%d (ignored under torchrun)" % MAX_WORLD_SIZE)
+    p.add_argument("--steps", type=whole(1), default=8, help="global steps to run per strategy (after "
+                   "warm-up), >= 1")
+    p.add_argument("--warmup", type=whole(0), default=1, help="global steps run first and not measured, "
+                   ">= 0")
     p.add_argument("--epoch", action="store_true", help="run the whole epoch (every planned step; --steps is "
                    "ignored); the --warmup steps are run before it, from the same plan, and not measured")
-    p.add_argument("--subset", type=int, help="use a fixed subset of N rows of each manifest: rows "
-                   "floor(k * rows / N), k = 0..N-1 (default: all rows)")
+    p.add_argument("--subset", type=whole(1), help="use a fixed subset of N >= 1 rows of each manifest: "
+                   "rows floor(k * rows / N), k = 0..N-1 (default: all rows)")
     p.add_argument("--spread", action="store_true", help="run the steps spread evenly over the epoch (every "
                    "k-th step) instead of the first ones, so a short run sees the epoch's mix of buckets")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--planner-device", help="device preset for the planner (default: h200 on CUDA, cpu on CPU)")
     p.add_argument("--grid", help="bucket grid preset (default: wan, or tiny for --config tiny)")
-    p.add_argument("--mem-budget", type=int, help="tokens per micro-batch (M_mem); default: auto (tiny: 4096)")
+    p.add_argument("--mem-budget", type=whole(1, MAX_MEM_BUDGET, " tokens"),
+                   help="tokens per micro-batch (M_mem), 1..1e15; default: auto (tiny: 4096)")
     p.add_argument("--profile", help="calibrated cost profile for the planner")
     p.add_argument("--checkpointing", action="store_true", help="activation checkpointing in every block")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    p.add_argument("--seed", type=whole(0, MAX_SEED), default=0, help="0 <= seed < 2**64 (the plan's, "
+                   "the weights' and the inputs')")
+    p.add_argument("--threads", type=whole(1), help="torch CPU threads, >= 1 (default: torch's)")
     p.add_argument("--clock", default="wall", choices=["wall", "thread"], help="CPU timing: wall clock, or this "
                    "thread's CPU time (with --threads 1; leaves out other processes on a shared machine)")
-    p.add_argument("--adapt-every", type=int, help="online adaptation: refit the cost model to the measured "
-                   "per-rank step times every N steps and re-plan the rest of the epoch")
-    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--adapt-every", type=whole(1, MAX_INT64), help="online adaptation: refit the "
+                   "cost model to the measured per-rank step times every N >= 1 steps and re-plan the rest of "
+                   "the epoch")
+    p.add_argument("--lr", type=positive_real, default=1e-4, help="AdamW learning rate, finite and > 0")
+    p.add_argument("--on-bad-row", default="error", choices=["error", "skip"], help="a bad manifest row: error "
+                   "(stop, naming file, line and field) or skip (leave it out; how many and the first messages "
+                   "go to stderr) (default: %(default)s)")
+    p.add_argument("--on-duplicate", default="warn", choices=["warn", "skip", "error"], help="rows repeating an "
+                   "earlier row's path: warn (keep them, say so), skip (keep the first of each path) or error "
+                   "(default: %(default)s)")
+    p.add_argument("--on-oversize", default="error", choices=["error", "skip"], help="a sample too big for memory "
+                   "even on the largest allowed sequence-parallel group: error, or skip (left out; reported on "
+                   "stderr) (default: %(default)s)")
+    p.add_argument("--sp", type=sp_mode, default="auto", help="sequence parallelism, as the sampler's sp: auto, "
+                   "min, per-sample, off, or a group size G for every sample (default: %(default)s). Under "
+                   "torchrun a group's ranks run its micro-batch together (Ulysses, wan-dit only); with "
+                   "emulated ranks it runs once (see the module docstring)")
+    p.add_argument("--sp-sizes", type=sp_size_list, default=(1, 2, 4, 8), help="allowed group sizes, powers of two "
+                   "(default: 1,2,4,8)")
     p.add_argument("--parallel", choices=PARALLEL, help="under torchrun: ddp (DistributedDataParallel with no_sync) "
                    "or fsdp2 (fully_shard); default: plain model, one explicit all-reduce per step")
     p.add_argument("--sync", choices=["step", "micro"], help="the sampler's sync mode: step (ranks may run different "
@@ -100,12 +202,14 @@ def parse_args(argv=None):
     p.add_argument("--inputs", choices=["stream", "per-sample"], help="stream: random inputs drawn in turn (per "
                    "rank); per-sample: each sample's latents, text, timestep and noise a pure function of (seed, "
                    "epoch, sample id), so runs with different world sizes or wrappers train on the same tensors. "
-                   "Default: per-sample with --parallel, else stream")
+                   "Default: per-sample with --parallel, else stream; a micro-batch on a sequence-parallel group "
+                   "always uses per-sample inputs (its ranks must hold the same tensors)")
     p.add_argument("--save-model", help="after the run, write the model's full state dict (torch.save) here "
                    "(under torchrun, rank 0 writes it; FSDP2's shards are gathered)")
     p.add_argument("--out", help="write the summaries (JSON list) here")
     p.add_argument("--log-samples", help="append the sample ids each rank trained, one JSON line per micro-batch "
-                   "(under torchrun, one file per process: PATH.rankN)")
+                   "(under torchrun, one file per process: PATH.rankN); a micro-batch on a sequence-parallel "
+                   "group is logged by each of its ranks (\"group\", \"position\"), count position 0")
     return p.parse_args(argv)
 
 
@@ -191,10 +295,23 @@ def sample_inputs(sampler, rows: List[int], c: wan_dit.WanDiTConfig, seed: int, 
                  for v in (x0, ctx, t, noise))
 
 
-def flow_matching_loss_of(model, x0, ctx, t, noise) -> torch.Tensor:
-    """wan_dit.flow_matching_loss with the timestep t [B] and noise given: per-sample MSE [B]."""
+def flow_matching_loss_of(model, x0, ctx, t, noise, sp: Optional[spl.SPContext] = None,
+                          patch=(1, 2, 2)) -> torch.Tensor:
+    """wan_dit.flow_matching_loss with the timestep t [B] and noise given: per-sample MSE [B].
+    With sp (every rank of the group passing the same x0, ctx, t, noise; wan-dit only): the
+    model returns this rank's shard of the patch predictions [B, S_p, C*pt*ph*pw]; each rank
+    sums its shard's squared errors, the sums are added over the group, so every rank returns
+    the whole samples' losses, and backward reaches only this rank's tokens (as
+    wan_dit.flow_matching_loss(..., sp=) does)."""
     tt = t.view(-1, 1, 1, 1, 1).to(x0.dtype)
-    pred = model((1 - tt) * x0 + tt * noise, t * 1000, ctx)
+    xt = (1 - tt) * x0 + tt * noise
+    if sp is not None:
+        pred = model(xt, t * 1000, ctx, sp=sp)
+        target = wan_dit.patchify(noise - x0, patch)
+        start, end = sp.bounds(target.shape[1])
+        partial = (pred.float() - target[:, start:end].float()).pow(2).flatten(1).sum(1)  # [B]
+        return spl.all_reduce_sum(partial, sp) / x0[0].numel()
+    pred = model(xt, t * 1000, ctx)
     return (pred.float() - (noise - x0).float()).pow(2).flatten(1).mean(1)
 
 
@@ -300,41 +417,145 @@ def build_model(name: str, c: wan_dit.WanDiTConfig, fused: bool, checkpointing: 
     return wan_dit.WanDiT(c, fused_adaln=fused, checkpointing=checkpointing)
 
 
-def load_subset(paths: List[str], n: int) -> List[dict]:
-    """A fixed subset: n rows of each manifest (CSV or JSONL), rows floor(k * rows / n)."""
-    if n < 1:
-        raise ValueError(f"--subset must be >= 1, got {n}")
-    out = []
+SUBSET_ROW = re.compile(r"<manifest list, 0-based row>:(\d+)")  # how the sampler names a row of a list of dicts
+MANIFEST_KEYS = ("path", "num_frames", "height", "width")
+
+
+def load_subset(paths: List[str], n: int, on_bad_row: str) -> tuple:
+    """A fixed subset: n rows of each manifest (CSV or JSONL), rows floor(k * rows / n).
+    Returns (rows as dicts, each row's "file:line", messages of the JSONL lines that are not
+    an object with the manifest's keys, left out under on_bad_row 'skip'; 'error' raises
+    ValueError naming file and line). The sampler checks the rows' fields."""
+    out, origins, bad = [], [], []
     for path in paths:
+        rows, lines = [], []
         with open(path, newline="") as f:
             if path.endswith((".jsonl", ".json")):
-                rows = [json.loads(line) for line in f if line.strip()]
+                for line_no, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        row = json.loads(line.strip())
+                        why = "" if isinstance(row, dict) else f"a JSON {type(row).__name__}, not an object"
+                    except ValueError as e:
+                        why = f"not JSON ({e})"
+                    if not why:
+                        missing = [k for k in MANIFEST_KEYS if k not in row]
+                        why = f"no {', '.join(repr(k) for k in missing)} key" if missing else ""
+                    if why:
+                        if on_bad_row == "error":
+                            raise ValueError(f"{path}:{line_no}: {why}; --on-bad-row skip leaves bad rows out")
+                        bad.append(f"{path}:{line_no}: {why}")
+                        continue
+                    rows.append(row)
+                    lines.append(f"{path}:{line_no}")
             else:
-                rows = list(csv.DictReader(f))
+                reader = csv.DictReader(f)
+                for row in reader:
+                    rows.append(row)
+                    lines.append(f"{path}:{reader.line_num}")
         k = min(n, len(rows))
-        if k:
-            out.extend(rows[i * len(rows) // k] for i in range(k))
-    return out
+        for i in range(k):
+            out.append(rows[i * len(rows) // k])
+            origins.append(lines[i * len(rows) // k])
+    return out, origins, bad
 
 
-def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: int) -> dict:
+def locate(message: str, origins: List[str]) -> str:
+    """A sampler message about row K of the subset, with the row's file and line."""
+    return SUBSET_ROW.sub(lambda m: f"{origins[int(m.group(1))]} (subset row {m.group(1)})", message)
+
+
+def report_left_out(sampler, bad_rows: List[str], origins: List[str], shown: int = 5) -> None:
+    """Says on stderr what the plan leaves out, never silently: bad rows skipped (--on-bad-row
+    skip) and rows that fit no bucket or are oversize (--on-oversize skip), each with the
+    first `shown` messages (origins: a subset's rows' file:line)."""
+    def say(head: str, lines: List[str]) -> None:
+        print(f"train_dit.py: {head}", file=sys.stderr)
+        for m in lines[:shown]:
+            print(f"  {m}", file=sys.stderr)
+        if len(lines) > shown:
+            print(f"  ... and {len(lines) - shown} more", file=sys.stderr)
+
+    bad = list(bad_rows) + [locate(m, origins) for m in sampler.bad_rows]
+    if bad:
+        say(f"skipped {len(bad)} bad manifest row(s) (--on-bad-row skip):", bad)
+    left = sampler.left_out
+    if left:
+        say(f"{len(left)} row(s) not planned (they fit no bucket of the grid, or are oversize under "
+            f"--on-oversize skip):", [f"row {row}: {why}" for row, why in left])
+
+
+_SP_GROUPS: Dict[tuple, dict] = {}
+
+
+def sp_groups(world: int, sizes: List[int]) -> dict:
+    """{(size, rank): SPContext} for the sizes the plan may use, created once per job
+    (new_sp_groups is collective: every rank calls it, with the same sizes, in the same order)."""
+    key = (world, tuple(sizes))
+    if key not in _SP_GROUPS:
+        _SP_GROUPS[key] = spl.new_sp_groups(world, sizes)
+    return _SP_GROUPS[key]
+
+
+def largest_group(samplers) -> int:
+    """The largest sequence-parallel group in these samplers' plans of the epoch (1: none)."""
+    return max([len(g) for s in samplers for st in s.schedule() for g in st.groups] or [1])
+
+
+def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: int, report: bool = True) -> dict:
     device = torch.device(args.device)
     ddp = dist_world > 1
     W = dist_world if ddp else args.world_size
     c = wan_dit.config(args.config, args.layers)
     grid = args.grid or ("tiny" if args.config == "tiny" else "wan")
     planner_device = args.planner_device or ("h200" if device.type == "cuda" else "cpu")
-    mem_budget = args.mem_budget or (4096 if args.config == "tiny" else None)
+    mem_budget = args.mem_budget if args.mem_budget is not None else (4096 if args.config == "tiny" else None)
     manifests = args.manifest or DEFAULT_MANIFESTS
-    if args.subset:
-        manifests = load_subset(manifests, args.subset)
-    samplers = [
-        adaptiveload.AdaptiveBatchSampler(
-            manifests, model=c.preset, device=planner_device, grid=grid, strategy=strategy, world_size=W, rank=r,
-            seed=args.seed, mem_budget=mem_budget, profile=args.profile, checkpointing=args.checkpointing,
-            on_bad_row="skip", on_oversize="skip", adapt_every=args.adapt_every, **sampler_sync_options(args, strategy))
-        for r in ([dist_rank] if ddp else range(W))
-    ]
+    subset_bad: List[str] = []
+    origins: List[str] = []
+    try:
+        if args.subset is not None:
+            manifests, origins, subset_bad = load_subset(manifests, args.subset, args.on_bad_row)
+        samplers = [
+            adaptiveload.AdaptiveBatchSampler(
+                manifests, model=c.preset, device=planner_device, grid=grid, strategy=strategy, world_size=W,
+                rank=r, seed=args.seed, mem_budget=mem_budget, profile=args.profile,
+                checkpointing=args.checkpointing, on_bad_row=args.on_bad_row, on_oversize=args.on_oversize,
+                on_duplicate=args.on_duplicate, sp=args.sp, sp_sizes=args.sp_sizes, adapt_every=args.adapt_every,
+                **sampler_sync_options(args, strategy))
+            for r in ([dist_rank] if ddp else range(W))
+        ]
+    except (OSError, ValueError) as e:  # a bad row, a missing file, an option the planner refuses
+        msg = locate(str(e), origins)
+        for keyword, option in (("on_bad_row='skip'", "--on-bad-row skip"),
+                                ("on_oversize='skip'", "--on-oversize skip")):
+            msg = msg.replace(keyword, option)  # the sampler's advice, in this script's options
+        sys.exit("train_dit.py: " + msg)
+    if report and dist_rank == 0:
+        report_left_out(samplers[0], subset_bad, origins)
+    # Sequence parallelism: the largest group any rank's micro-batches run on (the same on every
+    # rank: under torchrun the ranks' maxima are all-reduced, so all agree to create the groups).
+    max_group = largest_group(samplers)
+    if ddp:
+        m = torch.tensor([max_group], dtype=torch.int64)
+        torch.distributed.all_reduce(m, op=torch.distributed.ReduceOp.MAX)
+        max_group = int(m)
+    if max_group > 1:
+        if ddp and args.model != "wan-dit":
+            sys.exit(f"train_dit.py: the plan runs some samples on sequence-parallel groups of up to {max_group} "
+                     "ranks, which only --model wan-dit implements (Ulysses); use --model wan-dit, or plan with "
+                     "--sp off (a sample that fits no single GPU is then oversize: --on-oversize skip leaves it out)")
+        if args.adapt_every is not None:
+            sys.exit(f"train_dit.py: the plan runs some samples on sequence-parallel groups of up to {max_group} "
+                     "ranks, and online adaptation (--adapt-every) does not model groups yet; drop --adapt-every "
+                     "or plan with --sp off")
+        if not ddp and report:
+            print(f"train_dit.py: note: the plan runs some samples on sequence-parallel groups of up to {max_group} "
+                  "ranks; emulated ranks run each such micro-batch once, whole, on its group's first rank, and "
+                  "charge every rank of the group 1/g of its time (under torchrun the group's ranks run it "
+                  "together, split over the sequence)", file=sys.stderr)
+    groups = sp_groups(dist_world, samplers[0].sp_sizes()) if ddp and max_group > 1 else {}
     torch.manual_seed(args.seed)
     model = build_model(args.model, c, fused, args.checkpointing).to(device)
     # Every rank builds the same weights (same seed) before wrapping: FSDP2 keeps each rank's
@@ -343,15 +564,21 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
     amp = device.type == "cuda"
     dtype = torch.float32
-    gen = torch.Generator().manual_seed(args.seed + 1000 * dist_rank)
+    gen = torch.Generator().manual_seed((args.seed + 1000 * dist_rank) % 2**64)
     per_sample = (args.inputs or ("per-sample" if args.parallel else "stream")) == "per-sample"
     # The gradient of a step is the mean over its global samples: DDP and FSDP2 average over
     # the W ranks, so each rank scales by W; the explicit all-reduce below and the emulated
-    # ranks sum.
+    # ranks sum. A micro-batch on a sequence-parallel group: each of its ranks back-propagates
+    # the whole samples' loss through its own tokens only, so its gradient is its share of the
+    # samples' gradient, and the sum over the group's ranks is the gradient once. The world's
+    # sum (the all-reduce, or DDP's / FSDP2's reduction times W) therefore counts each of a
+    # group's samples once, as sp_plan_worker.py's reduce_gradients over the group then 1/g on
+    # each rank does, without a collective per micro-batch: the normaliser counts it once too.
     loss_scale = W if ddp and args.parallel else 1
     # One log per process (ranks of a torchrun job append to their own file).
     log_path = f"{args.log_samples}.rank{dist_rank}" if args.log_samples and ddp else args.log_samples
     log = open(log_path, "a") if log_path else None
+    group_seconds: Dict[tuple, float] = {}  # emulated ranks: a group micro-batch's time, by (step, ranks, ids)
 
     def train_step(steps, log_it: bool):
         """This process's micro-batches of one global step (one sampler per emulated rank, or
@@ -364,7 +591,15 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
                 check_micro_batch_counts(n, st.step, dist_rank, dist_world)
             t_rank = 0.0
             for i, mb in enumerate(st.micro_batches):
-                if per_sample:
+                ranks = tuple(st.groups[i]) if st.groups else (s.rank,)
+                g = len(ranks)
+                key = (st.step, ranks, tuple(mb))
+                if g > 1 and not ddp and s.rank != ranks[0]:
+                    t_rank += group_seconds.pop(key) if s.rank == ranks[-1] else group_seconds[key]
+                    continue  # emulated: the group's first rank ran it (samplers go in rank order)
+                sp = groups[(g, dist_rank)] if g > 1 and ddp else None
+                # A group's ranks must hold the same tensors: per-sample inputs.
+                if per_sample or g > 1:
                     x0, ctx, tt, noise = sample_inputs(s, mb, c, args.seed, st.epoch, device, dtype)
                 else:
                     x0, ctx = make_batch(s, mb, c, device, dtype, gen)
@@ -372,23 +607,29 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
                 no_sync = args.parallel == "ddp" and ddp and i + 1 < n
                 with Timer(device, args.clock) as tm, (wrapped.no_sync() if no_sync else contextlib.nullcontext()):
                     with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
-                        if per_sample:
-                            per = flow_matching_loss_of(wrapped, x0, ctx, tt, noise)
+                        if per_sample or g > 1:
+                            per = flow_matching_loss_of(wrapped, x0, ctx, tt, noise, sp, c.patch)
                         else:
                             per = wan_dit.flow_matching_loss(wrapped, x0, ctx)
                         # Padded repeats are trained too (every rank runs its micro-batches), so they
                         # count in the normaliser.
                         loss = per.sum() * loss_scale / (st.global_samples + st.padded_samples)
                     loss.backward()
-                t_rank += tm.elapsed()
+                seconds = tm.elapsed()
+                if g > 1 and not ddp:
+                    seconds /= g  # each rank of the group busy 1/g of the whole micro-batch's time
+                    group_seconds[key] = seconds
+                t_rank += seconds
                 if log and log_it:
                     padded = bool(st.padded_micro_batches[i]) if st.padded_micro_batches else False
                     log.write(json.dumps({"strategy": strategy, "fused_adaln": fused, "epoch": st.epoch,
                                           "step": st.step, "rank": s.rank, "ids": mb, "padded": padded,
+                                          "group": list(ranks), "position": ranks.index(s.rank),
                                           "losses": per.detach().float().tolist()}) + "\n")
-            if n == 0 and ddp and args.parallel == "ddp":
-                # A rank with nothing to train in a step still joins the step's all-reduce: a
-                # zero-weighted backward through the wrapper, so its gradient is zeros.
+            if n == 0 and ddp and args.parallel != "fsdp2":
+                # A rank with nothing to train in a step still joins the step's all-reduce (DDP's,
+                # or the explicit one over every parameter's gradient): a zero-weighted backward
+                # through the model, so its gradient is zeros.
                 x0 = torch.zeros((1, c.in_channels, 1, 2 * c.patch[1], 2 * c.patch[2]), device=device, dtype=dtype)
                 ctx = torch.zeros((1, c.text_len, c.text_dim), device=device, dtype=dtype)
                 (flow_matching_loss_of(wrapped, x0, ctx, torch.zeros(1, device=device), x0).sum() * 0).backward()
@@ -447,7 +688,7 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
             tokens += steps[0].global_tokens
             if device.type == "cuda":
                 peaks.append(torch.cuda.max_memory_allocated())
-        if args.adapt_every:
+        if args.adapt_every is not None:
             # Every rank has every rank's times (emulated, or all-gathered above): same update.
             fits = [s.observe_step(steps[0].step, rank_times) for s in samplers]
             if fits[0] is not None:
@@ -494,7 +735,7 @@ def main(argv=None) -> List[dict]:
     args = parse_args(argv)
     if args.clock == "thread" and args.threads != 1:
         sys.exit("train_dit.py: --clock thread times this thread only: use it with --threads 1")
-    if args.threads:
+    if args.threads is not None:
         torch.set_num_threads(args.threads)
     if args.parallel and int(os.environ.get("WORLD_SIZE", "1")) < 2:
         sys.exit(f"train_dit.py: --parallel {args.parallel} runs under torchrun with 2 or more processes "
@@ -515,7 +756,8 @@ def main(argv=None) -> List[dict]:
     results = []
     for strategy in args.strategy.split(","):
         for fused in fused_opts:
-            r = run_strategy(args, strategy.strip(), fused, dist_rank, dist_world)
+            # What the plan leaves out is said once (the manifest and options are the same for every run).
+            r = run_strategy(args, strategy.strip(), fused, dist_rank, dist_world, report=not results)
             results.append(r)
             if dist_rank == 0:
                 m, p = r["measured"], r["predicted"]

@@ -1,0 +1,243 @@
+"""examples/train_dit.py's options and inputs: every numeric option range-checked when parsed
+(an argparse error naming it, exit status 2), bad manifest rows an error by default and
+reported when skipped, duplicates passed through to the sampler, and a sequence-parallel plan
+trained under torchrun (2 processes, gloo, CPU; the explicit all-reduce and FSDP2): samples on
+a group of 2 beside samples alone, every planned sample trained exactly once, the same losses
+and weights as one process running the same plan without sequence parallelism."""
+import collections
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import adaptiveload
+from conftest import DATASETS, REPO, kill_tree, torchrun
+
+sys.path.insert(0, os.path.join(REPO, "examples"))
+import train_dit  # noqa: E402
+
+SCRIPT = os.path.join(REPO, "examples", "train_dit.py")
+FIELDS = ["path", "num_frames", "height", "width", "fps"]
+TINY = ["--config", "tiny", "--device", "cpu", "--threads", "1", "--warmup", "0"]
+HANG_TIMEOUT_S = 300  # a hang guard: the run takes 10-30 s on the 2-core machine
+LOSS_RTOL = 1e-5  # per-step loss, fp32, sequence-parallel sums against whole-sample means
+UPDATE_RTOL = 1e-3  # final - initial weights per tensor, as test_sharded_torchrun.py (AdamW)
+
+
+@pytest.mark.parametrize("argv,option", [
+    (["--world-size", "0"], "--world-size/-w"),
+    (["-w", str(2**20 + 1)], "--world-size/-w"),
+    (["--layers", "0"], "--layers"),
+    (["--subset", "0"], "--subset"),
+    (["--warmup", "-1"], "--warmup"),
+    (["--steps", "0"], "--steps"),
+    (["--threads", "0"], "--threads"),
+    (["--adapt-every", "0"], "--adapt-every"),
+    (["--mem-budget", "0"], "--mem-budget"),
+    (["--mem-budget", "2e15"], "--mem-budget"),
+    (["--mem-budget", "1.5"], "--mem-budget"),
+    (["--lr", "0"], "--lr"),
+    (["--lr", "-1e-4"], "--lr"),
+    (["--lr", "nan"], "--lr"),
+    (["--lr", "inf"], "--lr"),
+    (["--seed", "-1"], "--seed"),
+    (["--seed", str(2**64)], "--seed"),
+    (["--sp", "3"], "--sp"),
+    (["--sp", "0"], "--sp"),
+    (["--sp-sizes", "1,3"], "--sp-sizes"),
+    (["--on-bad-row", "ignore"], "--on-bad-row"),
+    (["--on-duplicate", "keep"], "--on-duplicate"),
+    (["--on-oversize", "drop"], "--on-oversize"),
+])
+def test_out_of_range_option_is_a_parse_error_naming_it(argv, option, capsys):
+    with pytest.raises(SystemExit) as e:
+        train_dit.parse_args(argv)
+    assert e.value.code == 2
+    assert f"argument {option}:" in capsys.readouterr().err
+
+
+def test_range_ends_are_accepted_and_unset_options_are_none():
+    a = train_dit.parse_args(["--seed", str(2**64 - 1), "--warmup", "0", "--mem-budget", "4e4", "--world-size", "1",
+                              "--sp", "2", "--sp-sizes", "4,1,2", "--lr", "1e-3"])
+    assert (a.seed, a.warmup, a.mem_budget, a.world_size, a.sp, a.sp_sizes, a.lr) == (
+        2**64 - 1, 0, 40000, 1, "2", (1, 2, 4), 1e-3)
+    # Not given: None (the default), never a 0 read as "default" by a falsy test.
+    a = train_dit.parse_args([])
+    assert (a.layers, a.subset, a.threads, a.mem_budget, a.adapt_every) == (None,) * 5
+    assert (a.on_bad_row, a.on_duplicate, a.on_oversize, a.sp) == ("error", "warn", "error", "auto")
+
+
+def test_world_size_zero_from_the_command_line():
+    """The reported crash: `train_dit.py --world-size 0` was an IndexError; now a usage error."""
+    proc = subprocess.run([sys.executable, SCRIPT, "--world-size", "0"], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(
+                              adaptiveload.__file__))))
+    assert proc.returncode == 2, proc.stderr
+    assert "argument --world-size/-w: must be 1..1048576, got 0" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def real_rows(n_clips, n_images, clip_size=(480, 640)):
+    """The first n_clips Taichi-HD clips of clip_size (height, width) and n_images COCO images."""
+    rows = []
+    with open(os.path.join(DATASETS, "taichi_hd.csv"), newline="") as f:
+        rows += [r for r in csv.DictReader(f) if (int(r["height"]), int(r["width"])) == clip_size][:n_clips]
+    with open(os.path.join(DATASETS, "coco2017_val_images.csv"), newline="") as f:
+        rows += [r for _, r in zip(range(n_images), csv.DictReader(f))]
+    return rows
+
+
+def write_csv(path, rows, raw_lines=()):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS)
+        w.writeheader()
+        w.writerows(rows)
+        for line in raw_lines:
+            f.write(line + "\n")
+    return str(path)
+
+
+BAD_LINE = "taichi/broken.mp4,many,480,640,29.97"  # line 8 of the file below: num_frames not a number
+
+
+def test_bad_row_is_an_error_by_default(tmp_path, capsys):
+    manifest = write_csv(tmp_path / "m.csv", real_rows(3, 3), [BAD_LINE])
+    with pytest.raises(SystemExit) as e:
+        train_dit.main(TINY + ["-m", manifest, "--world-size", "2", "--steps", "1"])
+    msg = str(e.value.code)
+    assert msg.startswith("train_dit.py: ") and "m.csv" in msg and ":8" in msg and "num_frames" in msg, msg
+
+
+def test_skipped_bad_rows_are_reported(tmp_path, capsys):
+    manifest = write_csv(tmp_path / "m.csv", real_rows(3, 3), [BAD_LINE])
+    log = tmp_path / "ids.jsonl"
+    (r,) = train_dit.main(TINY + ["-m", manifest, "--world-size", "2", "--steps", "1", "--on-bad-row", "skip",
+                                  "--log-samples", str(log)])
+    err = capsys.readouterr().err
+    assert "train_dit.py: skipped 1 bad manifest row(s) (--on-bad-row skip):" in err, err
+    detail = err.split("skipped 1 bad manifest row(s)")[1].splitlines()[1]
+    assert "m.csv" in detail and ":8" in detail and "num_frames" in detail, err
+    assert r["measured"]["samples"] > 0
+    trained = {i for line in open(log) for i in json.loads(line)["ids"]}
+    assert 6 not in trained  # the bad row's id (row ids count the bad row)
+    # A --subset's rows are in-memory rows to the sampler: still named by file and line.
+    train_dit.main(TINY + ["-m", manifest, "--world-size", "2", "--steps", "1", "--on-bad-row", "skip",
+                           "--subset", "10"])
+    err = capsys.readouterr().err
+    assert "skipped 1 bad manifest row(s)" in err and "m.csv:8 (subset row 6): field 'num_frames'" in err, err
+    jsonl = tmp_path / "m.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in real_rows(2, 2)) + '{"path": "x.mp4"}\n')
+    with pytest.raises(SystemExit) as e:
+        train_dit.main(TINY + ["-m", str(jsonl), "--world-size", "2", "--steps", "1", "--subset", "10"])
+    assert "m.jsonl:5: no 'num_frames', 'height', 'width' key" in str(e.value.code), e.value.code
+
+
+def test_duplicate_policy_is_passed_through(tmp_path):
+    rows = real_rows(2, 2)
+    manifest = write_csv(tmp_path / "m.csv", rows + rows[:1])
+    with pytest.raises(SystemExit) as e:
+        train_dit.main(TINY + ["-m", manifest, "--world-size", "2", "--steps", "1", "--on-duplicate", "error"])
+    assert "train_dit.py: " in str(e.value.code) and rows[0]["path"] in str(e.value.code), e.value.code
+
+
+def small_gpu(path):
+    """A device whose memory holds ~131 tokens of one tiny-DiT sample per GPU (as
+    test_sequence_parallel.small_gpu): on the tiny grid, images (60 tokens) fit one GPU, the
+    480x640 clips (240 tokens) need a group of 2."""
+    state = 98_304 * 18 + 3e9
+    path.write_text(json.dumps({"name": "small-gpu", "memory_gb": (state + 360_000) / 1e9, "peak_tflops": 0.1,
+                                "efficiency": 0.3, "allreduce_bus_gbps": 5, "microbatch_overhead_ms": 2,
+                                "half_efficiency_tokens": 256, "memory_reserve_fraction": 0, "node_size": 8,
+                                "alltoall_gbps": 5}))
+    return str(path)
+
+
+def run_torchrun(nproc, args, run_dir):
+    cmd, env = torchrun(nproc, run_dir / "torchrun_logs")
+    proc = subprocess.Popen(cmd + [SCRIPT] + args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    t0 = time.perf_counter()
+    try:
+        out, _ = proc.communicate(timeout=HANG_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc.pid)
+        out, _ = proc.communicate()
+        pytest.fail(f"torchrun with {nproc} processes still running after {HANG_TIMEOUT_S} s: a hang\n{out[-3000:]}")
+    return proc.returncode, out, time.perf_counter() - t0
+
+
+@pytest.mark.parametrize("parallel", [None, "fsdp2"])
+def test_torchrun_trains_a_sequence_parallel_plan(tmp_path, parallel):
+    """The explicit all-reduce (step sync), and FSDP2 (micro sync: its all-gathers and
+    reduce-scatters on the world interleave with the groups' all-to-alls)."""
+    manifest = write_csv(tmp_path / "m.csv", real_rows(4, 8))
+    device = small_gpu(tmp_path / "gpu.json")
+    sync = "micro" if parallel == "fsdp2" else "step"
+    plan = ["-m", manifest, "--planner-device", device, "--sp", "min", "--strategy", "balanced", "--epoch",
+            "--inputs", "per-sample", "--sync", sync]
+    samplers = [adaptiveload.AdaptiveBatchSampler(manifest, model="tiny-dit", device=device, grid="tiny",
+                                                  world_size=2, rank=r, mem_budget=4096, checkpointing=False,
+                                                  sp="min", sync=sync) for r in range(2)]
+    sizes = {len(g) for s in samplers for st in s.steps() for g in st.groups}
+    assert sizes == {1, 2}, f"precondition: the plan mixes samples alone and on a group of 2, got {sizes}"
+
+    log, model_path = tmp_path / "ids", tmp_path / "model.pt"
+    rc, out, seconds = run_torchrun(2, TINY + plan + ["--log-samples", str(log), "--save-model", str(model_path)]
+                                    + (["--parallel", parallel] if parallel else []), tmp_path)
+    assert rc == 0, out[-4000:]
+    entries = [json.loads(line) for r in range(2) for line in open(f"{log}.rank{r}")]
+    # Each group micro-batch logged by both ranks of the group, at positions 0 and 1, with
+    # one loss (the whole samples', all-reduced over the group).
+    by_mb = collections.defaultdict(list)
+    for e in entries:
+        by_mb[(e["step"], tuple(e["group"]), tuple(e["ids"]))].append(e)
+    assert {len(k[1]) for k in by_mb} == {1, 2}
+    for (step, group, ids), es in by_mb.items():
+        assert sorted(e["rank"] for e in es) == list(group) and sorted(e["position"] for e in es) == list(
+            range(len(group))), (step, group, ids)
+        assert len({tuple(e["losses"]) for e in es}) == 1, (step, group, ids)
+    # Every planned sample trained exactly once (padded repeats apart), as the plan says.
+    trained = collections.Counter(i for e in entries if e["position"] == 0 and not e["padded"] for i in e["ids"])
+    assert sorted(trained) == samplers[0].planned_rows() and set(trained.values()) == {1}
+    padded = sum(len(e["ids"]) for e in entries if e["position"] == 0 and e["padded"])
+    assert padded == sum(st.padded_samples for st in samplers[0].steps())
+
+    # The same plan in one process, emulated ranks, no sequence parallelism: the same losses
+    # per step and the same weights.
+    ref_log, ref_model = tmp_path / "ref.jsonl", tmp_path / "ref.pt"
+    threads = torch.get_num_threads()
+    try:
+        train_dit.main(TINY + plan + ["--world-size", "2", "--log-samples", str(ref_log),
+                                      "--save-model", str(ref_model)])
+    finally:
+        torch.set_num_threads(threads)
+    ref = [json.loads(line) for line in open(ref_log)]
+    assert all(e["position"] == 0 for e in ref)  # a group's micro-batch ran once
+
+    def step_losses(es):
+        out = collections.defaultdict(float)
+        for e in es:
+            if e["position"] == 0:
+                out[e["step"]] += sum(e["losses"])
+        return out
+
+    got, want = step_losses(entries), step_losses(ref)
+    assert sorted(got) == sorted(want)
+    loss_err = max(abs(got[k] - want[k]) / abs(want[k]) for k in want)
+    assert loss_err <= LOSS_RTOL, loss_err
+    final, reference = torch.load(model_path), torch.load(ref_model)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        from adaptiveload.models import wan_dit
+        init = wan_dit.WanDiT(wan_dit.config("tiny")).state_dict()
+    update_err = max(((final[k] - init[k]) - (reference[k] - init[k])).abs().max().item()
+                     / (reference[k] - init[k]).abs().max().item() for k in reference)
+    assert update_err <= UPDATE_RTOL, update_err
+    print(f"\nsequence-parallel plan under torchrun x2 ({parallel or 'all-reduce'}): {len(by_mb)} micro-batches, "
+          f"{sum(len(k[1]) == 2 for k in by_mb)} on a group of 2, {seconds:.1f} s; loss rel err {loss_err:.2g}, "
+          f"update rel err {update_err:.2g}")
