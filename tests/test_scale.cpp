@@ -195,7 +195,8 @@ TEST(Scale, FileAccessAndLineEndsDoNotChangeTheRows) {
                           "\"q,uoted.mp4\",33,720,1280,25\n"
                           " c.jpg ,1,427,640,\n"               // blanks kept in the path
                           "d.mp4, 81 ,480,832,16";             // blanks around a number, no final LF
-  const std::string wide = wide_header + "\n" + wide_row + "\n" + wide_row + ",extra\n";
+  // Over 64 fields a row takes the full reader; one field more than the header is a bad row.
+  const std::string wide = wide_header + "\n" + wide_row + "\n" + wide_row + ",extra\n" + wide_row + "\n";
   const std::string jsonl = "{\"path\": \"a.mp4\", \"num_frames\": 81, \"height\": 480, \"width\": 832, \"fps\": 16}\r\n"
                             " {\"path\": \"b.mp4\", \"num_frames\": 81, \"height\": 480, \"width\": 832} \t\r"
                             "\r\n"
@@ -205,7 +206,7 @@ TEST(Scale, FileAccessAndLineEndsDoNotChangeTheRows) {
     std::string name, text;
     std::vector<int64_t> lines;  // of each row
   };
-  const Case cases[] = {{"c.csv", csv, {2, 3, 5, 6, 7}}, {"w.csv", wide, {2, 3}}, {"j.jsonl", jsonl, {1, 2, 4, 6}}};
+  const Case cases[] = {{"c.csv", csv, {2, 3, 5, 6, 7}}, {"w.csv", wide, {2, 3, 4}}, {"j.jsonl", jsonl, {1, 2, 4, 6}}};
   for (const Case& k : cases) {
     const std::string file = testing::TempDir() + "al_line_ends_" + k.name;
     FILE* f = fopen(file.c_str(), "wb");
@@ -238,8 +239,12 @@ TEST(Scale, FileAccessAndLineEndsDoNotChangeTheRows) {
   EXPECT_EQ(c.path(2), "q,uoted.mp4");
   EXPECT_EQ(c.path(3), " c.jpg ");
   EXPECT_EQ(c.clip(4).num_frames, 81);
-  EXPECT_EQ(w.path(1), "w.mp4");
-  EXPECT_EQ(w.clip(1).width, 832);
+  ASSERT_EQ(w.bad_rows().size(), 1u);
+  EXPECT_EQ(w.bad_rows()[0].line, 3);
+  EXPECT_NE(w.bad_rows()[0].reason.find("has 72 fields, the header 71"), std::string::npos) << w.bad_rows()[0].reason;
+  EXPECT_FALSE(w.usable(1));
+  EXPECT_EQ(w.path(2), "w.mp4");
+  EXPECT_EQ(w.clip(2).width, 832);
   ASSERT_EQ(j.bad_rows().size(), 1u);  // b.mp4: a video without fps
   EXPECT_EQ(j.bad_rows()[0].line, 2);
   EXPECT_EQ(j.path(3), "d.mp4");

@@ -230,7 +230,7 @@ class AdaptiveBatchSampler(Sampler):
         # refused (error, a ValueError naming both rows).
         report = _C.apply_duplicate_policy(self._manifest, on_duplicate)
         if report:
-            warnings.warn(where + report.rstrip("\n"), stacklevel=2)
+            warnings.warn(where + report.rstrip("\n").replace("--on-duplicate=", "on_duplicate="), stacklevel=2)
         if self._manifest.total_rows == 0 and (isinstance(manifest, Mapping) or manifest in ([], ())):
             raise ValueError(where + "the manifest (an empty list or dict of columns) has no rows: nothing to plan")
         self._planners: Dict[int, "_C.Planner"] = {}
