@@ -12,6 +12,12 @@ from . import _C
 _OK_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)  # float64: CPU reference
 
 
+def _stats_dtype(x):
+    """The saved mean / rstd's dtype (the C++ adaln_stats_dtype): float64 for float64 x, so the
+    fp64 reference's backward is fp64 accurate; float32 for every other dtype."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
 def _symbolic(*tensors):
     return any(isinstance(s, torch.SymInt) for t in tensors if t is not None for s in t.shape)
 
@@ -35,8 +41,8 @@ def _adaln_fwd_fake(x, shift, scale, weight, bias, eps):
         _check_symbolic(x, shift, scale, weight, bias)
     else:
         _C._adaln_check_fwd(x, shift, scale, weight, bias, eps)
-    stats = x.shape[:-1]
-    return x.new_empty(x.shape), x.new_empty(stats, dtype=torch.float32), x.new_empty(stats, dtype=torch.float32)
+    stats, dtype = x.shape[:-1], _stats_dtype(x)
+    return x.new_empty(x.shape), x.new_empty(stats, dtype=dtype), x.new_empty(stats, dtype=dtype)
 
 
 @torch.library.register_fake("adaptiveload::adaln_bwd")
@@ -44,6 +50,9 @@ def _adaln_bwd_fake(dy, x, scale, weight, bias, mean, rstd, output_mask):
     if _symbolic(dy, x, scale, weight, bias, mean, rstd):
         _check_symbolic(x, scale, scale, weight, bias)
         torch._check(dy.shape == x.shape, lambda: "fused_adaln backward: grad_output must have x's shape")
+        for name, t in (("mean", mean), ("rstd", rstd)):
+            torch._check(t.dtype == _stats_dtype(x),
+                         lambda: f"fused_adaln backward: {name} must be {_stats_dtype(x)} (x is {x.dtype})")
     else:
         _C._adaln_check_bwd(dy, x, scale, weight, bias, mean, rstd)
 

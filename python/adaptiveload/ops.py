@@ -23,13 +23,15 @@ def fused_adaln(
 ) -> torch.Tensor:
     """LayerNorm(x) * (1 + scale) + shift, fused: one read of x and one write of y.
 
-    x: [B, L, D] or [N, D], float32 / bfloat16 / float16.
+    x: [B, L, D] or [N, D], float32 / bfloat16 / float16, or float64 on the CPU (the fp64
+      reference, for gradcheck).
     shift, scale (same shape and dtype, float32 or x's dtype):
       x [B, L, D]: [B, D] or [B, 1, D] (per sample) or [B, L, D] (per token);
       x [N, D]:    [1, D] (all rows) or [N, D] (per row).
     weight, bias: optional [D], applied to the normalised x before the modulation
       (LayerNorm's elementwise affine).
-    Statistics and arithmetic are fp32; y has x's dtype. Non-contiguous inputs are copied.
+    Statistics and arithmetic are fp32 (fp64 for float64 x); y has x's dtype. Non-contiguous
+    inputs are copied.
     Raises TypeError naming the argument for a non-tensor (or a non-number eps), ValueError
     for a wrong shape, dtype or eps, RuntimeError for inputs on different devices.
     """

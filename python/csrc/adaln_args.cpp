@@ -150,13 +150,26 @@ void adaln_check_bwd_inputs(const AdalnLayout& lay, const at::Tensor& dy, const 
   TORCH_CHECK_VALUE(dy.scalar_type() == x.scalar_type(), kOp, " backward: grad_output has dtype ",
                     dtype_str(dy.scalar_type()), " but x has dtype ", dtype_str(x.scalar_type()));
   check_device(x, dy, "grad_output");
+  const at::ScalarType stats = adaln_stats_scalar_type(lay);
   for (const at::Tensor* t : {&mean, &rstd}) {
     const char* name = t == &mean ? "mean" : "rstd";
     check_device(x, *t, name);
-    TORCH_CHECK_VALUE(t->scalar_type() == at::kFloat && t->numel() == lay.rows, kOp,
-                      " backward: ", name, " must be float32 with one value per row of x (",
-                      lay.rows, "), got ", dtype_str(t->scalar_type()), " ", shape(t->sizes()),
+    TORCH_CHECK_VALUE(t->scalar_type() == stats && t->numel() == lay.rows, kOp, " backward: ", name,
+                      " must be ", dtype_str(stats), " (x is ", dtype_str(x.scalar_type()),
+                      ") with one value per row of x (", lay.rows, "), got ",
+                      dtype_str(t->scalar_type()), " ", shape(t->sizes()),
                       "; pass the forward's outputs");
+  }
+}
+
+void set_stats_ptrs(AdalnParams& p, const at::Tensor& mean, const at::Tensor& rstd) {
+  // The backward reads them only; the struct has one pointer type for both passes.
+  if (adaln_stats_dtype(p.x_dtype) == DType::F64) {
+    p.mean_f64 = const_cast<double*>(mean.data_ptr<double>());
+    p.rstd_f64 = const_cast<double*>(rstd.data_ptr<double>());
+  } else {
+    p.mean = const_cast<float*>(mean.data_ptr<float>());
+    p.rstd = const_cast<float*>(rstd.data_ptr<float>());
   }
 }
 

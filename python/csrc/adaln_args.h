@@ -29,9 +29,19 @@ AdalnLayout adaln_check_inputs(const at::Tensor& x, const at::Tensor& shift,
                                const at::Tensor& scale, const c10::optional<at::Tensor>& weight,
                                const c10::optional<at::Tensor>& bias, double eps);
 
-// Checks the backward's extra inputs (dy like x; mean, rstd fp32 of x.shape[:-1]).
+// Checks the backward's extra inputs (dy like x; mean, rstd of x.shape[:-1] in
+// adaln_stats_scalar_type: float64 for float64 x, else float32).
 void adaln_check_bwd_inputs(const AdalnLayout& lay, const at::Tensor& dy, const at::Tensor& x,
                             const at::Tensor& mean, const at::Tensor& rstd);
+
+// The saved mean / rstd's dtype for x of `lay` (adaln_stats_dtype: kDouble for float64 x).
+inline at::ScalarType adaln_stats_scalar_type(const AdalnLayout& lay) {
+  return adaln_stats_dtype(lay.x_dtype) == DType::F64 ? at::kDouble : at::kFloat;
+}
+
+// Points p's statistics (the pair of p.x_dtype's stats dtype) at mean / rstd, which have
+// adaln_stats_scalar_type (the forward's outputs, or checked by adaln_check_bwd_inputs).
+void set_stats_ptrs(AdalnParams& p, const at::Tensor& mean, const at::Tensor& rstd);
 
 // Sizes, dtypes and eps of `lay` in a params struct with contiguous strides; pointers null.
 AdalnParams adaln_params(const AdalnLayout& lay, double eps);

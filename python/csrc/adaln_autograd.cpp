@@ -1,8 +1,8 @@
 // Autograd kernel of the fused adaLN op (C++ torch::autograd::Function, registered under the
 // Autograd key like torchvision's ops): the forward calls adaln_fwd below autograd and saves
-// x, scale, weight, bias and the per-row mean / rstd (fp32); the backward calls adaln_bwd,
-// asking only for the gradients autograd needs. adaln_bwd itself is not differentiable
-// (double backward raises).
+// x, scale, weight, bias and the per-row mean / rstd (fp64 for fp64 x, else fp32); the
+// backward calls adaln_bwd, asking only for the gradients autograd needs. adaln_bwd itself is
+// not differentiable (double backward raises).
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>

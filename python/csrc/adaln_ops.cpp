@@ -34,11 +34,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> call_adal
   return op.call(dy, x, scale, weight, bias, mean, rstd, mask);
 }
 
-AdalnFwdOut adaln_fwd_outputs(const at::Tensor& x) {
+AdalnFwdOut adaln_fwd_outputs(const at::Tensor& x, at::ScalarType stats_dtype) {
   auto stats = x.sizes().vec();
   stats.pop_back();  // [B, L] or [N]
-  auto f32 = x.options().dtype(at::kFloat);
-  return {at::empty(x.sizes(), x.options()), at::empty(stats, f32), at::empty(stats, f32)};
+  const auto opts = x.options().dtype(stats_dtype);
+  return {at::empty(x.sizes(), x.options()), at::empty(stats, opts), at::empty(stats, opts)};
 }
 
 AdalnBwdOut adaln_bwd_outputs(const at::Tensor& x, const at::Tensor& scale,
@@ -80,11 +80,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_fwd_cpu_kernel(
   const at::Tensor x = x_in.contiguous(), shift = shift_in.contiguous(),
                    scale = scale_in.contiguous();
   const auto weight = contiguous_or_none(weight_in), bias = contiguous_or_none(bias_in);
-  AdalnFwdOut o = adaln_fwd_outputs(x);
+  AdalnFwdOut o = adaln_fwd_outputs(x, adaln_stats_scalar_type(lay));
   AdalnParams p = adaln_params(lay, eps);
   p.x = x.data_ptr(), p.shift = shift.data_ptr(), p.scale = scale.data_ptr();
   p.weight = ptr_or_null(weight), p.bias = ptr_or_null(bias);
-  p.y = o.y.data_ptr(), p.mean = o.mean.data_ptr<float>(), p.rstd = o.rstd.data_ptr<float>();
+  p.y = o.y.data_ptr();
+  set_stats_ptrs(p, o.mean, o.rstd);
   run_kernel("fused_adaln", [&] { adaln_uses_f64(lay) ? adaln_fwd_ref(p) : adaln_fwd_cpu(p); });
   return {o.y, o.mean, o.rstd};
 }
@@ -103,8 +104,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> adaln_bwd
   AdalnParams p = adaln_params(lay, 0.0);
   p.x = x.data_ptr(), p.scale = scale.data_ptr();
   p.weight = ptr_or_null(weight), p.bias = ptr_or_null(bias);
-  p.mean = const_cast<float*>(mean.data_ptr<float>()),
-  p.rstd = const_cast<float*>(rstd.data_ptr<float>());
+  set_stats_ptrs(p, mean, rstd);
   p.dy = dy.data_ptr(), p.dx = o.dx.data_ptr();
   set_bwd_output_ptrs(p, o);
   run_kernel("fused_adaln backward",

@@ -15,7 +15,8 @@ namespace adaptiveload {
 namespace py {
 
 // adaln_fwd(x, shift, scale, weight?, bias?, eps) -> (y, mean, rstd)
-//   y like x; mean and rstd fp32 of shape x.shape[:-1] (saved for the backward).
+//   y like x; mean and rstd of shape x.shape[:-1] (saved for the backward), float64 for
+//   float64 x, float32 otherwise (adaln_stats_dtype).
 using AdalnFwdSig = std::tuple<at::Tensor, at::Tensor, at::Tensor>(
     const at::Tensor&, const at::Tensor&, const at::Tensor&, const c10::optional<at::Tensor>&,
     const c10::optional<at::Tensor>&, double);
@@ -38,7 +39,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> call_adal
 struct AdalnFwdOut {
   at::Tensor y, mean, rstd;
 };
-AdalnFwdOut adaln_fwd_outputs(const at::Tensor& x);
+AdalnFwdOut adaln_fwd_outputs(const at::Tensor& x, at::ScalarType stats_dtype);
 struct AdalnBwdOut {
   at::Tensor dx, dshift, dscale, dweight, dbias;
   std::array<bool, 4> mask{};  // which of dshift, dscale, dweight, dbias are computed

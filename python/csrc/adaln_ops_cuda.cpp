@@ -34,11 +34,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_fwd_cuda_kernel(
   const at::Tensor x = x_in.contiguous(), shift = shift_in.contiguous(),
                    scale = scale_in.contiguous();
   const auto weight = contiguous_or_none(weight_in), bias = contiguous_or_none(bias_in);
-  AdalnFwdOut o = adaln_fwd_outputs(x);
+  AdalnFwdOut o = adaln_fwd_outputs(x, adaln_stats_scalar_type(lay));  // float32 here
   AdalnParams p = adaln_params(lay, eps);
   p.x = x.data_ptr(), p.shift = shift.data_ptr(), p.scale = scale.data_ptr();
   p.weight = ptr_or_null(weight), p.bias = ptr_or_null(bias);
-  p.y = o.y.data_ptr(), p.mean = o.mean.data_ptr<float>(), p.rstd = o.rstd.data_ptr<float>();
+  p.y = o.y.data_ptr();
+  set_stats_ptrs(p, o.mean, o.rstd);
   void* stream = at::cuda::getCurrentCUDAStream().stream();
   run_kernel("fused_adaln", [&] { adaln_fwd_cuda(p, stream); });
   return {o.y, o.mean, o.rstd};
@@ -49,8 +50,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> adaln_bwd
     const c10::optional<at::Tensor>& weight_in, const c10::optional<at::Tensor>& bias_in,
     const at::Tensor& mean_in, const at::Tensor& rstd_in, std::array<bool, 4> mask) {
   const AdalnLayout lay = adaln_check_inputs(x_in, scale_in, scale_in, weight_in, bias_in, 0.0);
+  check_cuda_limits(lay);  // before the statistics' dtype check: float64 gets its own message
   adaln_check_bwd_inputs(lay, dy_in, x_in, mean_in, rstd_in);
-  check_cuda_limits(lay);
   const c10::cuda::CUDAGuard device_guard(x_in.device());
   const at::Tensor dy = dy_in.contiguous(), x = x_in.contiguous(), scale = scale_in.contiguous();
   const at::Tensor mean = mean_in.contiguous(), rstd = rstd_in.contiguous();
@@ -59,8 +60,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> adaln_bwd
   AdalnParams p = adaln_params(lay, 0.0);
   p.x = x.data_ptr(), p.scale = scale.data_ptr();
   p.weight = ptr_or_null(weight), p.bias = ptr_or_null(bias);
-  p.mean = const_cast<float*>(mean.data_ptr<float>()),
-  p.rstd = const_cast<float*>(rstd.data_ptr<float>());
+  set_stats_ptrs(p, mean, rstd);
   p.dy = dy.data_ptr(), p.dx = o.dx.data_ptr();
   set_bwd_output_ptrs(p, o);
   at::Tensor workspace;

@@ -234,9 +234,8 @@ FP64_LAYOUTS = ["per_sample", "per_token", "rows_one_sample", "odd_d"]
 @pytest.mark.parametrize("layout", FP64_LAYOUTS)
 def test_gradcheck_fp64(layout, affine):
     """float64 runs the fp64 reference end to end, so gradcheck runs as PyTorch's own ops are
-    checked: float64 inputs, default eps and tolerances, every input's gradient. (The saved
-    per-row mean / rstd are fp32, as in every dtype: their rounding is far inside the
-    default tolerances.)"""
+    checked: float64 inputs, default eps and tolerances, every input's gradient. The saved
+    per-row mean / rstd are float64 too (test_adaln_op.py's fp64 tests go down to D = 1)."""
     x_shape, mod_shape = LAYOUTS[layout]
     args = make(x_shape, mod_shape, dtype=torch.float64, mod_dtype=torch.float64, affine=affine, grad=True)
     args = [a for a in args if a is not None]

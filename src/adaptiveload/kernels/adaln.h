@@ -9,9 +9,9 @@
 //             dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
 //
 // x is [N, D] rows (N = B * L). All arithmetic is fp32 (the reference: fp64); storage is
-// fp32, bf16 or fp16. The struct is plain data, in the style of flash-attention's
-// Flash_fwd_params: a binding fills it from tensors and calls adaln_*_{ref,cpu,cuda}.
-// No torch or CUDA types here. See docs/kernels.md.
+// fp32, bf16 or fp16 (or fp64, the reference's only, with fp64 statistics). The struct is plain
+// data, in the style of flash-attention's Flash_fwd_params: a binding fills it from tensors and
+// calls adaln_*_{ref,cpu,cuda}. No torch or CUDA types here. See docs/kernels.md.
 #pragma once
 
 #include <cstddef>
@@ -24,9 +24,13 @@ namespace adaptiveload {
 // paths (CPU SIMD, CUDA) reject it in validate().
 enum class DType : int32_t { F32 = 0, BF16 = 1, F16 = 2, F64 = 3 };
 
-// Bytes per element, and "f32" / "bf16" / "f16".
+// Bytes per element, and "f32" / "bf16" / "f16" / "f64".
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);
+
+// The dtype of the saved per-row mean / rstd for x of dtype x_dtype: F64 for F64 x (so that
+// the fp64 reference's backward is fp64 accurate: gradcheck), F32 for F32 / BF16 / F16 x.
+DType adaln_stats_dtype(DType x_dtype);
 
 struct AdalnParams {
   // --- sizes -------------------------------------------------------------------------
@@ -55,10 +59,13 @@ struct AdalnParams {
   // --- forward outputs ---------------------------------------------------------------
   void* y = nullptr;  // [N, D], x_dtype
   int64_t y_stride = 0;
-  float* mean = nullptr;  // [N] fp32
-  float* rstd = nullptr;  // [N] fp32, 1 / sqrt(var + eps), biased variance
+  // Saved statistics [N], in adaln_stats_dtype(x_dtype); only that pair is read or written:
+  float* mean = nullptr;       // fp32, for F32 / BF16 / F16 x
+  float* rstd = nullptr;       // fp32, 1 / sqrt(var + eps), biased variance
+  double* mean_f64 = nullptr;  // fp64, for F64 x (the reference only)
+  double* rstd_f64 = nullptr;  // fp64, 1 / sqrt(var + eps)
 
-  // --- backward: inputs dy, mean, rstd (as saved by the forward), x, scale, weight, bias
+  // --- backward: inputs dy, the statistics (as saved by the forward), x, scale, weight, bias
   const void* dy = nullptr;  // [N, D], x_dtype
   int64_t dy_stride = 0;
   void* dx = nullptr;  // [N, D], x_dtype (required)
@@ -81,14 +88,16 @@ void adaln_set_contiguous_strides(AdalnParams& p);
 enum class AdalnPass { Fwd, Bwd };
 
 // Throws std::invalid_argument naming the bad field ("AdalnParams.x_stride (10) < dim (16)")
-// when sizes, dtypes, strides or the pointers a pass needs are wrong. The one-argument form
+// when sizes, dtypes, strides or the pointers a pass needs (the statistics: the pair of
+// adaln_stats_dtype(x_dtype)) are wrong. The one-argument form
 // checks only what both passes share. Every adaln_* entry point validates first.
 void validate(const AdalnParams& p);
 void validate(const AdalnParams& p, AdalnPass pass);
 // The same checks, accepting F64 storage too (the reference's).
 void validate_reference(const AdalnParams& p, AdalnPass pass);
 
-// CPU reference (simple loops, fp64 accumulation): the ground truth.
+// CPU reference (simple loops, fp64 accumulation): the ground truth. The only entry points
+// that take F64 storage; for F64 x they save and read fp64 mean_f64 / rstd_f64.
 void adaln_fwd_ref(const AdalnParams& p);
 void adaln_bwd_ref(const AdalnParams& p);
 

@@ -25,6 +25,8 @@ const char* dtype_name(DType t) {
   return "invalid";
 }
 
+DType adaln_stats_dtype(DType x_dtype) { return x_dtype == DType::F64 ? DType::F64 : DType::F32; }
+
 void adaln_set_contiguous_strides(AdalnParams& p) {
   p.x_stride = p.y_stride = p.dy_stride = p.dx_stride = p.dim;
   p.scale_stride = p.shift_stride = p.dscale_stride = p.dshift_stride = p.dim;
@@ -98,9 +100,15 @@ void check_shift(const AdalnParams& p) {
 void validate_pass(const AdalnParams& p, AdalnPass pass, bool allow_f64) {
   check_common(p, allow_f64);
   const bool has_rows = p.rows > 0 && p.dim > 0;
-  if (has_rows && (p.mean == nullptr || p.rstd == nullptr))
+  if (has_rows && adaln_stats_dtype(p.x_dtype) == DType::F64) {
+    if (p.mean_f64 == nullptr || p.rstd_f64 == nullptr)
+      fail(p.mean_f64 == nullptr ? "mean_f64" : "rstd_f64",
+           "is null; F64 x saves fp64 statistics there (the forward writes and the backward "
+           "reads them; mean / rstd are the fp32 ones of F32 / BF16 / F16 x)");
+  } else if (has_rows && (p.mean == nullptr || p.rstd == nullptr)) {
     fail(p.mean == nullptr ? "mean" : "rstd",
          "is null; the forward writes and the backward reads it");
+  }
   if (pass == AdalnPass::Fwd) {
     check_shift(p);
     check_matrix(p.y, p.y_stride, p.rows, p.dim, "y", "y_stride");

@@ -45,6 +45,24 @@ void st(void* p, DType t, int64_t i, double v) {
   }
 }
 
+// The saved statistics of row r, in adaln_stats_dtype(x_dtype): fp64 for F64 x, else fp32
+// (rounded once from the fp64 values, as the fast paths save them).
+void store_stats(const AdalnParams& p, int64_t r, double mean, double rstd) {
+  if (adaln_stats_dtype(p.x_dtype) == DType::F64) {
+    p.mean_f64[r] = mean;
+    p.rstd_f64[r] = rstd;
+  } else {
+    p.mean[r] = static_cast<float>(mean);
+    p.rstd[r] = static_cast<float>(rstd);
+  }
+}
+
+void load_stats(const AdalnParams& p, int64_t r, double& mean, double& rstd) {
+  const bool f64 = adaln_stats_dtype(p.x_dtype) == DType::F64;
+  mean = f64 ? p.mean_f64[r] : p.mean[r];
+  rstd = f64 ? p.rstd_f64[r] : p.rstd[r];
+}
+
 // Row of the modulation tensor that row r of x uses.
 int64_t mod_row(const AdalnParams& p, int64_t r) { return p.per_token ? r : r / p.rows_per_sample; }
 
@@ -73,8 +91,7 @@ void adaln_fwd_ref(const AdalnParams& p) {
       const double t = ld(p.shift, p.mod_dtype, m * p.shift_stride + j);
       st(p.y, p.x_dtype, r * p.y_stride + j, n * (1.0 + s) + t);
     }
-    p.mean[r] = static_cast<float>(mean);
-    p.rstd[r] = static_cast<float>(rstd);
+    store_stats(p, r, mean, rstd);
   }
 }
 
@@ -88,7 +105,8 @@ void adaln_bwd_ref(const AdalnParams& p) {
   std::vector<double> dweight(static_cast<size_t>(D), 0.0), dbias(static_cast<size_t>(D), 0.0);
   std::vector<double> xhat(static_cast<size_t>(D)), dxhat(static_cast<size_t>(D));
   for (int64_t r = 0; r < p.rows; ++r) {
-    const double mean = p.mean[r], rstd = p.rstd[r];
+    double mean, rstd;
+    load_stats(p, r, mean, rstd);
     const int64_t m = mod_row(p, r);
     double sum_g = 0, sum_gx = 0;
     for (int64_t j = 0; j < D; ++j) {
