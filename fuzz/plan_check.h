@@ -39,9 +39,11 @@ inline void check_plan(const Planner& pl, const Plan& p) {
   AL_FUZZ_CHECK(p.rank_begin.back() == p.micro_batches.size(), "rank_begin does not end at the micro-batches");
   for (size_t i = 0; i + 1 < p.rank_begin.size(); ++i)
     AL_FUZZ_CHECK(p.rank_begin[i] < p.rank_begin[i + 1], "a rank is idle in a step (ranks out of lockstep)");
-  uint64_t samples = 0;
-  for (const StepInfo& s : p.steps) samples += s.samples;
-  AL_FUZZ_CHECK(samples == p.sample_ids.size(), "step sample counts do not add up");
+  // A step counts its trained samples and, beside them, its padded repeats.
+  uint64_t samples = 0, padded = 0;
+  for (const StepInfo& s : p.steps) samples += s.samples, padded += s.padded;
+  AL_FUZZ_CHECK(samples + padded == p.sample_ids.size(), "step sample counts do not add up");
+  AL_FUZZ_CHECK(padded == p.padded_samples, "step padded counts do not add up to the plan's");
   AL_FUZZ_CHECK(p.mb_group.empty() || p.mb_group.size() == p.micro_batches.size(), "group sizes do not match");
   for (size_t i = 0; i < p.mb_group.size(); ++i)
     AL_FUZZ_CHECK(p.mb_group[i] >= 1 && W % p.mb_group[i] == 0, "a group size does not divide the world size");
