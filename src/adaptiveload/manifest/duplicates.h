@@ -20,8 +20,8 @@ struct DuplicateRow {
   int64_t first;  // the earliest usable row with the same path
 };
 
-// Usable rows whose path equals an earlier usable row's, ascending by row. 4 bytes a row of
-// scratch (hashes, each match then compared in full).
+// Usable rows whose path equals an earlier usable row's, ascending by row. 12 bytes a row of
+// scratch at most (hashes, each match then compared in full).
 std::vector<DuplicateRow> find_duplicates(const Manifest& m);
 
 // find_duplicates, then the policy: kError throws InputError naming the first repeat (file

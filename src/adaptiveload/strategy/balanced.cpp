@@ -677,7 +677,7 @@ Plan plan_balanced(const PlanProblem& pr) {
       uint64_t images = 0;
       for (size_t b : c.order)
         if (c.image[b]) images += pool.begin[b + 1] - pool.begin[b];
-      if (images >= bins && images < n_samples) cands.push_back(std::move(c));
+      if (images >= bins && images < n_samples && n_samples <= kSearchSamples) cands.push_back(std::move(c));
     }
     if (n_samples <= kSearchSamples) {
       // The cut's total load counts the fixed cost of every micro-batch, which only a cut
@@ -735,7 +735,8 @@ Plan plan_balanced(const PlanProblem& pr) {
                       : hm && mix_ok.counts      ? &mix_ok
                                                  : &fastest;
       if (!k->counts) return;
-      best = *k->counts, perm = k->perm, chosen = *k->inputs, best_ticks = k->ticks;
+      // Moved, not copied: the picks are not read again (a deal's log is 8 bytes a piece).
+      best = std::move(*k->counts), perm = std::move(k->perm), chosen = *k->inputs, best_ticks = k->ticks;
     };
     for (const Inputs& c : cands) evaluate(c);
     Inputs plain = in;
