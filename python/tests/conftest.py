@@ -32,6 +32,28 @@ def torchrun(nproc, log_dir, extra_paths=()):
     return cmd, env
 
 
+def run_guarded(cmd, env, timeout_s, what):
+    """Runs `cmd` in a session of its own; returns (returncode, output, seconds). Past
+    `timeout_s` the process and every descendant are SIGKILLed and the test fails naming
+    `what`: a hang (a collective some rank never joined)."""
+    import subprocess
+    import time
+
+    import pytest
+
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc.pid)
+        out, _ = proc.communicate()
+        pytest.fail(f"{what} did not finish within {timeout_s} s (a hang: a collective some rank never joined); "
+                    f"killed its process group. Last output:\n{out[-3000:]}")
+    return proc.returncode, out, time.perf_counter() - t0
+
+
 def kill_tree(pid):
     """SIGKILLs pid's process group and every descendant. torch 2.11's elastic agent starts
     each worker in a session of its own, so killing the agent's group alone would leave

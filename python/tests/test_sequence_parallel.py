@@ -10,14 +10,13 @@ turn a hang into a failure."""
 import collections
 import json
 import os
-import subprocess
 import time
 
 import pytest
 import torch
 import torch.distributed as dist
 
-from conftest import DATASETS, HERE, kill_tree, torchrun
+from conftest import DATASETS, HERE, run_guarded, torchrun
 from adaptiveload import sequence_parallel as spl
 from adaptiveload.models import wan_dit
 
@@ -93,18 +92,11 @@ def test_pair_exchange_and_model_against_dense(tmp_path):
 
 
 def run_torchrun(cmd, env):
-    """Runs a 4-process torchrun to its end; a hang kills torchrun and its workers (kill_tree:
-    each worker has a session of its own) and fails the test."""
+    """Runs a 4-process torchrun to its end; a hang kills torchrun and its workers
+    (conftest.run_guarded) and fails the test."""
     env["SP_RTOL"], env["SP_ATOL"] = str(RTOL), str(ATOL)
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        log, _ = proc.communicate(timeout=HANG_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        kill_tree(proc.pid)
-        log, _ = proc.communicate()
-        pytest.fail(f"torchrun with 4 ranks still running after {HANG_TIMEOUT_S} s: a hang\n{log[-3000:]}")
-    assert proc.returncode == 0, log[-4000:]
+    rc, log, _ = run_guarded(cmd, env, HANG_TIMEOUT_S, "torchrun with 4 ranks")
+    assert rc == 0, log[-4000:]
 
 
 def test_torchrun_epoch_with_groups_of_1_2_4(tmp_path):

@@ -20,7 +20,6 @@ import csv
 import inspect
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -28,7 +27,7 @@ import pytest
 import torch
 
 import adaptiveload
-from conftest import DATASETS, REPO, kill_tree, torchrun
+from conftest import DATASETS, REPO, run_guarded, torchrun
 
 if not torch.distributed.is_available():
     pytest.skip("torch.distributed is not available in this torch build", allow_module_level=True)
@@ -93,17 +92,7 @@ def run_torchrun(name, nproc, args, run_dir, script=None, timeout_s=TIMEOUT_S):
     fails: a hang, named."""
     cmd, env = torchrun(nproc, run_dir / "torchrun_logs")
     cmd += [script or os.path.join(REPO, "examples", "train_dit.py")] + args
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        kill_tree(proc.pid)
-        out, _ = proc.communicate()
-        pytest.fail(f"{name}: torchrun with {nproc} processes did not finish within {timeout_s} s (a hang: a "
-                    f"collective some rank never joined); killed its process group. Last output:\n{out[-3000:]}")
-    return proc.returncode, out, time.perf_counter() - t0
+    return run_guarded(cmd, env, timeout_s, f"{name}: torchrun with {nproc} processes")
 
 
 def read_log(paths):

@@ -10,13 +10,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
 
 import adaptiveload
-from conftest import DATASETS, REPO, kill_tree, torchrun
+from conftest import DATASETS, REPO, run_guarded, torchrun
 
 sys.path.insert(0, os.path.join(REPO, "examples"))
 import train_dit  # noqa: E402
@@ -159,16 +158,7 @@ def small_gpu(path):
 
 def run_torchrun(nproc, args, run_dir):
     cmd, env = torchrun(nproc, run_dir / "torchrun_logs")
-    proc = subprocess.Popen(cmd + [SCRIPT] + args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
-    t0 = time.perf_counter()
-    try:
-        out, _ = proc.communicate(timeout=HANG_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        kill_tree(proc.pid)
-        out, _ = proc.communicate()
-        pytest.fail(f"torchrun with {nproc} processes still running after {HANG_TIMEOUT_S} s: a hang\n{out[-3000:]}")
-    return proc.returncode, out, time.perf_counter() - t0
+    return run_guarded(cmd + [SCRIPT] + args, env, HANG_TIMEOUT_S, f"torchrun with {nproc} processes")
 
 
 @pytest.mark.parametrize("parallel", [None, "fsdp2"])
