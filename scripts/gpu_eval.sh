@@ -52,6 +52,18 @@ if [ "${1:-}" = "--preflight" ]; then
   else
     echo "preflight: headers: FAIL"; ok=0
   fi
+  # setup.py's CMake configuration as the GPU machine runs it: a new build-python/ with only the
+  # libraries, nlohmann_json from the vendored headers (no Debian package config there).
+  if cmake -S "$COPY" -B "$COPY/build-python" -DCMAKE_BUILD_TYPE=Release -DAL_BUILD_TESTS=OFF -DAL_BUILD_BENCH=OFF \
+      -DAL_BUILD_CLI=OFF -DAL_CUDA_EMU=OFF -DAL_SCAN=OFF -DAL_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real \
+      -DCMAKE_INCLUDE_PATH="$COPY/.deps/include" -DCMAKE_DISABLE_FIND_PACKAGE_nlohmann_json=TRUE \
+      >"$COPY/cmake.log" 2>&1 &&
+     grep -q "NLOHMANN_JSON_INCLUDE_DIR:PATH=$COPY/.deps/include" "$COPY/build-python/CMakeCache.txt" &&
+     grep -q "PCG_INCLUDE_DIR:PATH=$COPY/.deps/include" "$COPY/build-python/CMakeCache.txt"; then
+    echo "preflight: setup.py's CMake configuration (libraries only, vendored headers) succeeds in the copy"
+  else
+    echo "preflight: setup.py's CMake configuration fails in the copy:"; tail -15 "$COPY/cmake.log"; ok=0
+  fi
   # The carried wheels against a Python 3.12 like the GPU machine's (numpy is the machine's own).
   PY312=${PY312:-}
   for c in python3.12 "$(pyenv root 2>/dev/null)"/versions/3.12*/bin/python3.12; do

@@ -54,7 +54,7 @@ import shutil, os, torch
 import adaptiveload._C as c
 nvcc = shutil.which("nvcc") or os.path.exists("/usr/local/cuda/bin/nvcc")
 print(f"torch {torch.__version__} (CUDA {torch.version.cuda}); nvcc {'found' if nvcc else 'not found'}; "
-      f"adaptiveload._C built with CUDA kernels: {c.with_cuda} (archs {os.environ.get('TORCH_CUDA_ARCH_LIST', '8.0;9.0+PTX')}); "
+      f"adaptiveload._C built with CUDA kernels: {c.with_cuda} (linked from the CMake build's adaptiveload_cuda); "
       f"GPU visible: {torch.cuda.is_available()}")
 raise SystemExit(0 if c.with_cuda or not (torch.version.cuda and nvcc) else 1)
 EOF
