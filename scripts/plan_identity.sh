@@ -39,10 +39,24 @@ with open(path, "w") as out:
 EOF
   echo "$f"
 }
+# jsonl NAME CSV: the same rows as JSONL (null fps for images), for the other reader.
+jsonl() {
+  local f="$WORK/gen/$1.jsonl"
+  [ -s "$f" ] || python3 - "$2" "$f" <<'EOF'
+import csv, json, sys
+with open(sys.argv[1], newline="") as src, open(sys.argv[2], "w") as out:
+    for r in csv.DictReader(src):
+        fps = float(r["fps"]) if r["fps"] else None
+        out.write(json.dumps({"path": r["path"], "num_frames": int(r["num_frames"]), "height": int(r["height"]),
+                              "width": int(r["width"]), "fps": fps}) + "\n")
+EOF
+  echo "$f"
+}
 R=(-m data/taichi_hd.csv -m data/coco2017_val_images.csv)
 G1=(-m "$(gen mix50k 50000 1 0.4)")
 G2=(-m "$(gen mix3k 3000 2 0.6)")
 G3=(-m "$(gen clips8k 8000 3 0.95)")
+J=(-m "$(jsonl taichi data/taichi_hd.csv)" -m "$(jsonl coco data/coco2017_val_images.csv)")
 
 configs=()  # "NAME|ARGS" (ARGS word-split; manifests by the names R, G1, G2, G3, BIG)
 add() { configs+=("$1|$2"); }
@@ -86,7 +100,9 @@ add clips8k                "G3 --on-oversize skip"
 add clips8k-micro-w16      "G3 --sync micro -w 16 --on-oversize skip"
 add clips8k-tokens         "G3 --global-batch tokens:4000000 --on-oversize skip"
 add clips8k-dup            "G3 G3 --on-duplicate skip --on-oversize skip"
-plans=(real real-micro real-fsdp14b-w16 real-samples64 real-free real-drop real-sp-min-14b real-sp-micro-14b
+add real-jsonl             "J"
+add real-jsonl-micro       "J --sync micro --global-batch samples:96"
+plans=(real real-jsonl real-micro real-fsdp14b-w16 real-samples64 real-free real-drop real-sp-min-14b real-sp-micro-14b
   mix50k mix50k-micro mix3k-micro-drop clips8k-micro-w16)
 reports=(real real-micro real-sp-min-14b mix3k)
 if [ "$BIG" = 1 ]; then
@@ -98,7 +114,7 @@ expand() {  # the argument words of a config, manifests expanded
   local w out=()
   for w in $1; do
     case "$w" in
-      R) out+=("${R[@]}") ;; G1) out+=("${G1[@]}") ;; G2) out+=("${G2[@]}") ;; G3) out+=("${G3[@]}") ;;
+      R) out+=("${R[@]}") ;; J) out+=("${J[@]}") ;; G1) out+=("${G1[@]}") ;; G2) out+=("${G2[@]}") ;; G3) out+=("${G3[@]}") ;;
       BIG) out+=(-m "$(gen big10m 10000000 4 0.4)") ;;
       *) out+=("$w") ;;
     esac

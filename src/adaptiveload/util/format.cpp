@@ -10,6 +10,12 @@ std::string fmt(const char* format, double v) {
   return buf;
 }
 
+std::string fmt_gb(double bytes) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%.1f GB", bytes / 1e9);
+  return buf;
+}
+
 std::string thousands(int64_t v) {
   std::string s = std::to_string(v), out;
   int n = 0;

@@ -1,0 +1,80 @@
+#pragma once
+// The planner's configuration (PlannerConfig) and where its options are read and range-checked:
+// the CLI and the Python sampler both come through validate_config, so each message names the
+// option and its range once.
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "adaptiveload/plan/plan.h"
+
+namespace adaptiveload {
+
+enum class OversizePolicy { kError, kSkip };
+
+// Limits of the numeric options (checked by the Planner constructors, naming the option).
+constexpr int kMaxWorldSize = 1 << 20;
+constexpr double kMaxP = 4;  // S^p of a 10^6-token sample stays far from double's range
+
+struct PlannerConfig {
+  std::string model = "wan2.1-1.3b";
+  std::string device = "h200";
+  std::string grid;                     // "" = the model preset's default_grid
+  std::string cost_model = "analytic";  // analytic | power | profile
+  std::string profile;                  // profile file (from `calibrate`)
+  bool checkpointing = true;
+  // "none" (DDP: every rank holds the full model state), "fsdp" (fully sharded over the
+  // world size), or "auto": fsdp when the unsharded state would take over half the memory.
+  std::string sharding = "auto";
+  // Ranks the budgets are resolved for (FSDP sharding, the M_comp search). Keep it across an
+  // elastic resume (Planner::resume takes the new world size): it is part of the fingerprint.
+  int world_size = 8;
+  uint64_t seed = 0;
+  int64_t epoch = 0;  // default epoch of plan(); budgets are resolved on epoch 0
+  int64_t mem_budget_tokens = 0;  // M_mem; 0 = the largest that fits device memory for every bucket
+  double comp_budget = 0;         // M_comp in S^p units; 0 = auto (simulator search for `dual`)
+  double p = 0;                   // exponent of the compute constraint; 0 = fitted to the cost model
+  double step_budget_s = 0;       // balanced: seconds per rank per step; 0 = auto
+  std::string fixed_config;       // per-bucket batch sizes for `fixed`; "" = the grid's
+  EndPolicy end_policy = EndPolicy::kPad;
+  OversizePolicy oversize = OversizePolicy::kError;
+  // Synchronisation of the training engine (plan/layout.h): "step" (DDP, ZeRO-1), "micro"
+  // (FSDP, HSDP, ZeRO-2/3), or "auto": micro when the model state is sharded, else step.
+  std::string sync = "auto";
+  // micro mode: share of a slot's collectives that overlap its compute, 0..1 (FSDP2's
+  // prefetching hides most of the all-gathers), and whether parameters are all-gathered again
+  // in backward (FSDP2 reshard_after_forward, the default; ZeRO-3 likewise).
+  double collective_overlap = 0.7;
+  bool reshard_after_forward = true;
+  // The global batch: "auto" (the step count a bucket loader of the same memory budget,
+  // equal_tokens, gives on the configured world size), "steps:N" (N steps per epoch),
+  // "samples:N" or "tokens:N" (per global step), or "free" (balanced picks its own step count).
+  std::string global_batch = "auto";
+  // Sequence parallelism (docs/planner.md): "auto" gives a sample that does not fit one GPU
+  // the smallest allowed group of ranks it fits, and balanced then tries larger groups where
+  // they shorten the simulated epoch; "min" keeps the smallest; "per-sample" tries groups
+  // even when every sample fits one GPU; "off" plans every sample on one GPU (a sample that
+  // does not fit is oversize); a number G: every sample on G ranks (one fixed group size, as
+  // Open-Sora's sp_size). Strategies other than balanced run one g for all samples: the
+  // largest any sample needs.
+  std::string sp = "auto";
+  // Allowed group sizes, powers of two; a size is used only where it divides the world size
+  // and the model's heads (Ulysses splits heads) and is at most the device's node size.
+  std::string sp_sizes = "1,2,4,8";
+};
+
+// Largest seconds one sample may cost: beyond it the scheduler's integer ticks saturate.
+constexpr double kMaxSampleSeconds = 1e9;
+
+// Range checks of the numeric options and the option words, where they enter the core;
+// fills the grid from the model preset when it is empty. Throws ConfigError naming the option.
+void validate_config(PlannerConfig& c);
+// "auto", "free", "steps:N", "samples:N" or "tokens:N" -> (kind, N; 0 for auto and free);
+// resolved into a rate per step once the pool is known (Planner::resolve_global_batch).
+std::pair<std::string, double> parse_global_batch(const std::string& v);
+// "1,2,4,8" -> bit mask of allowed sequence-parallel group sizes (1 is always allowed).
+uint32_t parse_sp_sizes(const std::string& v);
+// "auto" | "min" | "off" | "per-sample" -> 0; "G" (a power of two) -> G.
+int parse_sp(const std::string& v);
+
+}  // namespace adaptiveload
