@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "adaptiveload/plan/layout.h"
 #include "adaptiveload/planner/config.h"
@@ -9,11 +10,12 @@
 
 namespace adaptiveload {
 
-std::pair<std::string, double> parse_global_batch(const std::string& v) {
+std::pair<BatchForm, double> parse_global_batch(const std::string& v) {
   const std::string help =
       " (--global-batch / global_batch); use auto, free, steps:N (steps per epoch), samples:N or "
       "tokens:N (per global step)";
-  if (v == "auto" || v == "free") return {v, 0};
+  if (v == "auto") return {BatchForm::kAuto, 0};
+  if (v == "free") return {BatchForm::kFree, 0};
   const size_t colon = v.find(':');
   const std::string kind = colon == std::string::npos ? "" : v.substr(0, colon);
   if (kind != "steps" && kind != "samples" && kind != "tokens")
@@ -35,7 +37,7 @@ std::pair<std::string, double> parse_global_batch(const std::string& v) {
   if (!(x >= 1 && x <= 1e18) || (kind != "tokens" && x != std::floor(x)))
     throw ConfigError("global batch '" + v + "': " + kind + " must be " +
                       (kind == "tokens" ? "a number" : "a whole number") + " in 1..1e18" + help);
-  return {kind, x};
+  return {kind == "steps" ? BatchForm::kSteps : kind == "samples" ? BatchForm::kSamples : BatchForm::kTokens, x};
 }
 
 uint32_t parse_sp_sizes(const std::string& v) {
@@ -68,7 +70,7 @@ int parse_sp(const std::string& v) {
   return g;
 }
 
-void validate_config(PlannerConfig& c) {
+PlanOptions resolve_options(PlannerConfig& c) {
   auto bad = [](const std::string& what, const std::string& range, double v) {
     throw ConfigError(what + " is " + fmt("%g", v) + "; it must be " + range);
   };
@@ -87,12 +89,38 @@ void validate_config(PlannerConfig& c) {
     bad("step_budget_s", "0 (auto) or a number of seconds up to 1e9", c.step_budget_s);
   if (!(c.collective_overlap >= 0 && c.collective_overlap <= 1))
     bad("collective_overlap", "in [0, 1]", c.collective_overlap);
-  if (c.sync != "auto" && c.sync != "step" && c.sync != "micro")
+  PlanOptions o;
+  if (c.sync == "auto" || c.sync == "step" || c.sync == "micro")
+    o.sync = c.sync == "step" ? SyncChoice::kStep : c.sync == "micro" ? SyncChoice::kMicro : SyncChoice::kAuto;
+  else
     throw ConfigError("sync must be auto, step (DDP, ZeRO-1) or micro (FSDP, ZeRO-2/3), not '" + c.sync + "'");
-  parse_global_batch(c.global_batch);
-  parse_sp_sizes(c.sp_sizes);
-  parse_sp(c.sp);
+  std::tie(o.batch, o.batch_value) = parse_global_batch(c.global_batch);
+  const uint32_t sizes = parse_sp_sizes(c.sp_sizes);
+  o.sp_group = parse_sp(c.sp);
+  o.sp = o.sp_group > 0         ? SpPolicy::kFixed
+         : c.sp == "min"        ? SpPolicy::kMin
+         : c.sp == "per-sample" ? SpPolicy::kPerSample
+         : c.sp == "off"        ? SpPolicy::kOff
+                                : SpPolicy::kAuto;
+  o.sp_sizes = o.sp == SpPolicy::kOff ? 1u : sizes;
+  if (o.sp_group > 0) o.sp_sizes |= 1u << __builtin_ctz(unsigned(o.sp_group));
   if (c.grid.empty()) c.grid = load_model(c.model).default_grid;
+  if (c.sharding == "auto" || c.sharding == "none" || c.sharding == "fsdp")
+    o.sharding = c.sharding == "none" ? Sharding::kNone : c.sharding == "fsdp" ? Sharding::kFsdp : Sharding::kAuto;
+  else
+    throw ConfigError("sharding must be auto, none or fsdp, not '" + c.sharding + "'");
+  return o;
+}
+
+std::string sp_policy_text(const PlanOptions& o) {
+  switch (o.sp) {
+    case SpPolicy::kMin: return "min";
+    case SpPolicy::kPerSample: return "per-sample";
+    case SpPolicy::kOff: return "off";
+    case SpPolicy::kFixed: return std::to_string(o.sp_group);
+    case SpPolicy::kAuto: break;
+  }
+  return "auto";
 }
 
 }  // namespace adaptiveload

@@ -66,12 +66,36 @@ struct PlannerConfig {
 // Largest seconds one sample may cost: beyond it the scheduler's integer ticks saturate.
 constexpr double kMaxSampleSeconds = 1e9;
 
-// Range checks of the numeric options and the option words, where they enter the core;
-// fills the grid from the model preset when it is empty. Throws ConfigError naming the option.
-void validate_config(PlannerConfig& c);
-// "auto", "free", "steps:N", "samples:N" or "tokens:N" -> (kind, N; 0 for auto and free);
-// resolved into a rate per step once the pool is known (Planner::resolve_global_batch).
-std::pair<std::string, double> parse_global_batch(const std::string& v);
+enum class Sharding : uint8_t { kAuto, kNone, kFsdp };
+enum class SyncChoice : uint8_t { kAuto, kStep, kMicro };
+// kAuto: groups for samples that do not fit one GPU, larger ones where balanced's simulation
+// says they shorten the epoch; kMin: each such sample on the smallest group it fits;
+// kPerSample: groups tried even where every sample fits one GPU; kOff: one GPU a sample;
+// kFixed: every sample on PlanOptions::sp_group ranks.
+enum class SpPolicy : uint8_t { kAuto, kMin, kPerSample, kOff, kFixed };
+// The global batch: kAuto (a bucket loader's step count), kFree (each strategy's own),
+// kSteps (N steps per epoch), kSamples / kTokens (N per global step).
+enum class BatchForm : uint8_t { kAuto, kFree, kSteps, kSamples, kTokens };
+
+// PlannerConfig's option words as types, read and range-checked once (resolve_options) where
+// a configuration enters the core; below the Planner's constructor no option is compared as text.
+struct PlanOptions {
+  Sharding sharding = Sharding::kAuto;
+  SyncChoice sync = SyncChoice::kAuto;
+  SpPolicy sp = SpPolicy::kAuto;
+  int sp_group = 0;          // kFixed: the group size, a power of two; 0 otherwise
+  uint32_t sp_sizes = 1;     // allowed group sizes, bit k: 2^k (with kOff: 1, one GPU a sample)
+  BatchForm batch = BatchForm::kAuto;
+  double batch_value = 0;    // N of kSteps, kSamples, kTokens
+};
+
+// Range checks of the numeric options and the option words of `c`, each message naming the
+// option; fills the grid from the model preset when it is empty. Throws ConfigError.
+PlanOptions resolve_options(PlannerConfig& c);
+// The policy in its option word: "auto", "min", "per-sample", "off", or the group size.
+std::string sp_policy_text(const PlanOptions& o);
+// "auto", "free", "steps:N", "samples:N" or "tokens:N" -> (form, N; 0 for auto and free).
+std::pair<BatchForm, double> parse_global_batch(const std::string& v);
 // "1,2,4,8" -> bit mask of allowed sequence-parallel group sizes (1 is always allowed).
 uint32_t parse_sp_sizes(const std::string& v);
 // "auto" | "min" | "off" | "per-sample" -> 0; "G" (a power of two) -> G.

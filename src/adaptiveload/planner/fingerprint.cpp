@@ -44,9 +44,9 @@ uint64_t Planner::compute_fingerprint(const Manifest* manifest) const {
   h.pod(memory_.static_bytes);
   h.pod(uint8_t(sync_)), h.pod(cfg_.collective_overlap), h.pod(uint8_t(cfg_.reshard_after_forward));
   h.pod(uint8_t(base_.batch_kind)), h.pod(base_.batch_target);
-  if (!base_.bucket_group.empty() || sp_fixed_ > 0 || cfg_.sp == "per-sample") {
+  if (!base_.bucket_group.empty() || opt_.sp == SpPolicy::kFixed || opt_.sp == SpPolicy::kPerSample) {
     // Sequence parallelism changes plans; without it the fingerprint stays as it was.
-    h.str(cfg_.sp), h.pod(sp_sizes_), h.pod(device_.node_size);
+    h.str(sp_policy_text(opt_)), h.pod(opt_.sp_sizes), h.pod(device_.node_size);
     h.bytes(base_.bucket_group.data(), base_.bucket_group.size());
   }
   return h.digest();

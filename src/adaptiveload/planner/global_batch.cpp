@@ -8,26 +8,27 @@
 namespace adaptiveload {
 
 void Planner::resolve_global_batch() {
-  const auto [kind, value] = parse_global_batch(cfg_.global_batch);
+  const BatchForm kind = opt_.batch;
+  const double value = opt_.batch_value;
   const auto& buckets = bucketing_.buckets;
   const double n = double(pool_.size());
-  if (kind == "free") {
+  if (kind == BatchForm::kFree) {
     base_.batch_kind = BatchKind::kFree, base_.batch_target = 0;
     global_batch_text_ = "free (each strategy's own)";
     return;
   }
-  if (kind == "tokens") {
+  if (kind == BatchForm::kTokens) {
     base_.batch_kind = BatchKind::kTokens, base_.batch_target = value;
     global_batch_text_ = "tokens:" + fmt("%.0f", value);
     return;
   }
-  if (kind == "samples") {
+  if (kind == BatchForm::kSamples) {
     base_.batch_kind = BatchKind::kSamples, base_.batch_target = value;
     global_batch_text_ = "samples:" + fmt("%.0f", value);
     return;
   }
   double steps = value;
-  if (kind == "auto") {
+  if (kind == BatchForm::kAuto) {
     // The step count of a bucket loader with the same memory budget: equal_tokens' batches
     // (B = M_mem / S, capped at memory), W to a step.
     std::vector<uint64_t> per_bucket(buckets.size(), 0);
@@ -49,7 +50,7 @@ void Planner::resolve_global_batch() {
   for (uint32_t id : pool_) tokens += double(buckets[bucketing_.sample_bucket[id]].tokens);
   base_.batch_kind = BatchKind::kTokens;
   base_.batch_target = tokens / steps;
-  global_batch_text_ = "steps:" + fmt("%.0f", steps) + (kind == "auto" ? " (auto: as equal_tokens)" : "") + ", " +
+  global_batch_text_ = "steps:" + fmt("%.0f", steps) + (kind == BatchForm::kAuto ? " (auto: as equal_tokens)" : "") + ", " +
                        fmt("%.0f", base_.batch_target) + " tokens (" + fmt("%.1f", n / steps) + " samples)/step";
 }
 

@@ -9,7 +9,7 @@ namespace adaptiveload {
 namespace {
 
 // Advice for a sample too big for memory, following the configuration it was planned under.
-std::string oversize_advice(const PlannerConfig& cfg, bool sharded, bool memory_bound, int largest_group,
+std::string oversize_advice(const PlannerConfig& cfg, const PlanOptions& opt, bool sharded, bool memory_bound, int largest_group,
                             int node_size, int heads) {
   // A larger group is advice only where one could be used: a power of two up to the node size
   // that divides the world size and the heads.
@@ -19,7 +19,7 @@ std::string oversize_advice(const PlannerConfig& cfg, bool sharded, bool memory_
   std::string a;
   auto add = [&](const std::string& s) { a += (a.empty() ? "" : ", ") + s; };
   if (memory_bound) {
-    if (cfg.sp == "off")
+    if (opt.sp == SpPolicy::kOff)
       add("allow sequence parallelism (--sp auto) to split such a sample over a group of GPUs");
     else if (larger > 0)
       add("allow larger sequence-parallel groups (--sp-sizes with " + std::to_string(larger) +
@@ -62,7 +62,7 @@ std::vector<uint8_t> Planner::fill_pool(const Manifest* manifest, const std::vec
     }
     const Bucket& bk = buckets[b];
     std::string msg;
-    const int g_max = sp_fixed_ > 0 ? sp_fixed_ : largest;
+    const int g_max = opt_.sp_group > 0 ? opt_.sp_group : largest;
     const bool memory_bound = memory_.max_batch((bk.tokens + g_max - 1) / g_max, usable) < 1;
     if (memory_bound) {
       const int g = g_max;
@@ -82,7 +82,7 @@ std::vector<uint8_t> Planner::fill_pool(const Manifest* manifest, const std::vec
           "manifest row " + std::to_string(row) +
           (manifest ? " (" + manifest->where(row) + ", " + std::string(manifest->path(row)) + ")"
                     : "") +
-          ": " + msg + oversize_advice(cfg_, sharded_, memory_bound, largest, device_.node_size, model_.heads));
+          ": " + msg + oversize_advice(cfg_, opt_, sharded_, memory_bound, largest, device_.node_size, model_.heads));
     }
     oversize_.push_back({row, msg});
   }

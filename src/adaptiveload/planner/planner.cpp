@@ -12,7 +12,7 @@ namespace adaptiveload {
 double Planner::usable_memory_bytes() const { return device_.memory_bytes * (1.0 - device_.memory_reserve_fraction); }
 
 Planner::Planner(const Manifest& manifest, const PlannerConfig& config) : cfg_(config) {
-  validate_config(cfg_);
+  opt_ = resolve_options(cfg_);
   model_ = load_model(cfg_.model);
   device_ = load_device(cfg_.device);
   grid_ = load_grid(cfg_.grid);
@@ -20,7 +20,7 @@ Planner::Planner(const Manifest& manifest, const PlannerConfig& config) : cfg_(c
 }
 
 Planner::Planner(Bucketing bucketing, const PlannerConfig& config) : cfg_(config) {
-  validate_config(cfg_);
+  opt_ = resolve_options(cfg_);
   model_ = load_model(cfg_.model);
   device_ = load_device(cfg_.device);
   grid_ = load_grid(cfg_.grid);
@@ -32,11 +32,9 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
   const auto& buckets = bucketing_.buckets;
   CostContext ctx{model_, device_, cfg_.checkpointing, cfg_.profile};
   cost_ = make_cost_model(cfg_.cost_model, ctx, buckets, bucketing_.bucket_counts);
-  if (cfg_.sharding != "auto" && cfg_.sharding != "none" && cfg_.sharding != "fsdp")
-    throw ConfigError("sharding must be auto, none or fsdp, not '" + cfg_.sharding + "'");
   const double usable = usable_memory_bytes();
-  sharded_ = cfg_.sharding == "fsdp" ||
-             (cfg_.sharding == "auto" && cfg_.world_size > 1 &&
+  sharded_ = opt_.sharding == Sharding::kFsdp ||
+             (opt_.sharding == Sharding::kAuto && cfg_.world_size > 1 &&
               analytic_memory_model(model_, cfg_.checkpointing).static_bytes > 0.5 * usable);
   memory_ = analytic_memory_model(model_, cfg_.checkpointing, sharded_ ? cfg_.world_size : 1);
   if (auto* prof = dynamic_cast<const ProfileCost*>(cost_.get()); prof && prof->has_memory()) memory_ = prof->memory();
@@ -73,13 +71,10 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
   }
 
   // Sequence parallelism: the allowed group sizes and the cost model on each.
-  sp_sizes_ = cfg_.sp == "off" ? 1u : parse_sp_sizes(cfg_.sp_sizes);
-  sp_fixed_ = parse_sp(cfg_.sp);
-  if (sp_fixed_ > 0) sp_sizes_ |= 1u << __builtin_ctz(unsigned(sp_fixed_));
   {
     const SeqParallel sp = seq_parallel(cfg_.world_size);
-    if (sp_fixed_ > 1 && !sp.allows(sp_fixed_))
-      throw ConfigError("sequence-parallel group size " + std::to_string(sp_fixed_) + " (--sp) cannot be used on " +
+    if (opt_.sp_group > 1 && !sp.allows(opt_.sp_group))
+      throw ConfigError("sequence-parallel group size " + std::to_string(opt_.sp_group) + " (--sp) cannot be used on " +
                         std::to_string(cfg_.world_size) + " ranks of " + device_.name + " with " + model_.name +
                         ": a group size must divide the world size and the model's " + std::to_string(model_.heads) +
                         " heads, and be at most the node size " + std::to_string(device_.node_size));
@@ -89,7 +84,7 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
   // token budget.
   std::vector<int64_t> max_mem;
   std::vector<uint8_t> group;
-  choose_groups(cfg_.world_size, sp_fixed_, group, max_mem);
+  choose_groups(cfg_.world_size, opt_.sp_group, group, max_mem);
   const std::vector<uint8_t> too_big = fill_pool(manifest, group, max_mem);
 
   base_.buckets = &bucketing_.buckets;
@@ -106,10 +101,10 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
     if (!live_[b] || too_big[b]) group[b] = 1;
   if (std::any_of(group.begin(), group.end(), [](uint8_t g) { return g > 1; })) base_.bucket_group = group;
   base_.fixed_batch = resolve_fixed(fixed_error_);
-  sync_ = cfg_.sync == "micro"  ? SyncMode::kMicro
-          : cfg_.sync == "step" ? SyncMode::kStep
-          : sharded_            ? SyncMode::kMicro
-                                : SyncMode::kStep;
+  sync_ = opt_.sync == SyncChoice::kMicro  ? SyncMode::kMicro
+          : opt_.sync == SyncChoice::kStep ? SyncMode::kStep
+          : sharded_                       ? SyncMode::kMicro
+                                           : SyncMode::kStep;
   base_.layout = layout(cfg_.world_size);
   base_.allreduce_s = sim_env(cfg_.world_size).allreduce_s;
   resolve_budgets();
@@ -149,10 +144,10 @@ PlanProblem Planner::problem(int world_size, int64_t epoch, uint64_t segment, st
   pr.allreduce_s = pr.layout.step_sync_s;
   pr.segment = segment;
   pr.pool = std::move(pool);
-  if (pr.world_size != cfg_.world_size && sp_sizes_ != 1) {
+  if (pr.world_size != cfg_.world_size && opt_.sp_sizes != 1) {
     // Another world size (elastic resume) allows other group sizes: choose them again.
     std::vector<uint8_t> group;
-    choose_groups(pr.world_size, sp_fixed_, group, pr.max_batch_memory);
+    choose_groups(pr.world_size, opt_.sp_group, group, pr.max_batch_memory);
     for (size_t b = 0; b < group.size(); ++b)
       if (pr.max_batch_memory[b] < 1 && live_[b])
         throw ConfigError("on " + std::to_string(pr.world_size) + " ranks no allowed sequence-parallel group size fits "
@@ -172,7 +167,7 @@ SeqParallel Planner::seq_parallel(int world_size) const {
   SeqParallel sp;
   for (int k = 1; (1 << k) <= kMaxGroup; ++k) {
     const int g = 1 << k;
-    if ((sp_sizes_ >> k & 1u) && g <= device_.node_size && W % g == 0 && model_.heads % g == 0) sp.sizes |= 1u << k;
+    if ((opt_.sp_sizes >> k & 1u) && g <= device_.node_size && W % g == 0 && model_.heads % g == 0) sp.sizes |= 1u << k;
   }
   // Ulysses (DeepSpeed-Ulysses, Jacobs et al. 2023): around every self-attention, all-to-alls
   // of q, k, v (sequence -> heads) and of the output (heads -> sequence), each rank sending
@@ -282,10 +277,10 @@ Plan Planner::run(const StrategyEntry& s, const PlanProblem& pr) const {
     for (size_t b = 0; b < live.size(); ++b)
       if (live[b]) gmax = std::max(gmax, int(pr.bucket_group[b])), gmin = std::min(gmin, int(pr.bucket_group[b]));
     if (std::string(s.name) != "balanced") return run_on_groups(s, pr, gmax);
-    if (cfg_.sp == "min" || sp_fixed_ > 0) return gmin == gmax ? run_on_groups(s, pr, gmax) : s.fn(pr);
+    if (opt_.sp == SpPolicy::kMin || opt_.sp == SpPolicy::kFixed) return gmin == gmax ? run_on_groups(s, pr, gmax) : s.fn(pr);
     return run_balanced_groups(s, pr);
   }
-  if (std::string(s.name) == "balanced" && cfg_.sp == "per-sample" && seq_parallel(pr.world_size).sizes != 1)
+  if (std::string(s.name) == "balanced" && opt_.sp == SpPolicy::kPerSample && seq_parallel(pr.world_size).sizes != 1)
     return run_balanced_groups(s, pr);
   if (std::string(s.name) == "balanced") return run_balanced_held(s, pr);
   return s.fn(pr);

@@ -35,6 +35,7 @@ class Planner {
   Planner(Bucketing bucketing, const PlannerConfig& config);
 
   const PlannerConfig& config() const { return cfg_; }
+  const PlanOptions& options() const { return opt_; }
   const ModelPreset& model() const { return model_; }
   const DevicePreset& device() const { return device_; }
   const BucketGrid& grid() const { return grid_; }
@@ -127,6 +128,7 @@ class Planner {
   // or with fewer of them where a bucket loader would beat it.
   Plan run_balanced_held(const StrategyEntry& s, const PlanProblem& pr) const;
   PlannerConfig cfg_;
+  PlanOptions opt_;  // cfg_'s option words as types (resolve_options)
   ModelPreset model_;
   DevicePreset device_;
   BucketGrid grid_;
@@ -142,8 +144,6 @@ class Planner {
   bool sharded_ = false;  // why `fixed` cannot run, when its table misses a bucket
   SyncMode sync_ = SyncMode::kStep;
   std::string global_batch_text_;
-  uint32_t sp_sizes_ = 1;  // cfg_.sp_sizes as a mask (bit k: 2^k)
-  int sp_fixed_ = 0;       // cfg_.sp as a number, 0 otherwise
   std::vector<uint8_t> live_;  // per bucket: samples of it in the pool
 };
 
