@@ -155,12 +155,12 @@ TEST(SyncModes, StateOfTheOtherModeIsRefusedByName) {
   Planner step(shared_manifest(), config("wan2.1-1.3b", 8, "fsdp", "step"));
   Planner micro(shared_manifest(), config("wan2.1-1.3b", 8, "fsdp", "micro"));
   PlanState s = step.initial_state("balanced");
-  EXPECT_EQ(s.sync, "step");
+  EXPECT_EQ(s.sync, SyncMode::kStep);
   PlanState m = micro.initial_state("balanced");
-  EXPECT_EQ(m.sync, "micro");
+  EXPECT_EQ(m.sync, SyncMode::kMicro);
   // Round trip through JSON keeps the mode; a state without it is a step-mode one.
-  EXPECT_EQ(state_from_json(state_to_json(m)).sync, "micro");
-  EXPECT_EQ(state_from_json(state_to_json(s)).sync, "step");
+  EXPECT_EQ(state_from_json(state_to_json(m)).sync, SyncMode::kMicro);
+  EXPECT_EQ(state_from_json(state_to_json(s)).sync, SyncMode::kStep);
   try {
     micro.resume(s, 8);
     ADD_FAILURE() << "micro planner accepted a step-mode state";

@@ -49,7 +49,7 @@ pb::dict state_to_dict(const PlanState& s) {
   d["fingerprint"] = s.fingerprint;
   d["seed"] = s.seed;
   d["epoch"] = s.epoch;
-  d["sync"] = s.sync;
+  d["sync"] = std::string(sync_name(s.sync));
   pb::list segs;
   // (world_size, steps_done, cost): cost "" unless online adaptation set one.
   for (size_t i = 0; i < s.segments.size(); ++i)
@@ -364,9 +364,9 @@ void bind_planner(pb::module_& m) {
       "dump_state",
       [](const std::string& strategy, uint64_t fingerprint, uint64_t seed, int64_t epoch, const pb::list& segments,
          const std::string& sync) {
-        if (sync != "step" && sync != "micro") throw std::invalid_argument("sync must be 'step' or 'micro'");
         PlanState s;
-        s.strategy = strategy, s.fingerprint = fingerprint, s.seed = seed, s.epoch = epoch, s.sync = sync;
+        if (!parse_sync_mode(sync, s.sync)) throw std::invalid_argument("sync must be 'step' or 'micro'");
+        s.strategy = strategy, s.fingerprint = fingerprint, s.seed = seed, s.epoch = epoch;
         bool any_cost = false;
         for (const pb::handle& h : segments) {
           pb::tuple t = pb::tuple(pb::reinterpret_borrow<pb::object>(h));

@@ -17,12 +17,19 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace adaptiveload {
 
 enum class SyncMode : uint8_t { kStep = 0, kMicro = 1 };
 
 inline const char* sync_name(SyncMode s) { return s == SyncMode::kMicro ? "micro" : "step"; }
+// "step" or "micro" -> the mode; false for any other text (the one reader of a mode's name).
+inline bool parse_sync_mode(std::string_view name, SyncMode& out) {
+  if (name != "step" && name != "micro") return false;
+  out = name == "micro" ? SyncMode::kMicro : SyncMode::kStep;
+  return true;
+}
 
 constexpr int kMaxGroup = 128;  // largest sequence-parallel group (Plan::mb_group is a byte)
 

@@ -56,7 +56,7 @@ std::string state_to_json(const PlanState& s) {
   snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(s.seed));
   j["seed"] = buf;
   j["epoch"] = s.epoch;
-  if (s.sync != "step") j["sync"] = s.sync;  // absent: step (states of earlier releases)
+  if (s.sync != SyncMode::kStep) j["sync"] = sync_name(s.sync);  // absent: step (states of earlier releases)
   j["segments"] = nlohmann::json::array();
   for (size_t i = 0; i < s.segments.size(); ++i) {
     auto [w, steps] = s.segments[i];
@@ -104,9 +104,8 @@ PlanState state_from_json(const std::string& text) {
     throw InputError(where, "'epoch' must be a non-negative integer");
   s.epoch = j["epoch"].get<int64_t>();
   if (j.contains("sync")) {
-    if (!j["sync"].is_string() || (j["sync"] != "step" && j["sync"] != "micro"))
+    if (!j["sync"].is_string() || !parse_sync_mode(j["sync"].get<std::string>(), s.sync))
       throw InputError(where, "'sync' must be \"step\" or \"micro\"");
-    s.sync = j["sync"].get<std::string>();
   }
   if (!j.contains("segments") || !j["segments"].is_array() || j["segments"].empty() ||
       j["segments"].size() > kMaxSegments)

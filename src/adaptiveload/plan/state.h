@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "adaptiveload/plan/layout.h"
+
 namespace adaptiveload {
 
 struct PlanState {
@@ -19,8 +21,8 @@ struct PlanState {
   uint64_t seed = 0;
   int64_t epoch = 0;
   std::vector<std::pair<int, int64_t>> segments;
-  // Sync mode the plan was made for ("step" or "micro"); a state without it is "step".
-  std::string sync = "step";
+  // Sync mode the plan was made for; a state without it is step.
+  SyncMode sync = SyncMode::kStep;
   // Per segment, the cost model it was planned with when online adaptation replaced the
   // configured one: a compact JSON object {"a","b","c0","overhead_s","half_efficiency_tokens"}
   // (seconds per sample a*S + b*S^2 + c0), or "" for the configured model. Empty or the

@@ -17,15 +17,15 @@ PlanState Planner::initial_state(const std::string& strategy, int world_size, in
   s.seed = cfg_.seed;
   s.epoch = epoch < 0 ? cfg_.epoch : epoch;
   s.segments = {{world_size > 0 ? world_size : cfg_.world_size, 0}};
-  s.sync = sync_name(sync_);
+  s.sync = sync_;
   return s;
 }
 
 Planner::Resumed Planner::resume(const PlanState& state, int world_size, const std::string& new_cost) const {
-  if (state.sync != sync_name(sync_))
+  if (state.sync != sync_)
     throw InputError("sampler state",
-                     "was saved for a " + state.sync + "-sync plan (" +
-                         (state.sync == "micro" ? "FSDP, ZeRO-2/3" : "DDP, ZeRO-1") + "), but this planner plans for " +
+                     "was saved for a " + std::string(sync_name(state.sync)) + "-sync plan (" +
+                         (state.sync == SyncMode::kMicro ? "FSDP, ZeRO-2/3" : "DDP, ZeRO-1") + "), but this planner plans for " +
                          sync_name(sync_) + " sync; resume with the same sync mode (and sharding) it was saved with");
   if (state.fingerprint != fingerprint_)
     throw InputError("sampler state", "was saved for another manifest or planner configuration (fingerprint mismatch); "
