@@ -8,7 +8,10 @@
 #include <iomanip>
 #include <map>
 #include <sstream>
+#include <type_traits>
+#include <variant>
 
+#include "adaptiveload/report/metric_columns.h"
 #include "adaptiveload/strategy/strategy.h"
 
 namespace adaptiveload::cli {
@@ -279,41 +282,19 @@ void print_table(const Planner& planner, const Manifest& manifest, const Compari
       << fmt("%.3f", planner.step_budget_s()) << " s" << (cfg.step_budget_s > 0 ? "" : " (auto)") << "\n\n";
   // Speedups compare strategies on the same samples: one that dropped samples trained fewer,
   // so its samples/s is over a different set and it gets no speedup (marked '*').
-  const Metrics* base = nullptr;
-  for (const auto& m : c.metrics)
-    if (m.name == "equal_tokens") base = &m;
-  const bool base_ok = base && base->dropped == 0 && base->throughput_samples_per_s > 0;
+  const double base = speedup_base(c.metrics);
   bool any_dropped = false;
-  out << std::left << std::setw(13) << "strategy" << std::right << std::setw(10) << "imbalance" << std::setw(11)
-      << "max-mean" << std::setw(11) << "max-min" << std::setw(11) << "samples/s" << std::setw(11) << "tokens/s"
-      << std::setw(9) << "speedup" << std::setw(9) << "mem avg" << std::setw(9) << "mem max" << std::setw(8) << "buckets"
-      << std::setw(7) << "steps" << std::setw(9) << "batch" << std::setw(8) << "mb/rank" << std::setw(7) << "fixed"
-      << std::setw(7) << "sync" << std::setw(5) << "g" << std::setw(8) << "padded" << std::setw(8) << "dropped" << "\n";
+  out << std::left << std::setw(13) << "strategy" << std::right;
+  for (const MetricColumn& col : metric_columns())
+    if (col.cli_width > 0) out << std::setw(col.cli_width) << col.heading(false);
+  out << "\n";
   for (const auto& m : c.metrics) {
-    const bool dropped = m.dropped > 0;
-    any_dropped = any_dropped || dropped;
-    const std::string speedup =
-        dropped   ? "-*"
-        : base_ok ? fmt("%.2fx", m.throughput_samples_per_s / base->throughput_samples_per_s)
-        : base && base->dropped > 0 ? "-*"
-                                    : "-";
-    out << std::left << std::setw(13) << m.name << std::right << std::setw(10)
-        << fmt("%.1f%%", 100 * m.imbalance) << std::setw(11)
-        << fmt("%.1f%%", 100 * m.imbalance_step_mean) << std::setw(11)
-        << fmt("%.1f%%", 100 * m.imbalance_step_maxmin) << std::setw(11)
-        << fmt("%.2f", m.throughput_samples_per_s) << std::setw(11)
-        << fmt("%.0f", m.throughput_tokens_per_s) << std::setw(9) << speedup << std::setw(9)
-        << fmt("%.1f%%", 100 * m.peak_memory_utilization_mean) << std::setw(9)
-        << fmt("%.1f%%", 100 * m.peak_memory_utilization_max) << std::setw(8)
-        << fmt("%.1f", m.diversity) << std::setw(7) << m.steps << std::setw(9)
-        << fmt("%.1f", m.global_batch_samples_mean) << std::setw(8)
-        << fmt("%.2f", m.micro_batches_per_rank_step) << std::setw(7) << fmt("%.1f%%", 100 * m.fixed_cost_fraction)
-        << std::setw(7) << fmt("%.1f%%", m.epoch_time_s > 0 ? 100 * m.collective_s / m.epoch_time_s : 0.0)
-        << std::setw(5)
-        << (m.group_min == m.group_max ? std::to_string(m.group_max)
-                                       : std::to_string(m.group_min) + "-" + std::to_string(m.group_max))
-        << std::setw(8) << m.padded << std::setw(8)
-        << (dropped ? std::to_string(m.dropped) + "*" : std::to_string(m.dropped)) << "\n";
+    any_dropped = any_dropped || m.dropped > 0;
+    const Speedup s = speedup(m, base);
+    out << std::left << std::setw(13) << m.name << std::right;
+    for (const MetricColumn& col : metric_columns())
+      if (col.cli_width > 0) out << std::setw(col.cli_width) << col.text(m, s, false);
+    out << "\n";
   }
   out << "\nimbalance: idle fraction of the GPUs, 1 - sum_t mean_r T / sum_t max_r T; max-mean, "
          "max-min: per-step "
@@ -365,35 +346,16 @@ nlohmann::json comparison_json(const Planner& planner, const Manifest& manifest,
   out["strategies"] = json::array();
   for (size_t i = 0; i < c.metrics.size(); ++i) {
     const Metrics& m = c.metrics[i];
-    out["strategies"].push_back(
-        {{"name", m.name},
-         {"imbalance", m.imbalance},
-         {"imbalance_step_mean", m.imbalance_step_mean},
-         {"imbalance_step_maxmin", m.imbalance_step_maxmin},
-         {"throughput_samples_per_s", m.throughput_samples_per_s},
-         {"throughput_tokens_per_s", m.throughput_tokens_per_s},
-         {"epoch_time_s", m.epoch_time_s},
-         {"peak_memory_utilization_mean", m.peak_memory_utilization_mean},
-         {"peak_memory_utilization_max", m.peak_memory_utilization_max},
-         {"diversity", m.diversity},
-         {"micro_batches_per_rank_step", m.micro_batches_per_rank_step},
-         {"global_batch_samples_mean", m.global_batch_samples_mean},
-         {"global_batch_tokens_mean", m.global_batch_tokens_mean},
-         {"global_batch_samples_max_dev", m.global_batch_samples_max_dev},
-         {"global_batch_tokens_max_dev", m.global_batch_tokens_max_dev},
-         {"collective_s", m.collective_s},
-         {"fixed_cost_fraction", m.fixed_cost_fraction},
-         {"sync", m.sync},
-         {"group_min", m.group_min},
-         {"group_max", m.group_max},
-         {"steps", m.steps},
-         {"samples", m.samples},
-         {"tokens", m.tokens},
-         {"padded", m.padded},
-         {"dropped", m.dropped},
-         {"dropped_fraction",
-          double(m.dropped) / double(std::max<int64_t>(1, m.samples + m.dropped))},
-         {"warnings", i < c.warnings.size() ? c.warnings[i] : std::vector<std::string>()}});
+    json row = json::object();
+    for (const MetricField& f : metric_fields())
+      std::visit([&](auto read) {
+        if constexpr (std::is_pointer_v<decltype(read)>)
+          row[f.key] = read(m);
+        else
+          row[f.key] = m.*read;
+      }, f.read);
+    row["warnings"] = i < c.warnings.size() ? c.warnings[i] : std::vector<std::string>();
+    out["strategies"].push_back(std::move(row));
   }
   out["left_out"] = json::array();
   for (const auto& [name, why] : c.left_out) out["left_out"].push_back({{"name", name}, {"reason", why}});

@@ -9,6 +9,8 @@
 #include <sstream>
 
 #include "adaptiveload/presets/presets.h"
+#include "adaptiveload/report/metric_columns.h"
+#include "adaptiveload/report/step_chart.h"
 #include "adaptiveload/report/svg_chart.h"
 #include "adaptiveload/util/error.h"
 #include "adaptiveload/util/format.h"
@@ -16,13 +18,8 @@
 namespace adaptiveload {
 namespace {
 
-constexpr const char* kBusyA = "#3a6db5";
-constexpr const char* kBusyB = "#78a3dc";
-constexpr const char* kPadded = "#a0a7b0";
-constexpr const char* kIdle = "#f0a04b";
 constexpr const char* kSamplesColor = "#3a6db5";
 constexpr const char* kTokensColor = "#5b9a59";
-constexpr const char* kRangeColor = "#222";
 
 // Full precision for data-value attributes, so a reader can compare with the JSON exactly.
 std::string exact(double v) { return fmt("%.17g", v); }
@@ -40,72 +37,23 @@ Bucket synthetic_bucket(double tokens) {
   return b;
 }
 
-// The summary table's columns, one entry each: key (data-key; the field of `plan --json`),
-// heading, text and exact value. `batch`, `g` and the formats follow `plan`'s table.
-struct Cell {
-  std::string key, head, text;
-  double value;
-};
-
-std::string group_text(const Metrics& m) {
-  return m.group_min == m.group_max
-             ? std::to_string(m.group_max)
-             : std::to_string(m.group_min) + "-" + std::to_string(m.group_max);
-}
-
-std::vector<Cell> metric_cells(const Metrics& m, double base_samples_per_s) {
-  return {
-      {"imbalance", "imbalance", fmt("%.1f%%", 100 * m.imbalance), m.imbalance},
-      {"imbalance_step_mean", "max-mean", fmt("%.1f%%", 100 * m.imbalance_step_mean),
-       m.imbalance_step_mean},
-      {"imbalance_step_maxmin", "max-min", fmt("%.1f%%", 100 * m.imbalance_step_maxmin),
-       m.imbalance_step_maxmin},
-      {"throughput_samples_per_s", "samples/s", fmt("%.2f", m.throughput_samples_per_s),
-       m.throughput_samples_per_s},
-      {"throughput_tokens_per_s", "tokens/s", fmt("%.0f", m.throughput_tokens_per_s),
-       m.throughput_tokens_per_s},
-      // A strategy that dropped samples trained fewer: no speedup, so it cannot rank higher.
-      {"speedup", "speedup",
-       m.dropped > 0 || base_samples_per_s < 0 ? "-*"
-       : base_samples_per_s > 0 ? fmt("%.2fx", m.throughput_samples_per_s / base_samples_per_s)
-                                : "-",
-       m.dropped == 0 && base_samples_per_s > 0 ? m.throughput_samples_per_s / base_samples_per_s
-                                                : 0},
-      {"peak_memory_utilization_mean", "mem avg",
-       fmt("%.1f%%", 100 * m.peak_memory_utilization_mean), m.peak_memory_utilization_mean},
-      {"peak_memory_utilization_max", "mem max", fmt("%.1f%%", 100 * m.peak_memory_utilization_max),
-       m.peak_memory_utilization_max},
-      {"diversity", "buckets", fmt("%.1f", m.diversity), m.diversity},
-      {"steps", "steps", thousands(m.steps), double(m.steps)},
-      {"global_batch_samples_mean", "batch", fmt("%.1f", m.global_batch_samples_mean),
-       m.global_batch_samples_mean},
-      {"micro_batches_per_rank_step", "mb/rank", fmt("%.2f", m.micro_batches_per_rank_step),
-       m.micro_batches_per_rank_step},
-      {"fixed_cost_fraction", "fixed", fmt("%.1f%%", 100 * m.fixed_cost_fraction),
-       m.fixed_cost_fraction},
-      {"collective_s", "sync s", fmt("%.1f", m.collective_s), m.collective_s},
-      {"epoch_time_s", "epoch s", fmt("%.0f", m.epoch_time_s), m.epoch_time_s},
-      // data-value: the largest size; the text gives the range, as `plan`'s table.
-      {"group_max", "g", group_text(m), double(m.group_max)},
-      {"padded", "padded", thousands(m.padded), double(m.padded)},
-      {"dropped", "dropped", thousands(m.dropped), double(m.dropped)},
-  };
-}
-
+// The summary table: report/metric_columns.h's columns that the report shows; data-key is
+// the field of `plan --json`, data-value its exact value.
 std::string summary_table(const std::vector<Metrics>& metrics) {
-  double base = 0;  // < 0: the baseline dropped samples, so no speedup is comparable
-  for (const auto& m : metrics)
-    if (m.name == "equal_tokens") base = m.dropped > 0 ? -1 : m.throughput_samples_per_s;
+  const double base = speedup_base(metrics);
   std::ostringstream o;
   o << "<table class=\"summary\" id=\"summary\">\n<thead><tr><th>strategy</th>";
-  for (const Cell& c : metric_cells(Metrics{}, 0)) o << "<th>" << c.head << "</th>";
+  for (const MetricColumn& c : metric_columns())
+    if (c.in_html) o << "<th>" << c.heading(true) << "</th>";
   o << "</tr></thead>\n<tbody>\n";
   for (const auto& m : metrics) {
     o << "<tr data-strategy=\"" << xml_escape(m.name) << "\"><td class=\"name\">"
       << xml_escape(m.name) << "</td>";
-    for (const Cell& c : metric_cells(m, base))
-      o << "<td data-key=\"" << c.key << "\" data-value=\"" << exact(c.value) << "\">" << c.text
-        << "</td>";
+    const Speedup s = speedup(m, base);
+    for (const MetricColumn& c : metric_columns())
+      if (c.in_html)
+        o << "<td data-key=\"" << c.key << "\" data-value=\"" << exact(column_value(c, m, s)) << "\">"
+          << c.text(m, s, true) << "</td>";
     o << "</tr>\n";
   }
   o << "</tbody>\n</table>\n";
@@ -326,198 +274,6 @@ ReportChart cost_chart(const Planner& planner,
   c.series = {curve, used};
   if (!measured.x.empty()) c.series.push_back(measured);
   return {c.id, "Cost model c(S)", render_line_chart(c)};
-}
-
-struct Window {
-  size_t first = 0, end = 0;
-};
-
-Window step_window(const Plan& p, const ReportOptions& o) {
-  Window w;
-  w.first = size_t(std::max<int64_t>(0, o.first_step));
-  w.end = std::min(p.num_steps(), w.first + size_t(std::max<int64_t>(1, o.steps)));
-  if (w.first > w.end) w.first = w.end;
-  return w;
-}
-
-// One rank's bar in one step: its micro-batches and the time it waits for the slowest rank:
-// of the step (step sync, on top) or of each slot (micro sync, after each micro-batch).
-struct RankBar {
-  std::vector<SvgSegment> segments;  // bottom-up, seconds
-  double compute = 0;                // sum of its micro-batches (rank_times)
-  double padded = 0;                 // of which padded repeats
-  double idle = 0;
-  int64_t mbs = 0, samples = 0;
-};
-
-struct StepBars {
-  size_t step = 0;
-  // The step's compute span, where every bar ends: the slowest rank's compute (step sync) or
-  // the sum over slots of the slowest rank's micro-batch (micro sync); collectives excluded.
-  double top = 0;
-  std::vector<RankBar> ranks;
-};
-
-std::vector<StepBars> window_bars(const Planner& planner, const Plan& plan, const Window& win) {
-  const SimEnv env = planner.sim_env(plan.world_size);
-  const size_t W = size_t(plan.world_size);
-  const bool micro = plan.sync == SyncMode::kMicro;
-  auto time_of = [&](uint64_t i) {  // the simulator's micro-batch time (sim/metrics.cpp)
-    const MicroBatch& mb = plan.micro_batches[i];
-    return group_microbatch_time(*env.cost, mb.count, (*env.buckets)[mb.bucket], plan.group(i),
-                                 env.layout.sp);
-  };
-  std::vector<StepBars> out;
-  std::vector<double> slot_max;  // per slot (micro sync): its slowest rank's micro-batch
-  for (size_t t = win.first; t < win.end; ++t) {
-    StepBars s;
-    s.step = t;
-    s.ranks.resize(W);
-    slot_max.clear();
-    for (size_t r = 0; r < W; ++r) {
-      const auto [m0, m1] = plan.rank_range(t, int(r));
-      RankBar& b = s.ranks[r];
-      b.mbs = int64_t(m1 - m0);
-      for (uint64_t i = m0; i < m1; ++i) {
-        const double x = time_of(i);
-        const MicroBatch& mb = plan.micro_batches[i];
-        b.compute += x;
-        if (mb.padded) b.padded += x;
-        b.samples += mb.count;
-        if (slot_max.size() <= i - m0) slot_max.resize(i - m0 + 1, 0.0);
-        slot_max[i - m0] = std::max(slot_max[i - m0], x);
-      }
-      if (!micro) s.top = std::max(s.top, b.compute);
-    }
-    if (micro)
-      for (double x : slot_max) s.top += x;
-    for (size_t r = 0; r < W; ++r) {
-      const auto [m0, m1] = plan.rank_range(t, int(r));
-      RankBar& b = s.ranks[r];
-      for (uint64_t i = m0; i < m1; ++i) {
-        const double x = time_of(i);
-        b.segments.push_back(
-            {x, plan.micro_batches[i].padded ? kPadded : ((i - m0) % 2 ? kBusyB : kBusyA)});
-        if (micro) b.segments.push_back({slot_max[i - m0] - x, kIdle});
-      }
-      b.idle = s.top - b.compute;
-      if (!micro) b.segments.push_back({b.idle, kIdle});
-    }
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
-// Every per-rank chart is at most this wide (the page's width). Where one bar per rank would
-// be under kMinBarPx wide, consecutive ranks are drawn as one bar per bin, wide enough
-// (kMinBinPx) for its min-max whisker to be read.
-constexpr int kStepChartWidth = 1200;
-constexpr double kStepPlotWidth = kStepChartWidth - 80;  // render_bar_chart's margins
-constexpr double kMinBarPx = 2, kMinBinPx = 8;
-
-// Ranks per bar: 1, or the smallest power of two whose bins fit the chart at kMinBinPx.
-size_t ranks_per_bar(size_t world_size, size_t steps) {
-  auto fits = [&](size_t k, double px) {
-    return double(steps) * double((world_size + k - 1) / k) * px <= kStepPlotWidth;
-  };
-  if (fits(1, kMinBarPx)) return 1;
-  size_t k = 2;
-  while (k < world_size && !fits(k, kMinBinPx)) k *= 2;
-  return std::min(k, world_size);
-}
-
-std::string chart_slug(const std::string& name) {  // "balanced g=2" -> "balanced-g2"
-  std::string out;
-  for (char c : name)
-    if (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')
-      out += c;
-    else if (c == ' ')
-      out += '-';
-  return out;
-}
-
-ReportChart step_chart(const Plan& plan, const Metrics& m, const std::vector<StepBars>& bars,
-                       const Window& win, double y_max) {
-  const size_t W = size_t(plan.world_size);
-  const bool micro = plan.sync == SyncMode::kMicro;
-  const size_t k = ranks_per_bar(W, bars.size());
-  SvgBarChart c;
-  c.id = "steps-" + chart_slug(m.name);
-  c.title = "Per-rank time per step: " + m.name;
-  c.x_label = "global step";
-  c.y_label = "seconds";
-  c.bar_class = "rank";
-  c.y_max = y_max;
-  c.group_separators = true;
-  const SvgLegendItem idle{
-      micro ? "idle (waits for each slot's slowest rank)" : "idle (waits for the slowest rank)",
-      kIdle};
-  if (k == 1)
-    c.legend = {{"busy (micro-batches in alternating shades)", kBusyA}, idle};
-  else
-    c.legend = {{"busy (bin mean)", kBusyA}, {"min-max busy", kRangeColor, false, true}, idle};
-  double busy = 0, span = 0;
-  bool any_padded = false;
-  for (const StepBars& s : bars) {
-    SvgBarGroup g;
-    g.label = std::to_string(s.step);
-    for (size_t r0 = 0; r0 < W; r0 += k) {
-      const size_t r1 = std::min(W, r0 + k);
-      SvgBar b;
-      if (k == 1) {
-        const RankBar& x = s.ranks[r0];
-        b.segments = x.segments;
-        b.title = "step " + std::to_string(s.step) + ", rank " + std::to_string(r0) + ": busy " +
-                  fmt("%.3f", x.compute) + " s (" + std::to_string(x.mbs) + " micro-batches, " +
-                  std::to_string(x.samples) + " samples), idle " + fmt("%.3f", x.idle) + " s";
-      } else {
-        // A bin: the mean of its ranks, and a whisker from the least to the most busy.
-        double compute = 0, padded = 0, idle_sum = 0, lo = 1e300, hi = -1;
-        size_t r_lo = r0, r_hi = r0;
-        int64_t mbs = 0, samples = 0;
-        for (size_t r = r0; r < r1; ++r) {
-          const RankBar& x = s.ranks[r];
-          compute += x.compute, padded += x.padded, idle_sum += x.idle;
-          mbs += x.mbs, samples += x.samples;
-          if (x.compute < lo) lo = x.compute, r_lo = r;
-          if (x.compute > hi) hi = x.compute, r_hi = r;
-        }
-        const double n = double(r1 - r0);
-        b.segments = {
-            {(compute - padded) / n, kBusyA}, {padded / n, kPadded}, {idle_sum / n, kIdle}};
-        b.range_lo = lo, b.range_hi = hi;
-        b.title = "step " + std::to_string(s.step) + ", ranks " + std::to_string(r0) + "-" +
-                  std::to_string(r1 - 1) + ": busy mean " + fmt("%.3f", compute / n) + " s, min " +
-                  fmt("%.3f", lo) + " s (rank " + std::to_string(r_lo) + "), max " +
-                  fmt("%.3f", hi) + " s (rank " + std::to_string(r_hi) + "); idle mean " +
-                  fmt("%.3f", idle_sum / n) + " s; " + std::to_string(mbs) + " micro-batches, " +
-                  std::to_string(samples) + " samples";
-      }
-      g.bars.push_back(std::move(b));
-    }
-    for (const RankBar& x : s.ranks) busy += x.compute, any_padded |= x.padded > 0;
-    span += s.top * double(W);
-    c.groups.push_back(std::move(g));
-  }
-  if (any_padded) c.legend.insert(c.legend.begin() + 1, {"padded repeats", kPadded});
-  if (bars.empty()) {
-    c.subtitle =
-        "no steps in the window: the plan has " + std::to_string(plan.num_steps()) + " steps";
-  } else {
-    c.subtitle = (win.end - win.first == 1
-                      ? "step " + std::to_string(win.first)
-                      : "steps " + std::to_string(win.first) + "-" + std::to_string(win.end - 1)) +
-                 " of " + thousands(int64_t(plan.num_steps())) + ", " + thousands(int64_t(W)) +
-                 " ranks" +
-                 (k > 1 ? " in bins of " + std::to_string(k) +
-                              " (bar: the bin's mean, line: its least to most busy rank)"
-                        : "") +
-                 "; idle in this window " + fmt("%.1f%%", span > 0 ? 100 * (1 - busy / span) : 0) +
-                 " of GPU time, epoch imbalance " + fmt("%.1f%%", 100 * m.imbalance);
-  }
-  c.width = kStepChartWidth;
-  c.height = 360;
-  return {c.id, c.title, render_bar_chart(c)};
 }
 
 constexpr const char* kCss = R"(

@@ -2,10 +2,63 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "adaptiveload/util/error.h"
 
 namespace adaptiveload {
+
+const std::vector<MetricField>& metric_fields() {
+  static const std::vector<MetricField> table = {
+      {"name", &Metrics::name},
+      {"imbalance", &Metrics::imbalance},
+      {"imbalance_step_mean", &Metrics::imbalance_step_mean},
+      {"imbalance_step_maxmin", &Metrics::imbalance_step_maxmin},
+      {"throughput_samples_per_s", &Metrics::throughput_samples_per_s},
+      {"throughput_tokens_per_s", &Metrics::throughput_tokens_per_s},
+      {"epoch_time_s", &Metrics::epoch_time_s},
+      {"peak_memory_utilization_mean", &Metrics::peak_memory_utilization_mean},
+      {"peak_memory_utilization_max", &Metrics::peak_memory_utilization_max},
+      {"diversity", &Metrics::diversity},
+      {"micro_batches_per_rank_step", &Metrics::micro_batches_per_rank_step},
+      {"global_batch_samples_mean", &Metrics::global_batch_samples_mean},
+      {"global_batch_tokens_mean", &Metrics::global_batch_tokens_mean},
+      {"global_batch_samples_max_dev", &Metrics::global_batch_samples_max_dev},
+      {"global_batch_tokens_max_dev", &Metrics::global_batch_tokens_max_dev},
+      {"collective_s", &Metrics::collective_s},
+      {"fixed_cost_fraction", &Metrics::fixed_cost_fraction},
+      {"sync", &Metrics::sync},
+      {"group_min", &Metrics::group_min},
+      {"group_max", &Metrics::group_max},
+      {"steps", &Metrics::steps},
+      {"samples", &Metrics::samples},
+      {"tokens", &Metrics::tokens},
+      {"padded", &Metrics::padded},
+      {"dropped", &Metrics::dropped},
+      // Share of the planned samples left out at the epoch's end (--end-policy drop).
+      {"dropped_fraction",
+       +[](const Metrics& m) { return double(m.dropped) / double(std::max<int64_t>(1, m.samples + m.dropped)); }},
+  };
+  return table;
+}
+
+const MetricField& metric_field(const std::string& key) {
+  for (const MetricField& f : metric_fields())
+    if (key == f.key) return f;
+  throw std::out_of_range("no metric field '" + key + "'");
+}
+
+double MetricField::number(const Metrics& m) const {
+  struct Number {
+    const Metrics& m;
+    double operator()(double Metrics::*p) const { return m.*p; }
+    double operator()(int64_t Metrics::*p) const { return double(m.*p); }
+    double operator()(int Metrics::*p) const { return double(m.*p); }
+    double operator()(std::string Metrics::*) const { return 0; }
+    double operator()(double (*f)(const Metrics&)) const { return f(m); }
+  };
+  return std::visit(Number{m}, read);
+}
 
 double ring_allreduce_seconds(double bytes, int W, double bus_bytes_per_s, double latency_s) {
   if (W <= 1) return 0;
@@ -202,21 +255,8 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
     m.throughput_tokens_per_s = double(m.tokens) / total_time;
   }
   const std::string of = " of strategy '" + m.name + "'";
-  for (const auto& [v, what] : {std::pair{m.imbalance, "imbalance"},
-                                {m.imbalance_step_mean, "imbalance_step_mean"},
-                                {m.imbalance_step_maxmin, "imbalance_step_maxmin"},
-                                {m.throughput_samples_per_s, "throughput_samples_per_s"},
-                                {m.throughput_tokens_per_s, "throughput_tokens_per_s"},
-                                {m.epoch_time_s, "epoch_time_s"},
-                                {m.peak_memory_utilization_mean, "peak_memory_utilization_mean"},
-                                {m.peak_memory_utilization_max, "peak_memory_utilization_max"},
-                                {m.diversity, "diversity"},
-                                {m.micro_batches_per_rank_step, "micro_batches_per_rank_step"},
-                                {m.global_batch_samples_mean, "global_batch_samples_mean"},
-                                {m.global_batch_tokens_mean, "global_batch_tokens_mean"},
-                                {m.collective_s, "collective_s"},
-                                {m.fixed_cost_fraction, "fixed_cost_fraction"}})
-    check_finite(v, std::string("simulated metric '") + what + "'" + of);
+  for (const MetricField& f : metric_fields())
+    if (f.real()) check_finite(f.number(m), std::string("simulated metric '") + f.key + "'" + of);
   return m;
 }
 

@@ -8,6 +8,7 @@
 //   idle time is counted inside every slot.
 #include <cstdint>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "adaptiveload/cost/cost_model.h"
@@ -57,6 +58,27 @@ struct Metrics {
   int64_t padded = 0;
   int64_t dropped = 0;
 };
+
+// The one list of Metrics' reported fields (metric_fields()): `plan --json` writes every
+// entry under its key, the HTML report's summary table takes its data-key and data-value from
+// it, the CLI table and that summary table pick their columns from it
+// (report/metric_columns.h), and simulate() checks every real-valued one is finite, in this
+// order. A new field of Metrics is one line there.
+struct MetricField {
+  using Read = std::variant<double Metrics::*, int64_t Metrics::*, int Metrics::*, std::string Metrics::*,
+                            double (*)(const Metrics&)>;  // the last: derived from the others
+  const char* key;
+  Read read;
+  bool real() const { return !std::holds_alternative<int64_t Metrics::*>(read) &&
+                             !std::holds_alternative<int Metrics::*>(read) &&
+                             !std::holds_alternative<std::string Metrics::*>(read); }
+  // The value as a number (0 for text fields).
+  double number(const Metrics& m) const;
+};
+
+const std::vector<MetricField>& metric_fields();
+// The field named `key`; throws std::out_of_range for a key that is not in the table.
+const MetricField& metric_field(const std::string& key);
 
 // Seconds of one ring all-reduce of `bytes` over W ranks: 2 (W-1)/W * bytes / bus bandwidth
 // + 2 (W-1) * latency. Zero for W = 1.
