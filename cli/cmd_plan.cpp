@@ -74,7 +74,7 @@ std::shared_ptr<Command> add_plan_command(CLI::App& app) {
   c->validate = [p] {
     p->opts.finish();
     if (!p->out.empty() && p->opts.strategy_names().size() != 1)
-      throw CLI::ValidationError("--out", "needs a single --strategy (equal_tokens, fixed, dual or balanced)");
+      throw CLI::ValidationError("--out", "needs a single --strategy (" + strategy_names(", ", " or ") + ")");
   };
   c->run = [p] { return run_plan(p->opts, load_manifests(p->opts), p->out); };
   return c;

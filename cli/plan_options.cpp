@@ -17,6 +17,9 @@
 namespace adaptiveload::cli {
 namespace {
 
+bool mixes_groups(const StrategyEntry& s) { return s.mixes_groups(); }
+bool runs_one_group(const StrategyEntry& s) { return !s.mixes_groups(); }
+
 // A positive finite number up to `max`, or 'auto' (0).
 double parse_auto(const std::string& v, const char* option, double max) {
   if (v == "auto") return 0;
@@ -72,7 +75,7 @@ void PlanOptions::add_to(CLI::App& app, bool with_manifest) {
   app.add_option("--world-size,-w", config.world_size, "Number of GPUs (ranks)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
-  app.add_option("--strategy,-s", strategy, "Strategy: equal_tokens, fixed, dual, balanced, or all")
+  app.add_option("--strategy,-s", strategy, "Strategy: " + adaptiveload::strategy_names() + ", or all")
       ->capture_default_str();
   app.add_option("--seed", seed, "Random seed of the plan, 0 <= seed < 2^64")
       ->capture_default_str();
@@ -205,7 +208,7 @@ Comparison compare(const Planner& planner, const std::vector<std::string>& names
   for (const auto& n : names) {
     // Comparing them all, a strategy that cannot run on these inputs is left out and said;
     // asked for alone, it is an error.
-    if (names.size() > 1 && n == "fixed" && !planner.fixed_error().empty()) {
+    if (names.size() > 1 && find_strategy(n).needs_fixed_batch() && !planner.fixed_error().empty()) {
       c.left_out.emplace_back(n, planner.fixed_error());
       continue;
     }
@@ -213,19 +216,22 @@ Comparison compare(const Planner& planner, const std::vector<std::string>& names
     c.metrics.push_back(planner.simulate(c.plans.back()));
     c.warnings.push_back(planner.warnings(c.plans.back()));
   }
-  // With sequence parallelism in use, balanced on each single fixed group size that every
-  // sample fits (today's practice: one sp_size for the run) beside its per-sample groups.
-  const bool all = names.size() > 1 && std::find(names.begin(), names.end(), "balanced") != names.end();
-  if (all && planner.max_group() > 1) {
+  // With sequence parallelism in use, each strategy that mixes group sizes (balanced) on each
+  // single fixed group size that every sample fits (today's practice: one sp_size for the
+  // run) beside its per-sample groups.
+  if (names.size() > 1 && planner.max_group() > 1) {
     const SeqParallel sp = planner.seq_parallel();
-    for (int g = planner.max_group(); g <= kMaxGroup; g *= 2) {
-      if (!sp.allows(g)) continue;
-      Plan p = planner.plan_fixed_group("balanced", g);
-      Metrics m = planner.simulate(p);
-      m.name = "balanced g=" + std::to_string(g);
-      c.metrics.push_back(std::move(m));
-      c.plans.push_back(std::move(p));
-      c.warnings.emplace_back();  // shown for comparison; its step count follows from g
+    for (const std::string& n : names) {
+      if (!find_strategy(n).mixes_groups()) continue;
+      for (int g = planner.max_group(); g <= kMaxGroup; g *= 2) {
+        if (!sp.allows(g)) continue;
+        Plan p = planner.plan_fixed_group(n, g);
+        Metrics m = planner.simulate(p);
+        m.name = n + " g=" + std::to_string(g);
+        c.metrics.push_back(std::move(m));
+        c.plans.push_back(std::move(p));
+        c.warnings.emplace_back();  // shown for comparison; its step count follows from g
+      }
     }
   }
   return c;
@@ -273,8 +279,9 @@ void print_table(const Planner& planner, const Manifest& manifest, const Compari
       if (bk.bucket_counts[b] > 0) per_g[planner.bucket_groups().empty() ? 1 : planner.bucket_groups()[b]] += bk.bucket_counts[b];
     out << "sequence parallelism (" << cfg.sp << ", sizes " << cfg.sp_sizes << "): samples on g GPUs:";
     for (const auto& [g, n] : per_g) out << " g=" << g << " " << thousands(n);
-    out << "; balanced mixes them, equal_tokens/fixed/dual run all on g=" << planner.max_group()
-        << ", balanced g=G: every sample on G\n";
+    const std::string mixing = strategy_names("/", "/", mixes_groups);
+    out << "; " << mixing << " mixes them, " << strategy_names("/", "/", runs_one_group) << " run all on g="
+        << planner.max_group() << ", " << mixing << " g=G: every sample on G\n";
   }
   out << "budgets: M_mem " << thousands(planner.mem_budget_tokens()) << " tokens"
       << (cfg.mem_budget_tokens ? "" : " (auto)") << ", M_comp " << fmt("%.4g", planner.comp_budget()) << " (B x S^"
@@ -303,7 +310,8 @@ void print_table(const Planner& planner, const Manifest& manifest, const Compari
          "samples not counted) per "
          "second of the simulated epoch, synchronisation included; speedup: "
          "samples/s relative to "
-         "equal_tokens.\n"
+      << baseline_strategy()
+      << ".\n"
          "mem avg, mem max: per-step peak memory over ranks / device memory, mean and max over the "
          "epoch; buckets: "
          "distinct buckets per global step; steps: global steps in the epoch; batch: samples per "
@@ -318,7 +326,9 @@ void print_table(const Planner& planner, const Manifest& manifest, const Compari
   if (any_dropped)
     out << "*: samples dropped (--end-policy drop): a strategy that drops trains fewer samples "
            "than the others, so "
-           "it, and every strategy when equal_tokens drops, gets no speedup; compare with "
+           "it, and every strategy when "
+        << baseline_strategy()
+        << " drops, gets no speedup; compare with "
            "--end-policy pad.\n";
 }
 

@@ -1,19 +1,19 @@
 // libFuzzer target: fuzz bytes -> a small manifest (up to 48 clips and images of any size,
-// length and frame rate) and a planner configuration (strategy, world size 1..1024, seed,
-// epoch, end policy, model, device, memory / compute / step budgets). Checks the plan
+// length and frame rate) and a planner configuration (any registered strategy, world size
+// 1..1024, seed, epoch, end policy, model, device, memory / compute / step budgets). Checks the plan
 // contract: every usable sample exactly once (trained or dropped), every rank busy in
 // every step (equal step counts), determinism, resume at a step boundary reproducing the
 // plan, and an elastic resume losing and repeating nothing (or, where a sample's
 // sequence-parallel group cannot be formed on the new world size, a ConfigError).
 #include <memory>
 
+#include "fuzz_strategies.h"
 #include "plan_check.h"
 
 using namespace adaptiveload;
 using namespace adaptiveload::fuzz;
 
 namespace {
-const char* const kStrategies[] = {"equal_tokens", "fixed", "dual", "balanced"};
 const char* const kFps[] = {"16", "24", "25", "29.97", "30", "60", "8", "120"};
 
 bool same_plan(const Plan& a, const Plan& b) {
@@ -31,7 +31,8 @@ bool same_plan(const Plan& a, const Plan& b) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Bytes in(data, size);
-  const std::string strategy = kStrategies[in.below(4)];
+  static const std::vector<std::string> kStrategies = fuzzed_strategies();
+  const std::string strategy = kStrategies[in.below(uint32_t(kStrategies.size()))];
   PlannerConfig cfg;
   const uint8_t wsel = in.u8();
   cfg.world_size = wsel < 240 ? 1 + wsel % 16 : 1 + int(in.below(1024));

@@ -25,7 +25,6 @@ using namespace adaptiveload;
 namespace {
 
 const char* const kHeader = "path,num_frames,height,width,fps\n";
-const char* const kAll[] = {"equal_tokens", "fixed", "dual", "balanced"};
 
 // The message of the exception `f` throws ("" when it throws none).
 template <class F>
@@ -60,11 +59,8 @@ Manifest small_manifest() {
 }
 
 void expect_finite_metrics(const Metrics& m, const std::string& ctx) {
-  for (double v : {m.imbalance, m.imbalance_step_mean, m.imbalance_step_maxmin,
-                   m.throughput_samples_per_s, m.throughput_tokens_per_s, m.epoch_time_s,
-                   m.peak_memory_utilization_mean, m.peak_memory_utilization_max, m.diversity,
-                   m.micro_batches_per_rank_step, m.global_batch_samples_mean})
-    EXPECT_TRUE(std::isfinite(v)) << ctx;
+  for (const MetricField& f : metric_fields())
+    if (f.real()) EXPECT_TRUE(std::isfinite(f.number(m))) << ctx << " " << f.key;
 }
 
 // Every budget, cost and metric of a planner finite, every strategy's plan within contract.
@@ -78,8 +74,9 @@ void expect_all_finite(const Planner& pl, const std::string& ctx) {
         << ctx << " " << b.name();
     EXPECT_TRUE(std::isfinite(pl.memory().bytes(1, b.tokens))) << ctx;
   }
-  for (const char* s : kAll) {
-    if (std::string(s) == "fixed" && pl.grid().fixed_batch_sizes.empty()) continue;
+  for (const StrategyEntry& entry : strategies()) {
+    const std::string s = entry.name;
+    if (entry.needs_fixed_batch() && pl.grid().fixed_batch_sizes.empty()) continue;
     Plan p = pl.plan(s);
     test::expect_plan_contract(pl, p, ctx + " " + s);
     for (const MicroBatch& mb : p.micro_batches) EXPECT_GE(mb.count, 1u) << ctx << " " << s;
@@ -534,8 +531,9 @@ TEST(HardeningPlan, JsonlMarksWhichMicroBatchesArePaddingRepeats) {
   PlannerConfig cfg;
   cfg.world_size = 8;
   Planner pl(m, cfg);
-  for (const char* s : kAll) {
-    if (std::string(s) == "fixed") continue;
+  for (const StrategyEntry& entry : strategies()) {
+    const std::string s = entry.name;
+    if (entry.needs_fixed_batch()) continue;
     Plan p = pl.plan(s);
     ASSERT_GT(p.padded_samples, 0) << s;
     std::istringstream lines(test::jsonl(p));

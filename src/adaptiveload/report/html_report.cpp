@@ -11,6 +11,7 @@
 #include "adaptiveload/presets/presets.h"
 #include "adaptiveload/report/metric_columns.h"
 #include "adaptiveload/report/step_chart.h"
+#include "adaptiveload/strategy/strategy.h"
 #include "adaptiveload/report/svg_chart.h"
 #include "adaptiveload/util/error.h"
 #include "adaptiveload/util/format.h"
@@ -92,9 +93,14 @@ bool sp_in_use(const Planner& planner, const std::vector<Metrics>& metrics) {
   return false;
 }
 
+bool mixes_groups(const StrategyEntry& s) { return s.mixes_groups(); }
+bool runs_one_group(const StrategyEntry& s) { return !s.mixes_groups(); }
+
+// The rows `<strategy> g=G` of the strategies that mix group sizes (balanced).
 bool has_fixed_group_rows(const std::vector<Metrics>& metrics) {
   for (const auto& m : metrics)
-    if (m.name.rfind("balanced g=", 0) == 0) return true;
+    for (const StrategyEntry& s : strategies())
+      if (s.mixes_groups() && m.name.rfind(std::string(s.name) + " g=", 0) == 0) return true;
   return false;
 }
 
@@ -152,14 +158,15 @@ std::string sp_item(const Planner& planner, const std::vector<Metrics>& metrics)
     o << (i ? ";" : "") << " g=" << used[i].first << " by " << used[i].second;
   o << ". ";
   if (cfg.sp == "auto" || cfg.sp == "per-sample" || cfg.sp == "min")
-    o << "balanced mixes group sizes per sample"
+    o << strategy_names(", ", " and ", mixes_groups) << " mixes group sizes per sample"
       << (cfg.sp == "min" ? " (each on the smallest it fits)"
                           : " and keeps the fastest choice it simulates")
-      << "; equal_tokens, fixed and dual run every sample on g=" << planner.max_group()
+      << "; " << strategy_names(", ", " and ", runs_one_group) << " run every sample on g=" << planner.max_group()
       << " (the largest any sample needs)";
   else
     o << "every strategy runs every sample on g=" << planner.max_group();
-  if (has_fixed_group_rows(metrics)) o << "; the table's balanced g=G rows put every sample on G";
+  if (has_fixed_group_rows(metrics))
+    o << "; the table's " << strategy_names(", ", " and ", mixes_groups) << " g=G rows put every sample on G";
   o << ".</li>\n";
   return o.str();
 }
@@ -368,7 +375,8 @@ Report build_report(const Planner& planner, const Manifest* manifest,
                     ", beyond what overlaps the slot's compute"
               : "one gradient all-reduce per step")
     << "); padded repeats and dropped samples are not counted; speedup: samples/s over "
-       "equal_tokens. mem avg, mem max: per-step peak memory over ranks / device memory, mean "
+    << baseline_strategy()
+    << ". mem avg, mem max: per-step peak memory over ranks / device memory, mean "
        "and max over the epoch; buckets: distinct buckets per global step; steps: global steps "
        "in the epoch; batch: samples per global step (mean); mb/rank: micro-batches per rank "
        "per step (gradient accumulation"
@@ -383,7 +391,8 @@ Report build_report(const Planner& planner, const Manifest* manifest,
     << "; g: sequence-parallel group sizes (GPUs per sample) used; padded: repeated samples "
        "added at the epoch's end so every rank has work (--end-policy pad); dropped: samples "
        "left out of the epoch for that reason (--end-policy drop); -*: the strategy (or "
-       "equal_tokens) dropped samples at the epoch's end (--end-policy drop), so its speedup is "
+    << baseline_strategy()
+    << ") dropped samples at the epoch's end (--end-policy drop), so its speedup is "
        "not "
        "comparable."
     << (has_fixed_group_rows(metrics) ? " " + fixed_group_rows_text() + "." : "") << "</p>\n";

@@ -1,5 +1,6 @@
 #include "adaptiveload/report/metric_columns.h"
 
+#include "adaptiveload/strategy/strategy.h"
 #include "adaptiveload/util/format.h"
 
 namespace adaptiveload {
@@ -13,9 +14,10 @@ std::string count(int64_t n, bool html) { return html ? thousands(n) : std::to_s
 }  // namespace
 
 double speedup_base(const std::vector<Metrics>& metrics) {
+  const std::string baseline = baseline_strategy();
   double base = 0;
   for (const Metrics& m : metrics)
-    if (m.name == "equal_tokens") base = m.dropped > 0 ? -1 : m.throughput_samples_per_s;
+    if (m.name == baseline) base = m.dropped > 0 ? -1 : m.throughput_samples_per_s;
   return base;
 }
 

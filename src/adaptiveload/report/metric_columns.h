@@ -11,9 +11,9 @@
 
 namespace adaptiveload {
 
-// The speedup column's reference: the baseline's samples/s (equal_tokens), -1 when the
-// baseline dropped samples (no speedup is comparable), 0 when the comparison has no
-// baseline row.
+// The speedup column's reference: the samples/s of the strategy the registry marks kBaseline
+// (equal_tokens), -1 when the baseline dropped samples (no speedup is comparable), 0 when
+// the comparison has no baseline row.
 double speedup_base(const std::vector<Metrics>& metrics);
 
 // A strategy's speedup over the base: "-*" when it or the baseline dropped samples (a

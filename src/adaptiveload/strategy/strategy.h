@@ -68,14 +68,49 @@ struct PlanProblem {
   uint64_t target_steps() const;
 };
 
+// The strategy registry (strategy_registry.cpp): the one list of strategy names and of what
+// each strategy does, read by the planner, the CLI (--strategy's help and check, the
+// comparison), the report, the Python binding (_C.strategies()), the fuzzers and the tests.
+// Bits of StrategyEntry::sync_modes: the sync modes (plan/layout.h) a strategy plans for.
+constexpr uint8_t kServesStep = 1u << uint8_t(SyncMode::kStep);
+constexpr uint8_t kServesMicro = 1u << uint8_t(SyncMode::kMicro);
+constexpr uint8_t kServesBoth = kServesStep | kServesMicro;
+// Bits of StrategyEntry::traits.
+//   kMixesGroups      plans samples of different sequence-parallel group sizes together
+//                     (plan_balanced_groups); the others run every sample on the largest
+//                     group any sample needs (Planner::run).
+//   kNeedsFixedBatch  needs per-bucket batch sizes (PlanProblem::fixed_batch, --fixed-config
+//                     or the grid's); left out of a comparison where they miss a bucket.
+//   kBaseline         the comparison's reference: speedups are samples/s over its samples/s.
+constexpr uint8_t kMixesGroups = 1, kNeedsFixedBatch = 2, kBaseline = 4;
+
 struct StrategyEntry {
   const char* name;
   const char* summary;
   Plan (*fn)(const PlanProblem&);
+  uint8_t sync_modes = kServesBoth;
+  uint8_t traits = 0;
+  bool serves(SyncMode m) const { return (sync_modes >> uint8_t(m)) & 1u; }
+  bool mixes_groups() const { return traits & kMixesGroups; }
+  bool needs_fixed_batch() const { return traits & kNeedsFixedBatch; }
+  bool baseline() const { return traits & kBaseline; }
 };
 
+// Built-in strategies first, in registry order, then those added by register_strategy.
 const std::vector<StrategyEntry>& strategies();
 const StrategyEntry& find_strategy(const std::string& name);  // throws ConfigError
+// Adds a strategy after the built-in ones (an out-of-tree strategy, a test's). Throws
+// ConfigError when the name is taken or empty. Call it before planning: the registry is not
+// guarded against concurrent readers.
+void register_strategy(const StrategyEntry& entry);
+// Removes a strategy added by register_strategy (tests); false when there is none of that name.
+bool unregister_strategy(const std::string& name);
+// The registered names joined: "equal_tokens, fixed, dual, balanced" (`last` before the
+// final one: ", " or " or "); `only` keeps the entries it accepts (null: all).
+std::string strategy_names(const char* sep = ", ", const char* last = ", ",
+                           bool (*only)(const StrategyEntry&) = nullptr);
+// The strategy speedups are measured against ("" when none is marked baseline).
+std::string baseline_strategy();
 
 Plan plan_equal_tokens(const PlanProblem& pr);
 Plan plan_fixed(const PlanProblem& pr);
