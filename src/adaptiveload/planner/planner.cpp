@@ -239,7 +239,7 @@ Plan Planner::run_on_groups(const StrategyEntry& s, const PlanProblem& pr, int g
     if (q.max_batch_memory[b] < 1 && live[b])
       throw ConfigError("a sample of bucket " + bucketing_.buckets[b].name() + " does not fit a sequence-parallel group of " +
                         std::to_string(g) + "; use a larger group size");
-  if (std::string(s.name) == "fixed" && q.fixed_batch.size() != bucketing_.buckets.size())
+  if (s.needs_fixed_batch() && q.fixed_batch.size() != bucketing_.buckets.size())
     throw ConfigError(fixed_error_);
   Plan p = s.fn(q);
   // Each of the W / g plan ranks is a group: its g ranks list the same micro-batches.
@@ -266,7 +266,10 @@ Plan Planner::run_on_groups(const StrategyEntry& s, const PlanProblem& pr, int g
 }
 
 Plan Planner::run(const StrategyEntry& s, const PlanProblem& pr) const {
-  if (std::string(s.name) == "fixed" && pr.fixed_batch.size() != bucketing_.buckets.size())
+  if (!s.serves(pr.layout.sync))
+    throw ConfigError("strategy '" + std::string(s.name) + "' does not plan for " + sync_name(pr.layout.sync) +
+                      " sync mode");
+  if (s.needs_fixed_batch() && pr.fixed_batch.size() != bucketing_.buckets.size())
     throw ConfigError(fixed_error_);
   if (!pr.bucket_group.empty()) {
     // Groups of different sizes: balanced plans them per sample; the other strategies (and
@@ -276,13 +279,13 @@ Plan Planner::run(const StrategyEntry& s, const PlanProblem& pr) const {
     for (uint32_t id : pr.pool_ids()) live[(*pr.sample_bucket)[id]] = 1;
     for (size_t b = 0; b < live.size(); ++b)
       if (live[b]) gmax = std::max(gmax, int(pr.bucket_group[b])), gmin = std::min(gmin, int(pr.bucket_group[b]));
-    if (std::string(s.name) != "balanced") return run_on_groups(s, pr, gmax);
+    if (!s.mixes_groups()) return run_on_groups(s, pr, gmax);
     if (opt_.sp == SpPolicy::kMin || opt_.sp == SpPolicy::kFixed) return gmin == gmax ? run_on_groups(s, pr, gmax) : s.fn(pr);
     return run_balanced_groups(s, pr);
   }
-  if (std::string(s.name) == "balanced" && opt_.sp == SpPolicy::kPerSample && seq_parallel(pr.world_size).sizes != 1)
+  if (s.mixes_groups() && opt_.sp == SpPolicy::kPerSample && seq_parallel(pr.world_size).sizes != 1)
     return run_balanced_groups(s, pr);
-  if (std::string(s.name) == "balanced") return run_balanced_held(s, pr);
+  if (s.mixes_groups()) return run_balanced_held(s, pr);
   return s.fn(pr);
 }
 
@@ -301,7 +304,7 @@ Plan Planner::run_balanced_held(const StrategyEntry& s, const PlanProblem& pr) c
   if (t >= simulate(quick).throughput_samples_per_s) return held;
   double best_other = 0;
   for (const StrategyEntry& other : strategies())
-    if (std::string(other.name) != "balanced" && !(std::string(other.name) == "fixed" && !fixed_error_.empty()))
+    if (!other.mixes_groups() && !(other.needs_fixed_batch() && !fixed_error_.empty()))
       best_other = std::max(best_other, simulate(run(other, pr)).throughput_samples_per_s);
   if (t >= best_other) return held;
   for (const uint8_t hold : {kHoldBatch, kHoldMix}) {
