@@ -45,6 +45,9 @@ uint64_t parse_whole(const std::string& v, const char* option, uint64_t max, con
   throw CLI::ValidationError(option, "must be an integer in " + range + ", got '" + v + "'");
 }
 
+// The option's choices from the core's table (planner/option_ranges.h).
+CLI::IsMember choices(const char* name) { return CLI::IsMember(option_range(name).choices); }
+
 std::string names_of(const std::string& kind) {
   std::string out;
   for (const auto& n : preset_names(kind)) out += (out.empty() ? "" : ", ") + n;
@@ -74,7 +77,7 @@ void PlanOptions::add_to(CLI::App& app, bool with_manifest) {
                      "tiny-dit, wan otherwise)");
   app.add_option("--world-size,-w", config.world_size, "Number of GPUs (ranks)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(CLI::Range(1, kMaxWorldSize));
   app.add_option("--strategy,-s", strategy, "Strategy: " + adaptiveload::strategy_names() + ", or all")
       ->capture_default_str();
   app.add_option("--seed", seed, "Random seed of the plan, 0 <= seed < 2^64")
@@ -94,24 +97,24 @@ void PlanOptions::add_to(CLI::App& app, bool with_manifest) {
       ->capture_default_str();
   app.add_option("--cost-model", config.cost_model, "Cost model: analytic, power, or profile")
       ->capture_default_str()
-      ->check(CLI::IsMember({"analytic", "power", "profile"}));
+      ->check(choices("cost_model"));
   app.add_option("--profile", config.profile, "Profile file from `adaptiveload calibrate` (implies --cost-model profile)")
       ->check(CLI::ExistingFile);
   app.add_option("--checkpointing", checkpointing, "Full activation checkpointing (on/off)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"on", "off"}));
+      ->check(choices("checkpointing"));
   app.add_option("--sharding", config.sharding,
                  "Model state per GPU: none (DDP), fsdp (fully sharded over the ranks), or auto (fsdp when the "
                  "unsharded state would take over half the memory)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "none", "fsdp"}));
+      ->check(choices("sharding"));
   app.add_option("--sync", config.sync,
                  "Synchronisation of the training engine: step (DDP, ZeRO-1: one gradient all-reduce per step; "
                  "ranks may run different numbers of micro-batches), micro (FSDP, FSDP2, HSDP, ZeRO-2/3: "
                  "collectives in every micro-batch, so every rank runs the same number of micro-batches per "
                  "step), or auto: micro when the model state is sharded (--sharding), else step")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "step", "micro"}));
+      ->check(choices("sync"));
   app.add_option("--global-batch", config.global_batch,
                  "Global batch the plan keeps: auto (the step count of a bucket loader with the same memory "
                  "budget, i.e. equal_tokens on -w ranks), steps:N (N global steps per epoch), samples:N or "
@@ -123,12 +126,12 @@ void PlanOptions::add_to(CLI::App& app, bool with_manifest) {
                  "micro sync: share (0..1) of each micro-batch's collectives (parameter all-gather, gradient "
                  "reduce-scatter) that overlaps its compute")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(CLI::Range(option_range("collective_overlap").lo, option_range("collective_overlap").hi));
   app.add_option("--reshard-after-forward", reshard,
                  "micro sync with sharded parameters: all-gather them again in backward (FSDP2's "
                  "reshard_after_forward, ZeRO-3), on/off")
       ->capture_default_str()
-      ->check(CLI::IsMember({"on", "off"}));
+      ->check(choices("reshard_after_forward"));
   app.add_option("--sp", config.sp,
                  "Sequence parallelism (Ulysses): auto (a sample that does not fit one GPU runs on a group of "
                  "GPUs: the smallest it fits, or a larger one where balanced's simulation says that shortens "
@@ -150,34 +153,34 @@ void PlanOptions::add_to(CLI::App& app, bool with_manifest) {
   app.add_option("--end-policy", end_policy,
                  "A final step that cannot give every rank work: pad (repeat samples, flagged) or drop")
       ->capture_default_str()
-      ->check(CLI::IsMember({"pad", "drop"}));
+      ->check(choices("end_policy"));
   app.add_option("--on-bad-row", on_bad_row, "Bad manifest rows: error (stop) or skip (count and report)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"error", "skip"}));
+      ->check(choices("on_bad_row"));
   app.add_option("--on-duplicate", on_duplicate,
                  "Rows that repeat an earlier row's path (a clip listed twice, a manifest given twice): warn "
                  "(keep them, say so), skip (keep the first of each path) or error")
       ->capture_default_str()
-      ->check(CLI::IsMember({"warn", "skip", "error"}));
+      ->check(choices("on_duplicate"));
   app.add_option("--on-oversize", on_oversize, "A sample too big for memory alone: error or skip (count and report)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"error", "skip"}));
+      ->check(choices("on_oversize"));
   app.add_flag("--json", json, "Print one JSON object on stdout instead of the table");
   app.add_flag("--quiet,-q", quiet, "Print only the table or JSON");
 }
 
 void PlanOptions::finish() {
-  // Ranges as the core's (validate_config in planner.cpp), named by option here.
-  const double mem = parse_auto(mem_budget, "--mem-budget", 1e15);
+  // Ranges from the core's table (planner/option_ranges.h), named by option here.
+  const double mem = parse_auto(mem_budget, "--mem-budget", double(kMaxMemBudgetTokens));
   if (mem != std::floor(mem))
     throw CLI::ValidationError(
         "--mem-budget", "must be a whole number of tokens or 'auto', got '" + mem_budget + "'");
   config.mem_budget_tokens = int64_t(mem);
-  config.comp_budget = parse_auto(comp_budget, "--comp-budget", 1e300);
+  config.comp_budget = parse_auto(comp_budget, "--comp-budget", kMaxCompBudget);
   config.p = parse_auto(p, "--p", kMaxP);
-  config.step_budget_s = parse_auto(step_budget, "--step-budget", 1e9);
-  config.seed = parse_whole(seed, "--seed", UINT64_MAX, "0 .. 18446744073709551615 (0 <= seed < 2^64)");
-  config.epoch = int64_t(parse_whole(epoch, "--epoch", uint64_t(INT64_MAX), "0 .. 9223372036854775807"));
+  config.step_budget_s = parse_auto(step_budget, "--step-budget", kMaxSampleSeconds);
+  config.seed = parse_whole(seed, "--seed", kMaxSeed, "0 .. " + std::to_string(kMaxSeed) + " (0 <= seed < 2^64)");
+  config.epoch = int64_t(parse_whole(epoch, "--epoch", uint64_t(kMaxEpoch), "0 .. " + std::to_string(kMaxEpoch)));
   config.checkpointing = checkpointing == "on";
   config.reshard_after_forward = reshard == "on";
   config.end_policy = end_policy == "drop" ? EndPolicy::kDrop : EndPolicy::kPad;

@@ -1,5 +1,6 @@
-// Python bindings of the planner core (pybind11): Manifest, PlannerConfig, Planner, Plan
-// and the resumable state, for adaptiveload.AdaptiveBatchSampler. The core stays torch-free;
+// Python bindings of the planner core (pybind11): Manifest, PlannerConfig, Planner, Plan,
+// the resumable state, the strategy registry (strategies()) and the option ranges
+// (option_ranges()), for adaptiveload.AdaptiveBatchSampler. The core stays torch-free;
 // this file only converts between Python and core types.
 #include <torch/extension.h>
 
@@ -10,7 +11,9 @@
 #include "adaptiveload/manifest/manifest.h"
 #include "adaptiveload/plan/state.h"
 #include "adaptiveload/cost/calibration.h"
+#include "adaptiveload/planner/option_ranges.h"
 #include "adaptiveload/planner/planner.h"
+#include "adaptiveload/strategy/strategy.h"
 
 namespace adaptiveload {
 namespace py {
@@ -306,6 +309,57 @@ void bind_planner(pb::module_& m) {
           "(plan, first_step, state_json): the plan that continues `state` on `world_size` ranks; with "
           "`new_cost` (a cost object from fit_observations), the rest of the epoch is re-planned with it.");
 
+  // The registry and the option ranges, for the Python side's checks and messages: one list
+  // in the core (strategy/strategy_registry.cpp, planner/option_ranges.cpp), read here.
+  m.def(
+      "strategies",
+      [] {
+        pb::list out;
+        for (const StrategyEntry& s : strategies()) {
+          pb::dict d;
+          d["name"] = s.name;
+          d["summary"] = s.summary;
+          std::vector<std::string> modes;
+          for (SyncMode mode : {SyncMode::kStep, SyncMode::kMicro})
+            if (s.serves(mode)) modes.push_back(sync_name(mode));
+          d["sync_modes"] = modes;
+          d["mixes_groups"] = s.mixes_groups();
+          d["needs_fixed_batch"] = s.needs_fixed_batch();
+          d["baseline"] = s.baseline();
+          out.append(std::move(d));
+        }
+        return out;
+      },
+      "The registered strategies in registry order, one dict each: name, summary, sync_modes (the "
+      "sync modes it plans for, of 'step' and 'micro'), mixes_groups (plans sequence-parallel "
+      "group sizes per sample), needs_fixed_batch (needs per-bucket batch sizes) and baseline "
+      "(the strategy speedups are measured against).");
+  m.def(
+      "option_ranges",
+      [] {
+        pb::dict out;
+        for (const OptionRange& r : option_ranges()) {
+          pb::dict d;
+          d["option"] = r.option;
+          switch (r.kind) {
+            case OptionRange::Kind::kInteger:
+              d["kind"] = "integer", d["min"] = r.int_lo, d["max"] = r.int_hi, d["min_open"] = false;
+              break;
+            case OptionRange::Kind::kReal:
+              d["kind"] = "real", d["min"] = r.lo, d["max"] = r.hi, d["min_open"] = r.lo_open;
+              break;
+            case OptionRange::Kind::kChoice:
+              d["kind"] = "choice", d["choices"] = r.choices;
+              break;
+          }
+          d["zero_is_auto"] = r.zero_is_auto;
+          out[pb::str(r.name)] = std::move(d);
+        }
+        return out;
+      },
+      "The planner's option ranges by PlannerConfig field: {'option': CLI flag, 'kind': 'integer' | "
+      "'real' | 'choice', 'min', 'max' (inclusive; 'min_open': min excluded), or 'choices' (in the "
+      "CLI's order), 'zero_is_auto' (0 means auto)}.");
   m.def(
       "apply_duplicate_policy",
       [](Manifest& manifest, const std::string& policy) {

@@ -77,10 +77,10 @@ PlanOptions resolve_options(PlannerConfig& c) {
   if (c.world_size < 1 || c.world_size > kMaxWorldSize)
     bad("world size", "in 1.." + std::to_string(kMaxWorldSize), double(c.world_size));
   if (c.epoch < 0) bad("epoch", ">= 0", double(c.epoch));
-  if (c.mem_budget_tokens < 0 || c.mem_budget_tokens > int64_t(1e15))
+  if (c.mem_budget_tokens < 0 || c.mem_budget_tokens > kMaxMemBudgetTokens)
     bad("mem_budget_tokens (M_mem)", "0 (auto) or a token count up to 1e15",
         double(c.mem_budget_tokens));
-  if (!(c.comp_budget >= 0 && c.comp_budget <= 1e300))
+  if (!(c.comp_budget >= 0 && c.comp_budget <= kMaxCompBudget))
     bad("comp_budget (M_comp)", "0 (auto) or a positive finite number", c.comp_budget);
   if (!(c.p == 0 || (c.p > 0 && c.p <= kMaxP)))
     bad("p (exponent of the compute constraint B x S^p)",

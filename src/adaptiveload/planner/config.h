@@ -7,14 +7,11 @@
 #include <utility>
 
 #include "adaptiveload/plan/plan.h"
+#include "adaptiveload/planner/option_ranges.h"
 
 namespace adaptiveload {
 
 enum class OversizePolicy { kError, kSkip };
-
-// Limits of the numeric options (checked by the Planner constructors, naming the option).
-constexpr int kMaxWorldSize = 1 << 20;
-constexpr double kMaxP = 4;  // S^p of a 10^6-token sample stays far from double's range
 
 struct PlannerConfig {
   std::string model = "wan2.1-1.3b";
@@ -62,9 +59,6 @@ struct PlannerConfig {
   // and the model's heads (Ulysses splits heads) and is at most the device's node size.
   std::string sp_sizes = "1,2,4,8";
 };
-
-// Largest seconds one sample may cost: beyond it the scheduler's integer ticks saturate.
-constexpr double kMaxSampleSeconds = 1e9;
 
 enum class Sharding : uint8_t { kAuto, kNone, kFsdp };
 enum class SyncChoice : uint8_t { kAuto, kStep, kMicro };
