@@ -320,8 +320,8 @@ void bind_planner(pb::module_& m) {
           d["name"] = s.name;
           d["summary"] = s.summary;
           std::vector<std::string> modes;
-          for (SyncMode mode : {SyncMode::kStep, SyncMode::kMicro})
-            if (s.serves(mode)) modes.push_back(sync_name(mode));
+          for (const SyncModeName& mode : kSyncModes)
+            if (s.serves(mode.mode)) modes.push_back(mode.name);
           d["sync_modes"] = modes;
           d["mixes_groups"] = s.mixes_groups();
           d["needs_fixed_batch"] = s.needs_fixed_batch();
@@ -419,7 +419,7 @@ void bind_planner(pb::module_& m) {
       [](const std::string& strategy, uint64_t fingerprint, uint64_t seed, int64_t epoch, const pb::list& segments,
          const std::string& sync) {
         PlanState s;
-        if (!parse_sync_mode(sync, s.sync)) throw std::invalid_argument("sync must be 'step' or 'micro'");
+        if (!parse_sync(sync, s.sync)) throw std::invalid_argument("sync must be " + sync_names("'"));
         s.strategy = strategy, s.fingerprint = fingerprint, s.seed = seed, s.epoch = epoch;
         bool any_cost = false;
         for (const pb::handle& h : segments) {

@@ -23,12 +23,40 @@ namespace adaptiveload {
 
 enum class SyncMode : uint8_t { kStep = 0, kMicro = 1 };
 
-inline const char* sync_name(SyncMode s) { return s == SyncMode::kMicro ? "micro" : "step"; }
-// "step" or "micro" -> the mode; false for any other text (the one reader of a mode's name).
-inline bool parse_sync_mode(std::string_view name, SyncMode& out) {
-  if (name != "step" && name != "micro") return false;
-  out = name == "micro" ? SyncMode::kMicro : SyncMode::kStep;
-  return true;
+// The sync modes by name, one line each: the one list the option check (--sync, the
+// sampler's sync, planner/option_ranges.cpp), the state's "sync", the messages and
+// sync_name read.
+struct SyncModeName {
+  SyncMode mode;
+  const char* name;
+  const char* engines;  // the training engines that synchronise this way
+};
+inline constexpr SyncModeName kSyncModes[] = {
+    {SyncMode::kStep, "step", "DDP, ZeRO-1"},
+    {SyncMode::kMicro, "micro", "FSDP, ZeRO-2/3"},
+};
+
+inline const SyncModeName& sync_mode_name(SyncMode s) {
+  for (const SyncModeName& m : kSyncModes)
+    if (m.mode == s) return m;
+  return kSyncModes[0];
+}
+inline const char* sync_name(SyncMode s) { return sync_mode_name(s).name; }
+// The mode called `name`; false (and `out` unchanged) when no mode is.
+inline bool parse_sync(const std::string& name, SyncMode& out) {
+  for (const SyncModeName& m : kSyncModes)
+    if (name == m.name) return out = m.mode, true;
+  return false;
+}
+// The names joined for messages: "step or micro", "\"step\" or \"micro\"" (quote), or with
+// the engines, "step (DDP, ZeRO-1) or micro (FSDP, ZeRO-2/3)".
+inline std::string sync_names(const char* quote = "", bool engines = false) {
+  std::string out;
+  const size_t n = sizeof kSyncModes / sizeof kSyncModes[0];
+  for (size_t i = 0; i < n; ++i)
+    out += std::string(i == 0 ? "" : i + 1 == n ? " or " : ", ") + quote + kSyncModes[i].name + quote +
+           (engines ? std::string(" (") + kSyncModes[i].engines + ")" : "");
+  return out;
 }
 
 constexpr int kMaxGroup = 128;  // largest sequence-parallel group (Plan::mb_group is a byte)

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "adaptiveload/plan/layout.h"
 #include "adaptiveload/util/error.h"
 
 namespace adaptiveload {
@@ -104,8 +105,8 @@ PlanState state_from_json(const std::string& text) {
     throw InputError(where, "'epoch' must be a non-negative integer");
   s.epoch = j["epoch"].get<int64_t>();
   if (j.contains("sync")) {
-    if (!j["sync"].is_string() || !parse_sync_mode(j["sync"].get<std::string>(), s.sync))
-      throw InputError(where, "'sync' must be \"step\" or \"micro\"");
+    if (!j["sync"].is_string() || !parse_sync(j["sync"].get<std::string>(), s.sync))
+      throw InputError(where, "'sync' must be " + sync_names("\""));
   }
   if (!j.contains("segments") || !j["segments"].is_array() || j["segments"].empty() ||
       j["segments"].size() > kMaxSegments)

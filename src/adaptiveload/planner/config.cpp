@@ -90,10 +90,10 @@ PlanOptions resolve_options(PlannerConfig& c) {
   if (!(c.collective_overlap >= 0 && c.collective_overlap <= 1))
     bad("collective_overlap", "in [0, 1]", c.collective_overlap);
   PlanOptions o;
-  if (c.sync == "auto" || c.sync == "step" || c.sync == "micro")
-    o.sync = c.sync == "step" ? SyncChoice::kStep : c.sync == "micro" ? SyncChoice::kMicro : SyncChoice::kAuto;
-  else
-    throw ConfigError("sync must be auto, step (DDP, ZeRO-1) or micro (FSDP, ZeRO-2/3), not '" + c.sync + "'");
+  SyncMode mode = SyncMode::kStep;
+  if (c.sync != "auto" && !parse_sync(c.sync, mode))
+    throw ConfigError("sync must be auto, " + sync_names("", true) + ", not '" + c.sync + "'");
+  o.sync = c.sync == "auto" ? SyncChoice::kAuto : mode == SyncMode::kMicro ? SyncChoice::kMicro : SyncChoice::kStep;
   std::tie(o.batch, o.batch_value) = parse_global_batch(c.global_batch);
   const uint32_t sizes = parse_sp_sizes(c.sp_sizes);
   o.sp_group = parse_sp(c.sp);

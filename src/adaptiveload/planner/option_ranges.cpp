@@ -22,6 +22,13 @@ OptionRange real(const char* name, const char* option, double lo, double hi, boo
   return r;
 }
 
+// --sync: auto, then every mode's name (plan/layout.h).
+std::vector<std::string> sync_choices() {
+  std::vector<std::string> out = {"auto"};
+  for (const SyncModeName& m : kSyncModes) out.push_back(m.name);
+  return out;
+}
+
 OptionRange choice(const char* name, const char* option, std::vector<std::string> choices) {
   OptionRange r{name, option, K::kChoice};
   r.choices = std::move(choices);
@@ -42,7 +49,7 @@ const std::vector<OptionRange>& option_ranges() {
       choice("cost_model", "--cost-model", {"analytic", "power", "profile"}),
       choice("checkpointing", "--checkpointing", {"on", "off"}),
       choice("sharding", "--sharding", {"auto", "none", "fsdp"}),
-      choice("sync", "--sync", {"auto", "step", "micro"}),
+      choice("sync", "--sync", sync_choices()),
       real("collective_overlap", "--overlap", 0, 1, !kOpen, !kAuto),
       choice("reshard_after_forward", "--reshard-after-forward", {"on", "off"}),
       // Each allowed sequence-parallel group size (a power of two).

@@ -25,7 +25,7 @@ Planner::Resumed Planner::resume(const PlanState& state, int world_size, const s
   if (state.sync != sync_)
     throw InputError("sampler state",
                      "was saved for a " + std::string(sync_name(state.sync)) + "-sync plan (" +
-                         (state.sync == SyncMode::kMicro ? "FSDP, ZeRO-2/3" : "DDP, ZeRO-1") + "), but this planner plans for " +
+                         sync_mode_name(state.sync).engines + "), but this planner plans for " +
                          sync_name(sync_) + " sync; resume with the same sync mode (and sharding) it was saved with");
   if (state.fingerprint != fingerprint_)
     throw InputError("sampler state", "was saved for another manifest or planner configuration (fingerprint mismatch); "
