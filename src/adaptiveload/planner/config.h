@@ -1,6 +1,6 @@
 #pragma once
 // The planner's configuration (PlannerConfig) and where its options are read and range-checked:
-// the CLI and the Python sampler both come through validate_config, so each message names the
+// the CLI and the Python sampler both come through resolve_options, so each message names the
 // option and its range once.
 #include <cstdint>
 #include <string>
