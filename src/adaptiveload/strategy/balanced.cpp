@@ -28,7 +28,7 @@
 #include <memory>
 #include <stdexcept>
 
-#include "adaptiveload/strategy/strategy.h"
+#include "adaptiveload/strategy/stages.h"
 #include "adaptiveload/util/error.h"
 #include "adaptiveload/util/rng.h"
 
@@ -39,15 +39,6 @@ namespace {
 // the best lower bound is, which keeps 10M samples x 1024 ranks within seconds.
 constexpr size_t kBalancedCandidates = 3;
 constexpr uint64_t kSearchSamples = 2'000'000;
-
-// Saturates at 2^60 ticks (~36 years; the planner refuses a sample slower than 1e9 s), so a
-// non-finite or huge time never reaches llround; sums are bounded in plan_balanced.
-constexpr double kMaxTicks = double(int64_t(1) << 60);
-int64_t to_ticks(double seconds) {
-  const double t = seconds * 1e9;
-  if (!(t < kMaxTicks)) return int64_t(kMaxTicks);
-  return std::max<int64_t>(1, std::llround(t));
-}
 
 // 4-ary min-heap of (load, bin) with replace-top; ties go to the lowest bin index. Four
 // children share a cache line (the array is placed so that each node's four children start
@@ -578,7 +569,7 @@ Plan plan_balanced(const PlanProblem& pr) {
         "preset and --step-budget");
   std::stable_sort(in.order.begin(), in.order.end(), [&](size_t x, size_t y) { return in.per[x] > in.per[y]; });
 
-  const Rng rng = Rng::for_purpose(pr.seed, uint64_t(pr.epoch), kPurposeBalancedDraw | (pr.segment << 8));
+  const Rng rng = problem_rng(pr, kPurposeBalancedDraw);
   Counts best;
   std::vector<uint32_t> perm;
   int64_t best_ticks = INT64_MAX;
@@ -783,14 +774,14 @@ Plan plan_balanced(const PlanProblem& pr) {
   for (uint64_t i = 0; i < bins; ++i) {
     const uint32_t j = perm[i];
     if (best.samples[j] != 0) continue;
-    const size_t cheapest = in.order.back();
+    const SlotItem pad = padded_repeat(pool, cheapest_bucket(pool, in.per));
     MicroBatch& mb = plan.micro_batches[plan.rank_begin[i]];
     mb.begin = uint32_t(plan.sample_ids.size());
-    mb.count = 1;
-    mb.bucket = uint16_t(cheapest);
-    mb.padded = 1;
-    plan.sample_ids.push_back(pool.ids[pool.begin[cheapest]]);
-    ++plan.padded_samples;
+    mb.count = pad.count;
+    mb.bucket = pad.bucket;
+    mb.padded = pad.padded;
+    plan.sample_ids.push_back(pool.ids[pad.begin]);
+    plan.padded_samples += pad.count;
   }
   plan.steps.resize(steps);
   for (uint64_t t = 0; t < steps; ++t) {
@@ -983,9 +974,11 @@ Plan plan_balanced_micro(const PlanProblem& pr) {
     const uint64_t rem = items.size() % w;
     padded_last = pr.end_policy == EndPolicy::kPad;
     if (pr.end_policy == EndPolicy::kPad) {
-      // Complete the last slot with repeats of the cheapest sample, flagged.
-      const size_t cheapest = best_g.back().b;
-      for (uint64_t r = rem; r < w; ++r) items.push_back({pool.begin[cheapest], 1, uint16_t(cheapest), 1});
+      // Complete the last slot with repeats of a sample of the cheapest micro-batch's bucket.
+      std::vector<Ticks> least(nb, kMaxTicks);
+      for (const Group& x : best_g) least[x.b] = std::min(least[x.b], x.cost);
+      const SlotItem pad = padded_repeat(pool, cheapest_bucket(pool, least));
+      for (uint64_t r = rem; r < w; ++r) items.push_back(pad);
     } else {
       for (uint64_t i = items.size() - rem; i < items.size(); ++i)
         for (uint32_t k = 0; k < items[i].count; ++k) dropped.push_back(pool.ids[items[i].begin + k]);
@@ -994,16 +987,9 @@ Plan plan_balanced_micro(const PlanProblem& pr) {
   }
   const uint64_t slots = items.size() / w;
   // Ranks of each slot in a seeded order, so no rank always draws the longest.
-  Rng rng = Rng::for_purpose(pr.seed, uint64_t(pr.epoch), kPurposeSlotRanks | (pr.segment << 8));
+  Rng rng = problem_rng(pr, kPurposeSlotRanks);
   for (uint64_t s = 0; s < slots; ++s) rng.shuffle(items.data() + s * w, w);
-  std::vector<uint64_t> key(slots, 0);
-  const bool by_tokens = pr.batch_kind == BatchKind::kTokens;
-  for (uint64_t s = 0; s < slots; ++s)
-    for (uint64_t r = 0; r < w; ++r) {
-      const SlotItem& it = items[s * w + r];
-      key[s] += by_tokens ? uint64_t(pr.tokens(it.bucket)) * it.count : it.count;
-    }
-  const SlotSteps steps = steps_of_slots(pr, key, target, kPurposeStepOrder, padded_last);
+  const SlotSteps steps = steps_of_slots(pr, slot_keys(pr, items, w), target, kPurposeStepOrder, padded_last);
   Plan plan = plan_from_slots(pr, "balanced", pool.ids, items, steps);
   plan.dropped = std::move(dropped);
   return plan;

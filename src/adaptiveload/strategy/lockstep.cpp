@@ -2,8 +2,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "adaptiveload/strategy/strategy.h"
-#include "adaptiveload/util/rng.h"
+#include "adaptiveload/strategy/stages.h"
 
 namespace adaptiveload {
 
@@ -17,7 +16,7 @@ BucketedPool shuffled_by_bucket(const PlanProblem& pr) {
   out.ids.resize(ids.size());
   std::vector<uint64_t> fill(out.begin.begin(), out.begin.end() - 1);
   for (uint32_t id : ids) out.ids[fill[(*pr.sample_bucket)[id]]++] = id;
-  Rng rng = Rng::for_purpose(pr.seed, uint64_t(pr.epoch), kPurposeBucketShuffle | (pr.segment << 8));
+  Rng rng = problem_rng(pr, kPurposeBucketShuffle);
   for (size_t b = 0; b < nb; ++b) rng.shuffle(out.ids.data() + out.begin[b], out.begin[b + 1] - out.begin[b]);
   return out;
 }
@@ -63,7 +62,7 @@ SlotSteps steps_of_slots(const PlanProblem& pr, const std::vector<uint64_t>& key
     for (uint64_t i = 0; i < n; ++i) out.order[i] = uint32_t(i), out.step_begin[i] = i;
     out.step_begin[n] = n;
     if (steps != 0 && n > 1) {
-      Rng rng = Rng::for_purpose(pr.seed, uint64_t(pr.epoch), purpose | (pr.segment << 8));
+      Rng rng = problem_rng(pr, purpose);
       rng.shuffle(out.order);
     }
   } else {
@@ -78,7 +77,7 @@ SlotSteps steps_of_slots(const PlanProblem& pr, const std::vector<uint64_t>& key
       step_of[sorted[i]] = uint32_t(t);
       ++count[t + 1];
     }
-    Rng rng = Rng::for_purpose(pr.seed, uint64_t(pr.epoch), purpose | (pr.segment << 8));
+    Rng rng = problem_rng(pr, purpose);
     std::vector<uint32_t> step_perm(steps);  // position of each step in the epoch
     for (uint64_t t = 0; t < steps; ++t) step_perm[t] = uint32_t(t);
     rng.shuffle(step_perm);
@@ -169,7 +168,7 @@ Plan plan_lockstep(const PlanProblem& pr, const std::vector<int64_t>& batch_of_b
     for (uint64_t i = pool.begin[b]; i < pool.begin[b + 1]; i += B)
       batches.push_back({i, uint32_t(std::min(B, pool.begin[b + 1] - i)), uint16_t(b), 0});
   }
-  Rng rng = Rng::for_purpose(pr.seed, uint64_t(pr.epoch), kPurposeBatchOrder | (pr.segment << 8));
+  Rng rng = problem_rng(pr, kPurposeBatchOrder);
   rng.shuffle(batches);
 
   std::vector<uint32_t> dropped;
@@ -189,16 +188,8 @@ Plan plan_lockstep(const PlanProblem& pr, const std::vector<int64_t>& batch_of_b
       batches.resize(full * size_t(W));
     }
   }
-  const uint64_t slots = batches.size() / uint64_t(W);
-  std::vector<uint64_t> key(slots, 0);
-  const bool by_tokens = pr.batch_kind == BatchKind::kTokens;
-  for (uint64_t s = 0; s < slots; ++s)
-    for (uint64_t r = 0; r < uint64_t(W); ++r) {
-      const SlotItem& it = batches[s * uint64_t(W) + r];
-      key[s] += by_tokens ? uint64_t(pr.tokens(it.bucket)) * it.count : it.count;
-    }
   const bool padded_last = rem > 0 && pr.end_policy == EndPolicy::kPad;
-  const SlotSteps steps = steps_of_slots(pr, key, target, kPurposeStepOrder, padded_last);
+  const SlotSteps steps = steps_of_slots(pr, slot_keys(pr, batches, uint64_t(W)), target, kPurposeStepOrder, padded_last);
   Plan plan = plan_from_slots(pr, name, pool.ids, batches, steps);
   plan.dropped = std::move(dropped);
   return plan;

@@ -34,7 +34,7 @@
 #include <set>
 #include <unordered_map>
 
-#include "adaptiveload/strategy/strategy.h"
+#include "adaptiveload/strategy/stages.h"
 #include "adaptiveload/util/error.h"
 #include "adaptiveload/util/rng.h"
 
@@ -164,8 +164,9 @@ Item padding_item(const PlanProblem& pr, const BucketedPool& pool, const Buckets
     if (pool.begin[b + 1] == pool.begin[b] || c.g[b] > g) continue;
     const double cost = group_microbatch_time(*pr.cost, 1, (*pr.buckets)[b], c.g[b], pr.layout.sp);
     if (!found || c.g[b] < best.group || (c.g[b] == best.group && cost < best.cost)) {
-      best.cost = cost, best.begin = pool.begin[b], best.count = best.own = 1, best.bucket = uint16_t(b);
-      best.group = uint8_t(c.g[b]), best.padded = 1;
+      const SlotItem pad = padded_repeat(pool, b);
+      best.cost = cost, best.begin = pad.begin, best.count = best.own = pad.count, best.bucket = pad.bucket;
+      best.group = uint8_t(c.g[b]), best.padded = pad.padded;
       found = true;
     }
   }
@@ -179,8 +180,6 @@ struct Level {
   uint64_t block;  // t * (W / g) + j
   bool operator>(const Level& o) const { return clock != o.clock ? clock > o.clock : order > o.order; }
 };
-
-int64_t ticks(double s) { return std::llround(std::min(s, 1e9) * 1e9); }
 
 Plan plan_step(const PlanProblem& pr, const BucketedPool& pool, const Buckets& c, uint64_t K, double work) {
   const uint64_t W = uint64_t(pr.world_size);
@@ -196,7 +195,7 @@ Plan plan_step(const PlanProblem& pr, const BucketedPool& pool, const Buckets& c
   std::vector<uint64_t> where(items.size());  // t * W + first rank of its block
   // Rank-seconds (ticks) of the items from position i on.
   std::vector<double> rest(order.size() + 1, 0);
-  for (size_t i = order.size(); i-- > 0;) rest[i] = rest[i + 1] + double(ticks(items[order[i]].cost)) * items[order[i]].group;
+  for (size_t i = order.size(); i-- > 0;) rest[i] = rest[i + 1] + double(to_ticks(items[order[i]].cost)) * items[order[i]].group;
   std::vector<int64_t> level(K), top_of(K);
   size_t i = 0;
   while (i < order.size()) {
@@ -232,7 +231,7 @@ Plan plan_step(const PlanProblem& pr, const BucketedPool& pool, const Buckets& c
       for (uint64_t t = 0; t < K; ++t)
         for (uint64_t j = 0; j < per_step; ++j) rooms.insert({level[t] - clock[t * W + j * uint64_t(g)], j * K + t});
       for (; i < order.size() && items[order[i]].group == g; ++i) {
-        const int64_t cost = ticks(items[order[i]].cost);
+        const int64_t cost = to_ticks(items[order[i]].cost);
         auto it = rooms.lower_bound({cost, 0});
         if (it == rooms.end()) it = std::prev(rooms.end());
         const auto [room, key] = *it;
@@ -254,7 +253,7 @@ Plan plan_step(const PlanProblem& pr, const BucketedPool& pool, const Buckets& c
       heap.pop();
       const uint64_t t = top.block / per_step, first = (top.block % per_step) * uint64_t(g);
       where[order[i]] = t * W + first;
-      top.clock += ticks(items[order[i]].cost);
+      top.clock += to_ticks(items[order[i]].cost);
       for (uint64_t k = 0; k < uint64_t(g); ++k) clock[t * W + first + k] = top.clock + level[t];
       heap.push(top);
     }
@@ -319,7 +318,7 @@ Plan plan_step(const PlanProblem& pr, const BucketedPool& pool, const Buckets& c
   // Lists in placement order (largest group first), steps shuffled.
   std::vector<uint32_t> perm(K);
   std::iota(perm.begin(), perm.end(), 0u);
-  Rng rng = Rng::for_purpose(pr.seed, uint64_t(pr.epoch), kPurposeStepOrder | (pr.segment << 8));
+  Rng rng = problem_rng(pr, kPurposeStepOrder);
   rng.shuffle(perm);
   std::vector<uint64_t> begin(K * W + 1, 0);
   for (uint32_t n : order) {
@@ -428,12 +427,10 @@ Plan micro_once(const PlanProblem& pr, const BucketedPool& pool, const Buckets& 
   }
   // Slots into the global batch's steps.
   std::vector<uint64_t> key(slots.size(), 0);
-  const bool by_tokens = pr.batch_kind == BatchKind::kTokens;
   for (size_t s = 0; s < slots.size(); ++s)
     for (uint64_t r = 0; r < W; ++r) {
       const Item& it = items[slots[s][r]];
-      if (r % it.group) continue;
-      key[s] += by_tokens ? uint64_t(pr.tokens(it.bucket)) * it.count : it.count;
+      if (r % it.group == 0) key[s] += batch_weight(pr, it.bucket, it.count);  // once per group
     }
   const SlotSteps st = steps_of_slots(pr, key, std::min<uint64_t>(K, slots.size()), kPurposeStepOrder);
   const uint64_t steps = st.step_begin.size() - 1;

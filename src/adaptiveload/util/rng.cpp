@@ -8,6 +8,10 @@ Rng Rng::for_purpose(uint64_t seed, uint64_t epoch, uint64_t purpose) {
   return Rng(mix64(seed ^ mix64(epoch + 0x9e3779b97f4a7c15ULL)), mix64(purpose) >> 1);
 }
 
+Rng Rng::for_segment(uint64_t seed, uint64_t epoch, uint64_t segment, uint64_t purpose) {
+  return for_purpose(seed, epoch, purpose | (segment << 8));
+}
+
 uint32_t Rng::next_u32() { return gen_(); }
 
 uint32_t Rng::below(uint32_t bound) {

@@ -18,6 +18,10 @@ class Rng {
   // Derives a generator for one purpose of one epoch: every (seed, epoch, purpose) triple
   // gets an independent stream, so adding a purpose never shifts the others' sequences.
   static Rng for_purpose(uint64_t seed, uint64_t epoch, uint64_t purpose);
+  // The same for one segment of an epoch (an elastic resume plans the rest of an epoch as
+  // segment 1, 2, ..; segment 0 is the uninterrupted epoch): purpose | segment << 8, so
+  // purposes stay below 256 and segment 0 keeps the epoch's own streams.
+  static Rng for_segment(uint64_t seed, uint64_t epoch, uint64_t segment, uint64_t purpose);
 
   uint32_t next_u32();
   // Uniform integer in [0, bound), bound >= 1, unbiased (rejection of the low

@@ -1,0 +1,133 @@
+// The strategies' shared stages (strategy/stages.h) on small hand-made inputs: the tick
+// conversion at its edges, the generator of a purpose, a micro-batch's weight in the global
+// batch, slot keys and the end-of-epoch padding. No data files, no Planner.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "adaptiveload/strategy/stages.h"
+
+namespace adaptiveload {
+namespace {
+
+// Three buckets: an image (1,560 tokens), a clip (32,760) and an empty one.
+struct Small {
+  std::vector<Bucket> buckets;
+  PlanProblem pr;
+  Small() {
+    buckets.resize(3);
+    buckets[0].frames = 1, buckets[0].tokens = 1560;
+    buckets[1].frames = 81, buckets[1].tokens = 32760;
+    buckets[2].frames = 33, buckets[2].tokens = 14040;
+    pr.buckets = &buckets;
+    pr.seed = 11, pr.epoch = 2;
+  }
+};
+
+TEST(Ticks, RoundsToNearestNanosecond) {
+  EXPECT_EQ(to_ticks(1.0), 1'000'000'000);
+  EXPECT_EQ(to_ticks(0.25e-6), 250);
+  EXPECT_EQ(to_ticks(2.4e-9), 2);
+  EXPECT_EQ(to_ticks(2.6e-9), 3);
+  EXPECT_EQ(to_ticks(1e9),
+            1'000'000'000'000'000'000);  // the largest time the planner allows one sample
+}
+
+TEST(Ticks, NeverLessThanOne) {
+  EXPECT_EQ(to_ticks(0.0), 1);
+  EXPECT_EQ(to_ticks(0.4e-9), 1);
+  EXPECT_EQ(to_ticks(-3.0), 1);
+  EXPECT_EQ(to_ticks(-std::numeric_limits<double>::infinity()), 1);
+}
+
+TEST(Ticks, SaturatesAtTwoToTheSixty) {
+  EXPECT_EQ(kMaxTicks, Ticks(1) << 60);
+  EXPECT_EQ(to_ticks(1e12), kMaxTicks);
+  EXPECT_EQ(to_ticks(std::ldexp(1.0, 60) * 1e-9), kMaxTicks);
+  EXPECT_LT(to_ticks(std::ldexp(1.0, 59) * 1e-9), kMaxTicks);
+  EXPECT_EQ(to_ticks(std::numeric_limits<double>::infinity()), kMaxTicks);
+  EXPECT_EQ(to_ticks(std::numeric_limits<double>::quiet_NaN()), kMaxTicks);
+  // Seven saturated loads still sum within int64.
+  EXPECT_LE(kMaxTicks, std::numeric_limits<Ticks>::max() / 7);
+}
+
+TEST(ProblemRng, SegmentZeroIsTheEpochsOwnStream) {
+  Small s;
+  Rng a = problem_rng(s.pr, kPurposeStepOrder);
+  Rng b = Rng::for_purpose(11, 2, kPurposeStepOrder);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(a.next_u32(), b.next_u32());
+}
+
+TEST(ProblemRng, SegmentsAndPurposesAreIndependentStreams) {
+  Small s;
+  s.pr.segment = 3;
+  Rng a = problem_rng(s.pr, kPurposeStepOrder);
+  Rng b = Rng::for_purpose(11, 2, kPurposeStepOrder | (uint64_t(3) << 8));
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(a.next_u32(), b.next_u32());
+  Rng c = problem_rng(s.pr, kPurposeStepOrder), d = problem_rng(s.pr, kPurposeSlotRanks);
+  s.pr.segment = 0;
+  Rng e = problem_rng(s.pr, kPurposeStepOrder);
+  int same_d = 0, same_e = 0;
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t x = c.next_u32();
+    same_d += x == d.next_u32(), same_e += x == e.next_u32();
+  }
+  EXPECT_LT(same_d, 2);
+  EXPECT_LT(same_e, 2);
+}
+
+TEST(BatchWeight, SamplesOrTokens) {
+  Small s;
+  s.pr.batch_kind = BatchKind::kSamples;
+  EXPECT_EQ(batch_weight(s.pr, 1, 3), 3u);
+  s.pr.batch_kind = BatchKind::kFree;
+  EXPECT_EQ(batch_weight(s.pr, 1, 3), 3u);
+  s.pr.batch_kind = BatchKind::kTokens;
+  EXPECT_EQ(batch_weight(s.pr, 1, 3), 3u * 32760u);
+  EXPECT_EQ(batch_weight(s.pr, 0, 7), 7u * 1560u);
+}
+
+TEST(SlotKeys, SumEachSlotOfW) {
+  Small s;
+  // W = 2: slots {4 images, 1 clip}, {2 clips, 1 padded image}; a partial slot is not keyed.
+  const std::vector<SlotItem> items = {
+      {0, 4, 0, 0}, {0, 1, 1, 0}, {1, 2, 1, 0}, {0, 1, 0, 1}, {5, 1, 0, 0}};
+  s.pr.batch_kind = BatchKind::kSamples;
+  EXPECT_EQ(slot_keys(s.pr, items, 2), (std::vector<uint64_t>{5, 3}));
+  s.pr.batch_kind = BatchKind::kTokens;
+  EXPECT_EQ(slot_keys(s.pr, items, 2), (std::vector<uint64_t>{4 * 1560 + 32760, 2 * 32760 + 1560}));
+  EXPECT_TRUE(slot_keys(s.pr, {}, 3).empty());
+}
+
+TEST(Padding, RepeatsTheBucketsFirstSample) {
+  BucketedPool pool;
+  pool.ids = {7, 3, 9, 4};
+  pool.begin = {0, 3, 3, 4};
+  const SlotItem a = padded_repeat(pool, 0), b = padded_repeat(pool, 2);
+  EXPECT_EQ(a.begin, 0u);
+  EXPECT_EQ(b.begin, 3u);
+  EXPECT_EQ(pool.ids[b.begin], 4u);
+  for (const SlotItem& x : {a, b}) {
+    EXPECT_EQ(x.count, 1u);
+    EXPECT_EQ(x.padded, 1);
+  }
+  EXPECT_EQ(b.bucket, 2);
+}
+
+TEST(Padding, CheapestBucketSkipsEmptyOnesAndTiesToTheLast) {
+  BucketedPool pool;
+  pool.ids = {0, 1, 2, 3, 4};
+  pool.begin = {0, 2, 2, 4, 5};                        // bucket 1 is empty
+  EXPECT_EQ(cheapest_bucket(pool, {5, 1, 3, 4}), 2u);  // bucket 1 is cheaper but has no sample
+  EXPECT_EQ(cheapest_bucket(pool, {3, 1, 3, 4}), 2u);  // a tie: the last
+  EXPECT_EQ(cheapest_bucket(pool, {2, 1, 3, 2}), 3u);
+  EXPECT_EQ(cheapest_bucket(pool, {1, 1, 3, 2}), 0u);
+  BucketedPool empty;
+  empty.begin = {0, 0, 0};
+  EXPECT_THROW(cheapest_bucket(empty, {1, 1}), std::logic_error);
+}
+
+}  // namespace
+}  // namespace adaptiveload
