@@ -1,0 +1,96 @@
+#pragma once
+// balanced, step sync: dealing the bucketed pool's samples to K * W rank-steps ("bins", one per
+// rank and step) so that every bin ends with about the same load (strategy/balanced.cpp says
+// how). A counting pass deals and logs its decisions; the writing pass replays them (or deals
+// again) and writes the plan's ids and micro-batches in place. Loads are Ticks.
+#include <cstdint>
+#include <vector>
+
+#include "adaptiveload/strategy/stages.h"
+
+namespace adaptiveload {
+
+struct DealInputs {
+  const BucketedPool* pool;
+  std::vector<size_t> order;  // buckets with samples, longest sample first
+  std::vector<int64_t> per, fixed, mem_cap, tokens;
+  std::vector<uint8_t> image;    // per bucket: one frame
+  std::vector<int64_t> min_new;  // fewest samples a new micro-batch of the bucket takes
+  bool whole = false;            // deal whole micro-batches of mem_cap samples (LPT), no merging
+  bool contiguous = false;       // deal_contiguous instead of LPT
+  // Images first (their buckets lead `order`): the image pool is cut into one run of about
+  // equal count per bin, so every bin (and step) holds images, then the rest is dealt LPT
+  // onto those loads.
+  bool images_first = false;
+  double contiguous_total = 0;  // its total load (0: estimated from the batch counts)
+  // Two phases (0: one): buckets whose one sample costs more than this ("coarse") are dealt
+  // first; then the bins are grouped into steps by their coarse load (W to a step, heaviest
+  // first), and the rest ("fine": short clips, images) fills every bin of a step led by a
+  // heavy bin up to that bin's level instead of leaving its ranks idle (see deal_bins()).
+  int64_t coarse_threshold = 0;
+  int world_size = 1;
+};
+
+// Where the second pass writes: per bin, its next sample slot and its micro-batch cursor.
+struct BinWriter {
+  Plan* plan;
+  std::vector<uint64_t> next_sample;
+  std::vector<uint64_t> next_mb;
+
+  // Writes n samples of bucket b, from position `next` of the bucketed pool, into bin j:
+  // appended to its latest micro-batch (merge) or as a new one.
+  void put(const BucketedPool& pool, uint32_t j, size_t b, uint64_t next, int64_t n, bool merge) {
+    if (merge) {
+      plan->micro_batches[next_mb[j] - 1].count += uint32_t(n);
+    } else {
+      MicroBatch& mb = plan->micro_batches[next_mb[j]++];
+      mb.begin = uint32_t(next_sample[j]);
+      mb.count = uint32_t(n);
+      mb.bucket = uint16_t(b);
+    }
+    // Mostly a few ids: a loop, not a memmove call per piece.
+    const uint32_t* from = pool.ids.data() + next;
+    uint32_t* to = plan->sample_ids.data() + next_sample[j];
+    for (int64_t i = 0; i < n; ++i) to[i] = from[i];
+    next_sample[j] += uint64_t(n);
+  }
+};
+
+struct BinCounts {
+  std::vector<int64_t> load;      // ticks per bin
+  std::vector<uint32_t> samples;  // per bin
+  std::vector<uint32_t> mbs;      // micro-batches per bin
+  std::vector<uint64_t> tokens;   // per bin
+  std::vector<uint32_t> images;   // per bin: samples of one-frame buckets (the step-mix check)
+  std::vector<uint32_t>
+      fixed_steps;  // two phases: bins of the steps led by a heavy bin, step-major
+  // deal_bins()'s decisions in order, for replay_deal(): bin << 32 | merge << 31 | samples. Empty
+  // when not logged (deal_contiguous, or a piece of 2^31 samples or more: then deal again).
+  std::vector<uint64_t> log;
+  bool logged = false;
+
+  // Loads only (a writing pass), or with the per-bin statistics.
+  BinCounts(uint64_t bins, bool stats) : load(bins, 0) {
+    if (stats)
+      samples.assign(bins, 0), mbs.assign(bins, 0), tokens.assign(bins, 0), images.assign(bins, 0);
+  }
+  BinCounts() = default;
+  void add(uint32_t j, int64_t n, int64_t tokens_per_sample, bool image, bool new_mb) {
+    samples[j] += uint32_t(n);
+    tokens[j] += uint64_t(n) * uint64_t(tokens_per_sample);
+    if (image) images[j] += uint32_t(n);
+    if (new_mb) ++mbs[j];
+  }
+};
+
+// Deals every sample of in.pool (buckets in in.order) longest first to the least-loaded of
+// `bins` bins, with water filling for short samples and the two phases of
+// DealInputs::coarse_threshold; with a writer, also writes the plan's ids and micro-batches.
+// Both passes make identical decisions.
+BinCounts deal_bins(uint64_t bins, const DealInputs& in, BinWriter* w);
+// The writing pass of a logged deal_bins(): the same pieces, in the same order, without the heap.
+void replay_deal(const BinCounts& c, const DealInputs& in, BinWriter& w);
+// Cuts the pool, bucket by bucket, into consecutive runs of about equal load, one per bin.
+BinCounts deal_contiguous(uint64_t bins, const DealInputs& in, BinWriter* w);
+
+}  // namespace adaptiveload

@@ -1,0 +1,34 @@
+#pragma once
+// balanced, step sync: laying dealt bins out as global steps of W (a permutation of the bins,
+// step-major) and measuring a layout: its epoch time, and how far its steps stray from the
+// global batch and from a like mix of images and clips.
+#include <cstdint>
+#include <vector>
+
+#include "adaptiveload/strategy/rank_steps.h"
+#include "adaptiveload/util/rng.h"
+
+namespace adaptiveload {
+
+// Epoch ticks of a dealing once bins are laid out as steps by `perm`: per step its longest
+// bin plus the all-reduce.
+int64_t epoch_ticks(const BinCounts& c, const std::vector<uint32_t>& perm, int W,
+                    int64_t allreduce);
+// The bins 0..bins-1 in a seeded order (free global batch: steps of W in that order).
+std::vector<uint32_t> shuffled_bins(uint64_t bins, Rng rng);
+// Bins laid out step-major, W to a step, with the step order and the ranks in each step shuffled.
+std::vector<uint32_t> shuffled_steps(const std::vector<uint32_t>& laid, int W, Rng rng);
+
+struct StepSpread {
+  double batch_dev = 0, unmixed = 0;
+};
+// `batch_dev`: the largest |x_t - mean| / mean of the steps' tokens (or samples); `unmixed`:
+// the share of steps without an image (or without a clip) where the pool has one for every step.
+StepSpread step_spread(const BinCounts& c, const std::vector<uint32_t>& perm, int W,
+                       bool by_tokens);
+// Steps for a global batch target: tall bins grouped W to a step (group_tall), the rest in a
+// snake by samples (or tokens); step order and ranks shuffled.
+std::vector<uint32_t> stratified_bins(const BinCounts& c, int W, bool by_tokens, bool group_tall,
+                                      Rng rng);
+
+}  // namespace adaptiveload
