@@ -62,8 +62,8 @@ struct BinCounts {
   std::vector<uint32_t> mbs;      // micro-batches per bin
   std::vector<uint64_t> tokens;   // per bin
   std::vector<uint32_t> images;   // per bin: samples of one-frame buckets (the step-mix check)
-  std::vector<uint32_t>
-      fixed_steps;  // two phases: bins of the steps led by a heavy bin, step-major
+  // Two phases: bins of the steps led by a heavy bin, step-major.
+  std::vector<uint32_t> fixed_steps;
   // deal_bins()'s decisions in order, for replay_deal(): bin << 32 | merge << 31 | samples. Empty
   // when not logged (deal_contiguous, or a piece of 2^31 samples or more: then deal again).
   std::vector<uint64_t> log;

@@ -1,0 +1,214 @@
+// balanced's step-sync stages on small hand-made pools (strategy/rank_steps.h,
+// strategy/step_layout.h): dealing samples to rank-steps (every sample once, loads level,
+// long clips spread, the writing pass and the replay identical to the count), the contiguous
+// cut, and laying bins out as steps (epoch time, step spread, permutations). No data files.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "adaptiveload/strategy/rank_steps.h"
+#include "adaptiveload/strategy/step_layout.h"
+
+namespace adaptiveload {
+namespace {
+
+// Bucket 0: long clips (per 1000 ticks, fixed 50, up to 2 a micro-batch, 30,000 tokens);
+// bucket 1: short clips (100, fixed 20, up to 4; 8,000 tokens); bucket 2: images (10, fixed
+// 5, up to 16; 1,500 tokens). Sample ids are 100 * bucket + i.
+struct Pool {
+  BucketedPool pool;
+  DealInputs in;
+  Pool(uint64_t clips, uint64_t shorts, uint64_t images) {
+    const uint64_t n[3] = {clips, shorts, images};
+    pool.begin = {0};
+    for (uint64_t b = 0; b < 3; ++b) {
+      for (uint64_t i = 0; i < n[b]; ++i) pool.ids.push_back(uint32_t(100 * b + i));
+      pool.begin.push_back(pool.ids.size());
+    }
+    in.pool = &pool;
+    in.per = {1000, 100, 10};
+    in.fixed = {50, 20, 5};
+    in.mem_cap = {2, 4, 16};
+    in.tokens = {30000, 8000, 1500};
+    in.image = {0, 0, 1};
+    in.min_new = {1, 1, 1};
+    for (size_t b = 0; b < 3; ++b)
+      if (n[b]) in.order.push_back(b);
+  }
+};
+
+// The writing pass into bins laid out in order 0..bins-1: a plan whose rank-step j is bin j.
+Plan write(const BinCounts& c, const DealInputs& in, bool replay) {
+  const uint64_t bins = c.load.size();
+  Plan plan;
+  BinWriter w;
+  w.plan = &plan;
+  uint64_t samples = 0, mbs = 0;
+  for (uint64_t j = 0; j < bins; ++j) {
+    w.next_sample.push_back(samples), w.next_mb.push_back(mbs);
+    samples += c.samples[j], mbs += c.mbs[j];
+    plan.rank_begin.push_back(mbs);
+  }
+  plan.sample_ids.resize(samples);
+  plan.micro_batches.resize(mbs);
+  if (replay) {
+    replay_deal(c, in, w);
+  } else {
+    deal_bins(bins, in, &w);
+  }
+  return plan;
+}
+
+std::vector<uint32_t> sorted_ids(const Plan& p) {
+  std::vector<uint32_t> v(p.sample_ids);
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+TEST(DealBins, EverySampleOnceAndLoadsMatchTheirPieces) {
+  Pool p(5, 11, 40);
+  const uint64_t bins = 6;
+  const BinCounts c = deal_bins(bins, p.in, nullptr);
+  ASSERT_TRUE(c.logged);
+  EXPECT_EQ(std::accumulate(c.samples.begin(), c.samples.end(), 0u), 56u);
+  const Plan plan = write(c, p.in, false);
+  std::vector<uint32_t> all(p.pool.ids);
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(sorted_ids(plan), all);
+  for (uint64_t j = 0; j < bins; ++j) {
+    int64_t load = 0;
+    uint32_t n = 0;
+    for (uint64_t m = plan.rank_begin[j]; m < plan.rank_begin[j + 1]; ++m) {
+      const MicroBatch& mb = plan.micro_batches[m];
+      EXPECT_LE(int64_t(mb.count), p.in.mem_cap[mb.bucket]);
+      for (uint32_t k = 0; k < mb.count; ++k)
+        EXPECT_EQ(plan.sample_ids[mb.begin + k] / 100, mb.bucket);
+      load += p.in.fixed[mb.bucket] + int64_t(mb.count) * p.in.per[mb.bucket];
+      n += mb.count;
+    }
+    EXPECT_EQ(load, c.load[j]) << "bin " << j;
+    EXPECT_EQ(n, c.samples[j]);
+  }
+}
+
+TEST(DealBins, ReplayWritesWhatTheDealWrites) {
+  Pool p(7, 9, 33);
+  const BinCounts c = deal_bins(4, p.in, nullptr);
+  const Plan dealt = write(c, p.in, false), replayed = write(c, p.in, true);
+  EXPECT_EQ(dealt.sample_ids, replayed.sample_ids);
+  ASSERT_EQ(dealt.micro_batches.size(), replayed.micro_batches.size());
+  for (size_t m = 0; m < dealt.micro_batches.size(); ++m) {
+    EXPECT_EQ(dealt.micro_batches[m].begin, replayed.micro_batches[m].begin);
+    EXPECT_EQ(dealt.micro_batches[m].count, replayed.micro_batches[m].count);
+    EXPECT_EQ(dealt.micro_batches[m].bucket, replayed.micro_batches[m].bucket);
+  }
+}
+
+TEST(DealBins, LongClipsSpreadOneToABinAndShortWorkLevelsTheRest) {
+  // 4 long clips on 4 bins: one each (LPT); the images then bring every bin to within about
+  // one image and one micro-batch overhead of the others.
+  Pool p(4, 0, 200);
+  const BinCounts c = deal_bins(4, p.in, nullptr);
+  const Plan plan = write(c, p.in, false);
+  for (uint64_t j = 0; j < 4; ++j) {
+    int clips = 0;
+    for (uint64_t m = plan.rank_begin[j]; m < plan.rank_begin[j + 1]; ++m)
+      if (plan.micro_batches[m].bucket == 0) clips += int(plan.micro_batches[m].count);
+    EXPECT_EQ(clips, 1) << "bin " << j;
+  }
+  const auto [lo, hi] = std::minmax_element(c.load.begin(), c.load.end());
+  EXPECT_LE(*hi - *lo, p.in.per[2] + p.in.fixed[2]);
+  EXPECT_EQ(std::accumulate(c.images.begin(), c.images.end(), 0u), 200u);
+}
+
+TEST(DealBins, WholeMicroBatchesKeepTheCap) {
+  Pool p(0, 10, 0);
+  p.in.whole = true;
+  const BinCounts c = deal_bins(3, p.in, nullptr);
+  // 10 samples in whole batches of 4: 4, 4 and 2 on three bins.
+  std::vector<uint32_t> n(c.samples);
+  std::sort(n.begin(), n.end());
+  EXPECT_EQ(n, (std::vector<uint32_t>{2, 4, 4}));
+  for (uint32_t m : c.mbs) EXPECT_EQ(m, 1u);
+}
+
+TEST(DealContiguous, ConsecutiveRunsAndNoBinEmpty) {
+  Pool p(0, 6, 30);
+  const uint64_t bins = 5;
+  const BinCounts c = deal_contiguous(bins, p.in, nullptr);
+  for (uint32_t n : c.samples) EXPECT_GT(n, 0u);
+  EXPECT_EQ(std::accumulate(c.samples.begin(), c.samples.end(), 0u), 36u);
+  Plan plan;
+  BinWriter w;
+  w.plan = &plan;
+  uint64_t s = 0, m = 0;
+  for (uint64_t j = 0; j < bins; ++j)
+    w.next_sample.push_back(s), w.next_mb.push_back(m), s += c.samples[j], m += c.mbs[j];
+  plan.sample_ids.resize(s), plan.micro_batches.resize(m);
+  deal_contiguous(bins, p.in, &w);
+  // Bin-major, the pool comes back in its own order: each bin took the next run.
+  EXPECT_EQ(plan.sample_ids, p.pool.ids);
+}
+
+TEST(StepLayout, EpochTicksIsEachStepsLongestBinPlusTheAllReduce) {
+  BinCounts c(4, true);
+  c.load = {5, 1, 3, 3};
+  EXPECT_EQ(epoch_ticks(c, {0, 1, 2, 3}, 2, 10), 5 + 10 + 3 + 10);
+  EXPECT_EQ(epoch_ticks(c, {1, 2, 0, 3}, 2, 0), 3 + 5);
+  EXPECT_EQ(epoch_ticks(c, {0, 1, 2, 3}, 4, 1), 6);
+}
+
+bool is_permutation_of_bins(const std::vector<uint32_t>& p, uint64_t bins) {
+  std::vector<uint32_t> v(p);
+  std::sort(v.begin(), v.end());
+  for (uint64_t j = 0; j < bins; ++j)
+    if (v.size() != bins || v[j] != j) return false;
+  return true;
+}
+
+TEST(StepLayout, ShuffledStepsKeepEachStepsBinsTogether) {
+  const std::vector<uint32_t> laid = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+  const std::vector<uint32_t> out = shuffled_steps(laid, 3, Rng(1, 2));
+  ASSERT_TRUE(is_permutation_of_bins(out, 9));
+  for (size_t t = 0; t < 3; ++t) {
+    const uint32_t step = out[t * 3] / 3;
+    for (size_t r = 0; r < 3; ++r) EXPECT_EQ(out[t * 3 + r] / 3, step);
+  }
+  EXPECT_EQ(out, shuffled_steps(laid, 3, Rng(1, 2)));  // a pure function of the generator
+  EXPECT_TRUE(is_permutation_of_bins(shuffled_bins(9, Rng(3, 4)), 9));
+}
+
+TEST(StepLayout, StepSpreadMeasuresBatchAndMix) {
+  BinCounts c(4, true);
+  c.samples = {4, 4, 2, 6};
+  c.images = {4, 0, 0, 0};
+  c.tokens = {100, 300, 300, 500};
+  // Steps {0, 1} and {2, 3}: 8 samples each; step 2 has no image (the pool has 4 >= 2 steps).
+  StepSpread s = step_spread(c, {0, 1, 2, 3}, 2, false);
+  EXPECT_DOUBLE_EQ(s.batch_dev, 0);
+  EXPECT_DOUBLE_EQ(s.unmixed, 0.5);
+  // By tokens: 400 and 800 around a mean of 600.
+  s = step_spread(c, {0, 1, 2, 3}, 2, true);
+  EXPECT_DOUBLE_EQ(s.batch_dev, 200.0 / 600.0);
+}
+
+TEST(StepLayout, StratifiedBinsGroupTallBinsInOneStep) {
+  BinCounts c(6, true);
+  c.load = {100, 900, 100, 950, 100, 100};
+  c.samples = {5, 1, 5, 1, 5, 5};
+  c.tokens = {50, 30, 50, 30, 50, 50};
+  c.images = {5, 0, 5, 0, 5, 5};
+  const std::vector<uint32_t> p = stratified_bins(c, 2, false, true, Rng(5, 6));
+  ASSERT_TRUE(is_permutation_of_bins(p, 6));
+  // The two tall bins (1 and 3) share a step, so one step waits on them, not two.
+  for (size_t t = 0; t < 3; ++t) {
+    const bool a = p[2 * t] == 1 || p[2 * t] == 3, b = p[2 * t + 1] == 1 || p[2 * t + 1] == 3;
+    EXPECT_EQ(a, b) << "step " << t;
+  }
+  EXPECT_EQ(epoch_ticks(c, p, 2, 0), 950 + 100 + 100);
+  EXPECT_TRUE(is_permutation_of_bins(stratified_bins(c, 2, true, false, Rng(5, 6)), 6));
+}
+
+}  // namespace
+}  // namespace adaptiveload
