@@ -28,6 +28,7 @@
 #include <stdexcept>
 
 #include "adaptiveload/strategy/balanced.h"
+#include "adaptiveload/strategy/plan_writer.h"
 #include "adaptiveload/strategy/rank_steps.h"
 #include "adaptiveload/strategy/stages.h"
 #include "adaptiveload/strategy/step_layout.h"
@@ -49,9 +50,7 @@ Plan plan_balanced(const PlanProblem& pr) {
   if (pr.layout.sync == SyncMode::kMicro) return plan_balanced_micro(pr);
   const int W = pr.world_size;
   const size_t nb = pr.buckets->size();
-  Plan plan;
-  plan.strategy = "balanced";
-  plan.world_size = W;
+  Plan plan = empty_plan(pr, "balanced");
   const BucketedPool pool = shuffled_by_bucket(pr);
   const uint64_t n_samples = pool.ids.size();
   if (n_samples == 0) return plan;
@@ -269,7 +268,6 @@ Plan plan_balanced(const PlanProblem& pr) {
     if (perm.empty()) throw std::logic_error("balanced: plain LPT left a rank-step empty");
   }
   const uint64_t bins = perm.size();
-  const uint64_t steps = bins / uint64_t(W);
 
   // Lay the bins out in (step, rank) order, then deal again writing in place.
   BinWriter w;
@@ -310,21 +308,11 @@ Plan plan_balanced(const PlanProblem& pr) {
     mb.bucket = pad.bucket;
     mb.padded = pad.padded;
     plan.sample_ids.push_back(pool.ids[pad.begin]);
-    plan.padded_samples += pad.count;
   }
-  plan.steps.resize(steps);
-  for (uint64_t t = 0; t < steps; ++t) {
-    StepInfo& info = plan.steps[t];
-    for (uint64_t m = plan.rank_begin[t * uint64_t(W)]; m < plan.rank_begin[(t + 1) * uint64_t(W)]; ++m) {
-      const MicroBatch& mb = plan.micro_batches[m];
-      add_to_step(info, mb.count, tokens[mb.bucket], mb.padded);
-    }
-  }
+  total_steps(pr, plan);
   if (plan.padded_samples > 0 && pr.end_policy == EndPolicy::kDrop) {
     // The only step could not give every rank work: drop it.
-    Plan dropped;
-    dropped.strategy = plan.strategy;
-    dropped.world_size = W;
+    Plan dropped = empty_plan(pr, "balanced");
     for (const MicroBatch& mb : plan.micro_batches)
       if (!mb.padded) dropped.dropped.insert(dropped.dropped.end(), plan.ids(mb), plan.ids(mb) + mb.count);
     return dropped;

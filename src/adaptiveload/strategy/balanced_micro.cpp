@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "adaptiveload/strategy/balanced.h"
+#include "adaptiveload/strategy/plan_writer.h"
 #include "adaptiveload/strategy/stages.h"
 #include "adaptiveload/util/error.h"
 #include "adaptiveload/util/rng.h"
@@ -28,11 +29,7 @@ Plan plan_balanced_micro(const PlanProblem& pr) {
   const BucketedPool pool = shuffled_by_bucket(pr);
   const uint64_t n_samples = pool.ids.size();
   if (n_samples == 0) {
-    Plan plan;
-    plan.strategy = "balanced";
-    plan.world_size = W;
-    plan.sync = SyncMode::kMicro;
-    return plan;
+    return empty_plan(pr, "balanced");
   }
   if (n_samples > UINT32_MAX) throw ConfigError("balanced: more than 2^32 samples in one epoch");
   const std::vector<int64_t> cap = dual_batch_sizes(pr);

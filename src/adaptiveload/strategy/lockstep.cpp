@@ -2,6 +2,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "adaptiveload/strategy/plan_writer.h"
 #include "adaptiveload/strategy/stages.h"
 
 namespace adaptiveload {
@@ -104,40 +105,26 @@ SlotSteps steps_of_slots(const PlanProblem& pr, const std::vector<uint64_t>& key
 Plan plan_from_slots(const PlanProblem& pr, const char* name, const std::vector<uint32_t>& ids,
                      const std::vector<SlotItem>& items, const SlotSteps& steps) {
   const uint64_t W = uint64_t(pr.world_size);
-  Plan plan;
-  plan.strategy = name;
-  plan.world_size = int(W);
-  plan.sync = pr.layout.sync;
   const uint64_t n_steps = steps.step_begin.size() - 1;
   uint64_t total = 0;
   for (const SlotItem& it : items) total += it.count;
-  if (total > UINT32_MAX)
-    throw std::length_error("plan holds more than 2^32 sample slots; plan fewer epochs or samples at once");
-  plan.sample_ids.reserve(total);
-  plan.micro_batches.reserve(items.size());
-  plan.rank_begin.reserve(n_steps * W + 1);
-  plan.steps.resize(n_steps);
-  for (uint64_t t = 0; t < n_steps; ++t) {
-    StepInfo& info = plan.steps[t];
+  PlanWriter out(pr, name, false);
+  out.reserve(total, items.size(), n_steps);
+  for (uint64_t t = 0; t < n_steps; ++t)
     for (uint64_t r = 0; r < W; ++r) {
       for (uint64_t k = steps.step_begin[t]; k < steps.step_begin[t + 1]; ++k) {
         const SlotItem& it = items[uint64_t(steps.order[k]) * W + r];
         if (it.count == 0) continue;
         MicroBatch mb;
-        mb.begin = uint32_t(plan.sample_ids.size());
+        mb.begin = out.append_ids(ids.data() + it.begin, it.count);
         mb.count = it.count;
         mb.bucket = it.bucket;
         mb.padded = it.padded;
-        plan.sample_ids.insert(plan.sample_ids.end(), ids.begin() + int64_t(it.begin),
-                               ids.begin() + int64_t(it.begin + it.count));
-        plan.micro_batches.push_back(mb);
-        add_to_step(info, it.count, pr.tokens(it.bucket), it.padded);
-        if (it.padded) plan.padded_samples += it.count;
+        out.add(mb);
       }
-      plan.rank_begin.push_back(plan.micro_batches.size());
+      out.next_rank();
     }
-  }
-  return plan;
+  return out.finish();
 }
 
 Plan plan_lockstep(const PlanProblem& pr, const std::vector<int64_t>& batch_of_bucket, const char* name) {

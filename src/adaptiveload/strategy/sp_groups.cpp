@@ -34,6 +34,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "adaptiveload/strategy/plan_writer.h"
 #include "adaptiveload/strategy/stages.h"
 #include "adaptiveload/util/error.h"
 #include "adaptiveload/util/rng.h"
@@ -116,44 +117,31 @@ int64_t batch_for(const Buckets& c, size_t b, double seconds) {
   return x >= double(c.cap[b]) ? c.cap[b] : int64_t(x);
 }
 
-// Writes the plan from, per rank-step (step-major), its list of item indices.
+// Writes the plan from, per rank-step (step-major), its list of item indices: an item on a
+// group of g ranks is listed on each of them, its ids written once.
 Plan write_plan(const PlanProblem& pr, const BucketedPool& pool, const std::vector<Item>& items,
                 const std::vector<uint64_t>& list_begin, const std::vector<uint32_t>& lists, uint64_t steps) {
   const uint64_t W = uint64_t(pr.world_size);
-  Plan plan;
-  plan.strategy = "balanced";
-  plan.world_size = int(W);
-  plan.sync = pr.layout.sync;
-  plan.steps.resize(steps);
+  PlanWriter out(pr, "balanced", true);
+  out.reserve(0, lists.size(), steps);
   std::vector<uint32_t> at(items.size(), UINT32_MAX);  // sample_ids offset once written
-  plan.micro_batches.reserve(lists.size());
-  plan.mb_group.reserve(lists.size());
-  plan.rank_begin.reserve(steps * W + 1);
-  for (uint64_t t = 0; t < steps; ++t) {
-    StepInfo& info = plan.steps[t];
+  for (uint64_t t = 0; t < steps; ++t)
     for (uint64_t r = 0; r < W; ++r) {
       for (uint64_t k = list_begin[t * W + r]; k < list_begin[t * W + r + 1]; ++k) {
         const uint32_t i = lists[k];
         const Item& it = items[i];
         if (at[i] == UINT32_MAX) {
-          if (plan.sample_ids.size() + it.count > UINT32_MAX)
-            throw std::length_error("plan holds more than 2^32 sample slots; plan fewer samples at once");
-          at[i] = uint32_t(plan.sample_ids.size());
+          at[i] = out.next_id();
           for (uint32_t j = i; j != UINT32_MAX; j = items[j].next)
-            plan.sample_ids.insert(plan.sample_ids.end(), pool.ids.begin() + int64_t(items[j].begin),
-                                   pool.ids.begin() + int64_t(items[j].begin + items[j].own));
-          add_to_step(info, it.count, pr.tokens(it.bucket), it.padded);
-          if (it.padded) plan.padded_samples += it.count;
+            out.append_ids(pool.ids.data() + items[j].begin, items[j].own);
         }
         MicroBatch mb;
         mb.begin = at[i], mb.count = it.count, mb.bucket = it.bucket, mb.padded = it.padded;
-        plan.micro_batches.push_back(mb);
-        plan.mb_group.push_back(it.group);
+        out.add(mb, it.group);
       }
-      plan.rank_begin.push_back(plan.micro_batches.size());
+      out.next_rank();
     }
-  }
-  return plan;
+  return out.finish();
 }
 
 // A padded repeat of one sample: the cheapest bucket of the smallest group size <= g.
@@ -472,9 +460,7 @@ Plan plan_micro(const PlanProblem& pr, const BucketedPool& pool, const Buckets& 
 Plan plan_balanced_groups(const PlanProblem& pr) {
   const uint64_t W = uint64_t(pr.world_size);
   const BucketedPool pool = shuffled_by_bucket(pr);
-  Plan empty;
-  empty.strategy = "balanced", empty.world_size = int(W), empty.sync = pr.layout.sync;
-  if (pool.ids.empty()) return empty;
+  if (pool.ids.empty()) return empty_plan(pr, "balanced");
   if (pool.ids.size() > UINT32_MAX) throw ConfigError("balanced: more than 2^32 samples in one epoch");
   const Buckets c = bucket_costs(pr);
   for (size_t b = 0; b < c.g.size(); ++b)
