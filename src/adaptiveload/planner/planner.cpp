@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "adaptiveload/cost/cost_variants.h"
+#include "adaptiveload/strategy/group_search.h"
 #include "adaptiveload/util/error.h"
 #include "adaptiveload/util/format.h"
 
@@ -212,57 +213,22 @@ int Planner::max_group() const {
   return g;
 }
 
+GroupSearch Planner::group_search(int world_size) const {
+  GroupSearch gs;
+  gs.buckets = &bucketing_.buckets;
+  gs.sp = seq_parallel(world_size);
+  gs.max_batch_on = [this](size_t b, int g) { return max_batch_on(b, g); };
+  gs.env = sim_env(world_size);
+  gs.fixed_error = fixed_error_;
+  return gs;
+}
+
 PlanProblem Planner::as_groups(const PlanProblem& pr, int g, const CostModel* group_cost) const {
-  PlanProblem q = pr;
-  if (g <= 1) {
-    q.bucket_group.clear();
-    return q;
-  }
-  q.world_size = pr.world_size / g;
-  q.cost = group_cost;
-  std::vector<uint8_t> group;
-  choose_groups(pr.world_size, g, group, q.max_batch_memory);
-  q.bucket_group.clear();
-  // A group holds g times a GPU's tokens and does 1 / g of the compute per GPU.
-  q.mem_budget_tokens = pr.mem_budget_tokens * g;
-  q.comp_budget = pr.comp_budget * g;
-  return q;
+  return adaptiveload::as_groups(group_search(pr.world_size), pr, g, group_cost);
 }
 
 Plan Planner::run_on_groups(const StrategyEntry& s, const PlanProblem& pr, int g) const {
-  // The problem's own cost model (an adapted one after online adaptation) on g ranks.
-  const GroupCost cost(*pr.cost, g, seq_parallel(pr.world_size));
-  const PlanProblem q = as_groups(pr, g, &cost);
-  std::vector<uint8_t> live(q.max_batch_memory.size(), 0);
-  for (uint32_t id : pr.pool_ids()) live[(*pr.sample_bucket)[id]] = 1;
-  for (size_t b = 0; b < q.max_batch_memory.size(); ++b)
-    if (q.max_batch_memory[b] < 1 && live[b])
-      throw ConfigError("a sample of bucket " + bucketing_.buckets[b].name() + " does not fit a sequence-parallel group of " +
-                        std::to_string(g) + "; use a larger group size");
-  if (s.needs_fixed_batch() && q.fixed_batch.size() != bucketing_.buckets.size())
-    throw ConfigError(fixed_error_);
-  Plan p = s.fn(q);
-  // Each of the W / g plan ranks is a group: its g ranks list the same micro-batches.
-  Plan out;
-  out.strategy = p.strategy;
-  out.world_size = pr.world_size;
-  out.sync = p.sync;
-  out.sample_ids = std::move(p.sample_ids);
-  out.steps = std::move(p.steps);
-  out.padded_samples = p.padded_samples;
-  out.dropped = std::move(p.dropped);
-  out.micro_batches.reserve(p.micro_batches.size() * size_t(g));
-  out.rank_begin.reserve(out.steps.size() * size_t(pr.world_size) + 1);
-  for (size_t t = 0; t < out.steps.size(); ++t)
-    for (int v = 0; v < q.world_size; ++v) {
-      const auto [b, e] = p.rank_range(t, v);
-      for (int k = 0; k < g; ++k) {
-        out.micro_batches.insert(out.micro_batches.end(), p.micro_batches.begin() + long(b), p.micro_batches.begin() + long(e));
-        out.rank_begin.push_back(out.micro_batches.size());
-      }
-    }
-  out.mb_group.assign(out.micro_batches.size(), uint8_t(g));
-  return out;
+  return adaptiveload::run_on_groups(group_search(pr.world_size), s, pr, g);
 }
 
 Plan Planner::run(const StrategyEntry& s, const PlanProblem& pr) const {
@@ -290,114 +256,17 @@ Plan Planner::run(const StrategyEntry& s, const PlanProblem& pr) const {
 }
 
 Plan Planner::run_balanced_held(const StrategyEntry& s, const PlanProblem& pr) const {
-  Plan held = s.fn(pr);
-  // Up to kHeldCheckSamples samples, the per-step batch and then the mix are let go where
-  // keeping them would leave balanced slower than a bucket loader at the same global batch
-  // (small pools with long clips at few steps); beyond, both are kept.
-  constexpr size_t kHeldCheckSamples = 2'000'000;
-  if (pr.layout.sync != SyncMode::kStep || pr.target_steps() == 0 || pr.pool_ids().size() > kHeldCheckSamples)
-    return held;
-  PlanProblem q = pr;
-  q.hold = 0;
-  Plan quick = s.fn(q);
-  double t = simulate(held).throughput_samples_per_s;
-  if (t >= simulate(quick).throughput_samples_per_s) return held;
-  double best_other = 0;
-  for (const StrategyEntry& other : strategies())
-    if (!other.mixes_groups() && !(other.needs_fixed_batch() && !fixed_error_.empty()))
-      best_other = std::max(best_other, simulate(run(other, pr)).throughput_samples_per_s);
-  if (t >= best_other) return held;
-  for (const uint8_t hold : {kHoldBatch, kHoldMix}) {
-    q.hold = hold;
-    Plan p = s.fn(q);
-    if (simulate(p).throughput_samples_per_s >= best_other) return p;
-  }
-  return quick;
+  return adaptiveload::run_balanced_held(group_search(pr.world_size), s, pr, [&] {
+    double best = 0;
+    for (const StrategyEntry& other : strategies())
+      if (!other.mixes_groups() && !(other.needs_fixed_batch() && !fixed_error_.empty()))
+        best = std::max(best, simulate(run(other, pr)).throughput_samples_per_s);
+    return best;
+  });
 }
 
 Plan Planner::run_balanced_groups(const StrategyEntry& s, const PlanProblem& pr) const {
-  const auto& buckets = bucketing_.buckets;
-  const size_t nb = buckets.size();
-  const SeqParallel sp = seq_parallel(pr.world_size);
-  std::vector<uint8_t> live(nb, 0);
-  for (uint32_t id : pr.pool_ids()) live[(*pr.sample_bucket)[id]] = 1;
-  std::vector<int> sizes;
-  for (int g = 1; g <= kMaxGroup; g *= 2)
-    if (sp.allows(g)) sizes.push_back(g);
-  double c_max = 0, work = 0;
-  std::vector<int64_t> count(nb, 0);
-  for (uint32_t id : pr.pool_ids()) ++count[(*pr.sample_bucket)[id]];
-  for (size_t b = 0; b < nb; ++b)
-    if (live[b]) {
-      const int g = pr.group(uint16_t(b));
-      c_max = std::max(c_max, group_microbatch_time(*pr.cost, 1, buckets[b], g, sp));
-      work += double(count[b]) * g * group_sample_time(*pr.cost, buckets[b], g, sp);
-    }
-  // A rank-step's share of the work at the global batch's step count (0: free).
-  const uint64_t K = pr.target_steps();
-  const double share = K > 0 ? work / (double(K) * pr.world_size) : 0;
-  // Candidates: a floor f for every bucket, and then long samples raised until one takes at
-  // most theta (inf; a quarter of the longest sample at its smallest group; a rank-step's
-  // share of the work, or half of it); each is planned and simulated, and the fastest kept.
-  std::vector<std::vector<uint8_t>> cands;
-  for (int f : sizes)
-    for (double theta : {1e300, c_max / 4, share > 0 ? share : 1e300, share > 0 ? share / 2 : 1e300}) {
-      std::vector<uint8_t> g(nb, 1);
-      bool ok = true;
-      for (size_t b = 0; b < nb && ok; ++b) {
-        if (!live[b]) continue;
-        size_t k = 0;
-        while (k < sizes.size() && (sizes[k] < std::max(f, pr.group(uint16_t(b))) || max_batch_on(b, sizes[k]) < 1)) ++k;
-        while (k + 1 < sizes.size() && group_microbatch_time(*pr.cost, 1, buckets[b], sizes[k], sp) > theta) ++k;
-        ok = k < sizes.size();
-        if (ok) g[b] = uint8_t(sizes[k]);
-      }
-      if (ok && std::find(cands.begin(), cands.end(), g) == cands.end()) cands.push_back(g);
-    }
-  if (cands.empty())
-    throw ConfigError("no allowed sequence-parallel group size fits every sample on " + std::to_string(pr.world_size) +
-                      " ranks (memory or --mem-budget); allow larger groups (--sp-sizes) or raise the budget");
-  SimEnv env = sim_env(pr.world_size);
-  env.cost = pr.cost;
-  auto plan_with = [&](const std::vector<uint8_t>& g, const std::vector<uint32_t>* sub) {
-    int gmin = kMaxGroup, gmax = 1;
-    PlanProblem q = pr;
-    if (sub) q.pool_view = sub;
-    for (size_t b = 0; b < nb; ++b) {
-      q.max_batch_memory[b] = max_batch_on(b, g[b]);
-      if (live[b]) gmin = std::min(gmin, int(g[b])), gmax = std::max(gmax, int(g[b]));
-    }
-    q.bucket_group = g;
-    return gmin == gmax ? run_on_groups(s, q, gmax) : s.fn(q);
-  };
-  // A large pool is compared on every k-th of its samples (the global batch is a rate per
-  // step, so the sample keeps its shape) and only the chosen candidate is planned in full.
-  constexpr size_t kSearchSamples = size_t(1) << 17;
-  const std::vector<uint32_t>& ids = pr.pool_ids();
-  std::vector<uint32_t> sub;
-  if (ids.size() > kSearchSamples && cands.size() > 1) {
-    const size_t stride = (ids.size() + kSearchSamples - 1) / kSearchSamples;
-    for (size_t i = 0; i < ids.size(); i += stride) sub.push_back(ids[i]);
-  }
-  // The fastest among the candidates that keep the global batch's step count (as near as
-  // any does): a plan of fewer, larger steps would win by running fewer collectives.
-  const uint64_t target = sub.empty() ? K : [&] {
-    PlanProblem q = pr;
-    q.pool_view = &sub;
-    return q.target_steps();
-  }();
-  Plan best;
-  size_t best_i = 0;
-  double best_tp = -1;
-  uint64_t best_steps = 0;
-  for (size_t i = 0; i < cands.size(); ++i) {
-    Plan p = plan_with(cands[i], sub.empty() ? nullptr : &sub);
-    const double tp = adaptiveload::simulate(p, env).throughput_samples_per_s;
-    const uint64_t steps = target > 0 ? std::min<uint64_t>(p.num_steps(), target) : 0;
-    if (steps > best_steps || (steps == best_steps && tp > best_tp))
-      best_tp = tp, best_i = i, best_steps = steps, best = std::move(p);
-  }
-  return sub.empty() ? best : plan_with(cands[best_i], nullptr);
+  return adaptiveload::run_balanced_groups(group_search(pr.world_size), s, pr);
 }
 
 Plan Planner::plan_fixed_group(const std::string& strategy, int g, int world_size) const {

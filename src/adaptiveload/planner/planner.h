@@ -15,6 +15,7 @@
 #include "adaptiveload/planner/config.h"
 #include "adaptiveload/presets/presets.h"
 #include "adaptiveload/sim/metrics.h"
+#include "adaptiveload/strategy/group_search.h"
 #include "adaptiveload/strategy/strategy.h"
 
 namespace adaptiveload {
@@ -115,6 +116,8 @@ class Planner {
   // none does or S / g exceeds the configured token budget.
   int64_t max_batch_on(size_t b, int g) const;
   void choose_groups(int world_size, int fixed_g, std::vector<uint8_t>& group, std::vector<int64_t>& max_mem) const;
+  // What balanced's group searches (strategy/group_search.h) read of this planner.
+  GroupSearch group_search(int world_size) const;
   // The problem with every sample on g ranks, as W / g ranks that each are one group.
   // `group_cost`: the cost model on g ranks (GroupCost of pr.cost), or null where no
   // strategy runs on the result (budgets only).

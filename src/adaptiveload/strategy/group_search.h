@@ -1,0 +1,44 @@
+#pragma once
+// balanced beside sequence parallelism: one group size g for all samples (the problem as
+// W / g ranks that each are one group), the search for each bucket's g (candidates planned
+// and simulated, the fastest kept), and balanced's step-sync invariants let go where a bucket
+// loader would be faster. The planner supplies what fits memory and the simulator
+// (GroupSearch); the plans are the strategies' own.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "adaptiveload/sim/metrics.h"
+#include "adaptiveload/strategy/strategy.h"
+
+namespace adaptiveload {
+
+// What the searches read of the planner, for the problem's world size.
+struct GroupSearch {
+  const std::vector<Bucket>* buckets = nullptr;
+  SeqParallel sp;  // allowed group sizes and all-to-all costs
+  // Largest batch of bucket b that fits memory on a group of g ranks (0: none does).
+  std::function<int64_t(size_t b, int g)> max_batch_on;
+  SimEnv env;               // the simulator (cost: the planner's model)
+  std::string fixed_error;  // why `fixed` cannot run, "" when it can
+};
+
+// The problem with every sample on g ranks, as W / g ranks that each are one group.
+// `group_cost`: the cost model on g ranks (GroupCost of pr.cost), or null where no strategy
+// runs on the result (budgets only).
+PlanProblem as_groups(const GroupSearch& gs, const PlanProblem& pr, int g,
+                      const CostModel* group_cost);
+// Strategy s with every sample on g ranks; each of the W / g plan ranks is listed as its g ranks.
+Plan run_on_groups(const GroupSearch& gs, const StrategyEntry& s, const PlanProblem& pr, int g);
+// balanced with per-sample groups: from each bucket's smallest fitting g, candidates that
+// raise groups (a floor for all, and long samples further), the one whose plan simulates
+// fastest.
+Plan run_balanced_groups(const GroupSearch& gs, const StrategyEntry& s, const PlanProblem& pr);
+// balanced without groups: its plan keeping the step-sync invariants (PlanProblem::hold), or
+// with fewer of them where a bucket loader would beat it. `best_other`: the best simulated
+// throughput (samples/s) of the other strategies on pr, asked for only when needed.
+Plan run_balanced_held(const GroupSearch& gs, const StrategyEntry& s, const PlanProblem& pr,
+                       const std::function<double()>& best_other);
+
+}  // namespace adaptiveload
