@@ -34,6 +34,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "adaptiveload/strategy/group_cuts.h"
 #include "adaptiveload/strategy/plan_writer.h"
 #include "adaptiveload/strategy/stages.h"
 #include "adaptiveload/util/error.h"
@@ -42,126 +43,6 @@
 namespace adaptiveload {
 namespace {
 
-struct Item {
-  double cost = 0;  // seconds on its group
-  uint64_t begin = 0;  // into the bucketed pool's ids (or the padding source)
-  uint32_t count = 0;  // samples, over the chain of merged items
-  uint32_t own = 0;    // of which in [begin, begin + own)
-  uint32_t next = UINT32_MAX;  // merged: the next item of this micro-batch
-  uint16_t bucket = 0;
-  uint8_t group = 1;
-  uint8_t padded = 0;
-  uint8_t merged = 0;  // part of an earlier item's micro-batch
-};
-
-struct Buckets {
-  std::vector<int> g;
-  std::vector<int64_t> cap;  // largest micro-batch
-  std::vector<double> per, fixed;  // seconds per sample, fixed seconds per micro-batch
-};
-
-Buckets bucket_costs(const PlanProblem& pr) {
-  const size_t nb = pr.buckets->size();
-  Buckets c;
-  c.g.resize(nb), c.cap.resize(nb), c.per.resize(nb), c.fixed.resize(nb);
-  for (size_t b = 0; b < nb; ++b) {
-    const Bucket& bk = (*pr.buckets)[b];
-    const int g = pr.group(uint16_t(b));
-    c.g[b] = g;
-    int64_t cap = std::max<int64_t>(1, pr.max_batch_memory[b]);
-    if (pr.mem_budget_tokens > 0) {
-      const int64_t per_gpu = (bk.tokens + g - 1) / g;
-      cap = std::min<int64_t>(cap, std::max<int64_t>(1, pr.mem_budget_tokens / per_gpu));
-    }
-    c.cap[b] = std::min<int64_t>(cap, kMaxMicroBatch);
-    c.per[b] = group_sample_time(*pr.cost, bk, g, pr.layout.sp);
-    c.fixed[b] = std::max(0.0, group_microbatch_time(*pr.cost, 1, bk, g, pr.layout.sp) - c.per[b]);
-  }
-  return c;
-}
-
-// Cuts bucket b's samples [begin, end) into about equal micro-batches of at most B.
-void cut(std::vector<Item>& out, const Buckets& c, const PlanProblem& pr, size_t b, uint64_t begin, uint64_t end,
-         int64_t B) {
-  const uint64_t n = end - begin;
-  if (n == 0) return;
-  B = std::max<int64_t>(1, std::min<int64_t>(B, c.cap[b]));
-  const uint64_t k = (n + uint64_t(B) - 1) / uint64_t(B), q = n / k, extra = n % k;
-  uint64_t at = begin;
-  for (uint64_t i = 0; i < k; ++i) {
-    const uint32_t cnt = uint32_t(q + (i < extra ? 1 : 0));
-    Item it;
-    it.count = it.own = cnt, it.begin = at, it.bucket = uint16_t(b), it.group = uint8_t(c.g[b]);
-    it.cost = group_microbatch_time(*pr.cost, cnt, (*pr.buckets)[b], c.g[b], pr.layout.sp);
-    out.push_back(it);
-    at += cnt;
-  }
-}
-
-// Splits a one-GPU, unchained item of two or more samples: it keeps the first half (rounded
-// up) and returns the rest as a new item of the same bucket; both costs follow.
-Item split_half(Item& src, const PlanProblem& pr) {
-  Item moved = src;
-  const uint32_t half = src.count / 2;
-  src.count -= half, src.own = src.count;
-  moved.begin = src.begin + src.count, moved.count = moved.own = half;
-  src.cost = group_microbatch_time(*pr.cost, src.count, (*pr.buckets)[src.bucket], 1, pr.layout.sp);
-  moved.cost = group_microbatch_time(*pr.cost, moved.count, (*pr.buckets)[moved.bucket], 1, pr.layout.sp);
-  return moved;
-}
-
-// Largest batch of bucket b whose micro-batch takes at most `seconds` (at least 1).
-int64_t batch_for(const Buckets& c, size_t b, double seconds) {
-  const double x = std::floor((seconds - c.fixed[b]) / c.per[b]);
-  if (!(x >= 1)) return 1;
-  return x >= double(c.cap[b]) ? c.cap[b] : int64_t(x);
-}
-
-// Writes the plan from, per rank-step (step-major), its list of item indices: an item on a
-// group of g ranks is listed on each of them, its ids written once.
-Plan write_plan(const PlanProblem& pr, const BucketedPool& pool, const std::vector<Item>& items,
-                const std::vector<uint64_t>& list_begin, const std::vector<uint32_t>& lists, uint64_t steps) {
-  const uint64_t W = uint64_t(pr.world_size);
-  PlanWriter out(pr, "balanced", true);
-  out.reserve(0, lists.size(), steps);
-  std::vector<uint32_t> at(items.size(), UINT32_MAX);  // sample_ids offset once written
-  for (uint64_t t = 0; t < steps; ++t)
-    for (uint64_t r = 0; r < W; ++r) {
-      for (uint64_t k = list_begin[t * W + r]; k < list_begin[t * W + r + 1]; ++k) {
-        const uint32_t i = lists[k];
-        const Item& it = items[i];
-        if (at[i] == UINT32_MAX) {
-          at[i] = out.next_id();
-          for (uint32_t j = i; j != UINT32_MAX; j = items[j].next)
-            out.append_ids(pool.ids.data() + items[j].begin, items[j].own);
-        }
-        MicroBatch mb;
-        mb.begin = at[i], mb.count = it.count, mb.bucket = it.bucket, mb.padded = it.padded;
-        out.add(mb, it.group);
-      }
-      out.next_rank();
-    }
-  return out.finish();
-}
-
-// A padded repeat of one sample: the cheapest bucket of the smallest group size <= g.
-Item padding_item(const PlanProblem& pr, const BucketedPool& pool, const Buckets& c, int g) {
-  Item best;
-  bool found = false;
-  for (size_t b = 0; b < c.g.size(); ++b) {
-    if (pool.begin[b + 1] == pool.begin[b] || c.g[b] > g) continue;
-    const double cost = group_microbatch_time(*pr.cost, 1, (*pr.buckets)[b], c.g[b], pr.layout.sp);
-    if (!found || c.g[b] < best.group || (c.g[b] == best.group && cost < best.cost)) {
-      const SlotItem pad = padded_repeat(pool, b);
-      best.cost = cost, best.begin = pad.begin, best.count = best.own = pad.count, best.bucket = pad.bucket;
-      best.group = uint8_t(c.g[b]), best.padded = pad.padded;
-      found = true;
-    }
-  }
-  if (!found) throw ConfigError("balanced: no sample fits a free block of " + std::to_string(g) + " ranks");
-  return best;
-}
-
 struct Level {
   int64_t clock;
   uint64_t order;  // tie-break: next step before next block
@@ -169,11 +50,11 @@ struct Level {
   bool operator>(const Level& o) const { return clock != o.clock ? clock > o.clock : order > o.order; }
 };
 
-Plan plan_step(const PlanProblem& pr, const BucketedPool& pool, const Buckets& c, uint64_t K, double work) {
+Plan plan_step(const PlanProblem& pr, const BucketedPool& pool, const GroupBuckets& c, uint64_t K, double work) {
   const uint64_t W = uint64_t(pr.world_size);
   const double share = work / double(K * W);  // seconds per rank-step
-  std::vector<Item> items;
-  for (size_t b = 0; b < c.g.size(); ++b) cut(items, c, pr, b, pool.begin[b], pool.begin[b + 1], batch_for(c, b, share / 4));
+  std::vector<GroupItem> items;
+  for (size_t b = 0; b < c.g.size(); ++b) cut_bucket(items, c, pr, b, pool.begin[b], pool.begin[b + 1], batch_for(c, b, share / 4));
   std::vector<uint32_t> order(items.size());
   std::iota(order.begin(), order.end(), 0u);
   std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
@@ -270,7 +151,7 @@ Plan plan_step(const PlanProblem& pr, const BucketedPool& pool, const Buckets& c
         if (!largest.empty() && largest.top().first > 1) best = largest.top().second;
       }
       // Otherwise the smallest group any bucket has; its aligned block is empty too (blocks nest).
-      const Item moved = best != SIZE_MAX ? split_half(items[best], pr) : padding_item(pr, pool, c, int(W));
+      const GroupItem moved = best != SIZE_MAX ? split_half(items[best], pr) : group_padding(pr, pool, c, int(W));
       const uint64_t first = r - r % moved.group;
       items.push_back(moved);
       where.push_back(t * W + first);
@@ -289,7 +170,7 @@ Plan plan_step(const PlanProblem& pr, const BucketedPool& pool, const Buckets& c
       const uint64_t key = where[n] * nb + items[n].bucket;
       auto f = open.find(key);
       if (f != open.end()) {
-        Item& head = items[f->second.first];
+        GroupItem& head = items[f->second.first];
         if (uint64_t(head.count) + items[n].count <= uint64_t(c.cap[head.bucket])) {
           items[f->second.second].next = n;
           f->second.second = n;
@@ -321,21 +202,21 @@ Plan plan_step(const PlanProblem& pr, const BucketedPool& pool, const Buckets& c
     const uint64_t t = perm[where[n] / W], first = where[n] % W;
     for (int k = 0; k < items[n].group; ++k) lists[fill[t * W + first + uint64_t(k)]++] = n;
   }
-  return write_plan(pr, pool, items, begin, lists, K);
+  return write_group_plan(pr, pool, items, begin, lists, K);
 }
 
 // One micro-sync plan for target tau, the one-GPU fill of a wide slot cut to at most
 // fill_cap seconds.
-Plan micro_once(const PlanProblem& pr, const BucketedPool& pool, const Buckets& c, uint64_t K, double tau,
+Plan micro_once(const PlanProblem& pr, const BucketedPool& pool, const GroupBuckets& c, uint64_t K, double tau,
                 double fill_cap) {
   const uint64_t W = uint64_t(pr.world_size);
   const size_t nb = c.g.size();
   // Wide micro-batches, longest first, packed into slots on aligned free blocks.
-  std::vector<Item> items;
+  std::vector<GroupItem> items;
   std::vector<uint64_t> next(pool.begin.begin(), pool.begin.end() - 1);  // one-GPU samples left
   for (size_t b = 0; b < nb; ++b)
-    if (c.g[b] > 1) cut(items, c, pr, b, pool.begin[b], pool.begin[b + 1], batch_for(c, b, tau)), next[b] = pool.begin[b + 1];
-  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.cost > b.cost; });
+    if (c.g[b] > 1) cut_bucket(items, c, pr, b, pool.begin[b], pool.begin[b + 1], batch_for(c, b, tau)), next[b] = pool.begin[b + 1];
+  std::stable_sort(items.begin(), items.end(), [](const GroupItem& a, const GroupItem& b) { return a.cost > b.cost; });
   std::vector<std::vector<uint32_t>> slots;  // per slot, item index per rank (UINT32_MAX: free)
   std::vector<double> slot_max;
   constexpr size_t kOpenSlots = 4;  // recent slots a wide micro-batch may still join
@@ -369,7 +250,7 @@ Plan micro_once(const PlanProblem& pr, const BucketedPool& pool, const Buckets& 
     }
     if (best == SIZE_MAX) return false;
     const uint64_t n = std::min<uint64_t>(pool.begin[best + 1] - next[best], uint64_t(batch_for(c, best, seconds)));
-    Item it;
+    GroupItem it;
     it.begin = next[best], it.count = it.own = uint32_t(n), it.bucket = uint16_t(best), it.group = 1;
     it.cost = group_microbatch_time(*pr.cost, int64_t(n), (*pr.buckets)[best], 1, pr.layout.sp);
     items.push_back(it);
@@ -390,25 +271,25 @@ Plan micro_once(const PlanProblem& pr, const BucketedPool& pool, const Buckets& 
           if (!free) break;
           h *= 2;
         }
-        items.push_back(padding_item(pr, pool, c, int(h)));
+        items.push_back(group_padding(pr, pool, c, int(h)));
         const uint64_t g = items.back().group;
         for (uint64_t k = 0; k < g; ++k) slots[s][r + k] = uint32_t(items.size() - 1);
       }
     }
   // The rest of the one-GPU samples: cut for tau, longest first, W to a slot.
   const size_t first_rest = items.size();
-  for (size_t b : ones) cut(items, c, pr, b, next[b], pool.begin[b + 1], batch_for(c, b, tau));
-  std::stable_sort(items.begin() + long(first_rest), items.end(), [](const Item& a, const Item& b) { return a.cost > b.cost; });
+  for (size_t b : ones) cut_bucket(items, c, pr, b, next[b], pool.begin[b + 1], batch_for(c, b, tau));
+  std::stable_sort(items.begin() + long(first_rest), items.end(), [](const GroupItem& a, const GroupItem& b) { return a.cost > b.cost; });
   // A count that is not a multiple of W: split the largest micro-batches, else pad.
   while ((items.size() - first_rest) % W != 0) {
     size_t best = SIZE_MAX;
     for (size_t n = first_rest; n < items.size(); ++n)
       if (items[n].count > 1 && (best == SIZE_MAX || items[n].count > items[best].count)) best = n;
     if (best == SIZE_MAX) break;
-    const Item moved = split_half(items[best], pr);
+    const GroupItem moved = split_half(items[best], pr);
     items.insert(items.begin() + long(best) + 1, moved);
   }
-  while ((items.size() - first_rest) % W != 0) items.push_back(padding_item(pr, pool, c, 1));
+  while ((items.size() - first_rest) % W != 0) items.push_back(group_padding(pr, pool, c, 1));
   for (size_t n = first_rest; n < items.size(); n += W) {
     slots.emplace_back(W);
     for (uint64_t r = 0; r < W; ++r) slots.back()[r] = uint32_t(n + r);
@@ -417,7 +298,7 @@ Plan micro_once(const PlanProblem& pr, const BucketedPool& pool, const Buckets& 
   std::vector<uint64_t> key(slots.size(), 0);
   for (size_t s = 0; s < slots.size(); ++s)
     for (uint64_t r = 0; r < W; ++r) {
-      const Item& it = items[slots[s][r]];
+      const GroupItem& it = items[slots[s][r]];
       if (r % it.group == 0) key[s] += batch_weight(pr, it.bucket, it.count);  // once per group
     }
   const SlotSteps st = steps_of_slots(pr, key, std::min<uint64_t>(K, slots.size()), kPurposeStepOrder);
@@ -430,10 +311,10 @@ Plan micro_once(const PlanProblem& pr, const BucketedPool& pool, const Buckets& 
       for (uint64_t k = st.step_begin[t]; k < st.step_begin[t + 1]; ++k) lists.push_back(slots[st.order[k]][r]);
       begin[t * W + r + 1] = lists.size();
     }
-  return write_plan(pr, pool, items, begin, lists, steps);
+  return write_group_plan(pr, pool, items, begin, lists, steps);
 }
 
-Plan plan_micro(const PlanProblem& pr, const BucketedPool& pool, const Buckets& c, uint64_t K, double work) {
+Plan plan_micro(const PlanProblem& pr, const BucketedPool& pool, const GroupBuckets& c, uint64_t K, double work) {
   const uint64_t W = uint64_t(pr.world_size);
   // tau: the longest micro-batch any bucket's memory admits, at most a slot per step.
   double tau = 0;
@@ -462,7 +343,7 @@ Plan plan_balanced_groups(const PlanProblem& pr) {
   const BucketedPool pool = shuffled_by_bucket(pr);
   if (pool.ids.empty()) return empty_plan(pr, "balanced");
   if (pool.ids.size() > UINT32_MAX) throw ConfigError("balanced: more than 2^32 samples in one epoch");
-  const Buckets c = bucket_costs(pr);
+  const GroupBuckets c = group_bucket_costs(pr);
   for (size_t b = 0; b < c.g.size(); ++b)
     if (pool.begin[b + 1] > pool.begin[b] && (W % uint64_t(c.g[b]) != 0))
       throw ConfigError("balanced: sequence-parallel group of " + std::to_string(c.g[b]) + " for bucket " +
