@@ -13,7 +13,7 @@ import torch
 from .. import _checks
 from ._ranges import (COST_MODELS, GLOBAL_BATCH_FORMS, MAX_COMP_BUDGET, MAX_INT64, MAX_MEM_BUDGET, MAX_SEED,
                       MAX_SP_SIZE, MAX_WORLD_SIZE, ON_BAD_ROW, ON_DUPLICATE, ON_OVERSIZE, SHARDINGS, SP_POLICIES,
-                      STRATEGIES, SYNCS, words)
+                      SYNCS, strategies, words)
 
 WHERE = "AdaptiveBatchSampler: "  # the prefix of the constructor's errors and warnings
 
@@ -78,10 +78,11 @@ def check_options(*, model, device, strategy, world_size, rank, seed, drop_last,
     rank = _checks.integer(dist_rank if rank is None else rank, where + "rank", 0, world_size - 1,
                            f" (0 <= rank < world_size = {world_size})")
     seed = _checks.integer(seed, where + "seed", 0, MAX_SEED, " (0 <= seed < 2**64)")
-    strategy = _checks.string(strategy, where + "strategy", f"a strategy name ({', '.join(STRATEGIES)})")
+    names = strategies()
+    strategy = _checks.string(strategy, where + "strategy", f"a strategy name ({', '.join(names)})")
     if strategy == "all":
         raise ValueError(where + "strategy='all' compares strategies in `adaptiveload plan`; a sampler "
-                         f"runs one: {words(STRATEGIES)}")
+                         f"runs one: {words(names)}")
     drop_last = _checks.flag(drop_last, where + "drop_last")
     checkpointing = _checks.flag(checkpointing, where + "checkpointing")
     mem_tokens = 0 if mem_budget is None else _whole(mem_budget, where + "mem_budget", 1, MAX_MEM_BUDGET,

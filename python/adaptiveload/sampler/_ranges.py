@@ -1,29 +1,37 @@
-"""The option ranges and names the sampler checks its arguments against, in one place.
-
-They repeat the core's and the CLI's (planner.h, cli/plan_options.cpp); each is one
-assignment here, so reading it from the extension (_C) instead is a one-line change. Every
-other module of the package takes them from here, and the error texts that list them are
-generated from them.
+"""The option ranges and names the sampler checks its arguments against, read from the core:
+the bounds and choices from _C.option_ranges() (src/adaptiveload/planner/option_ranges.h, the
+table the Planner's checks and the CLI read too), the strategy names from the registry
+(_C.strategies()). Every other module of the package takes them from here, and the error
+texts that list them are generated from them.
 """
+from .. import _C
 
-MAX_WORLD_SIZE = 1 << 20
-MAX_SEED = 2**64 - 1
-MAX_INT64 = 2**63 - 1  # epochs and steps are int64 in the core
-MAX_MEM_BUDGET = 10**15  # tokens
-MAX_COMP_BUDGET = 1e300
-MAX_STEP_SECONDS = 1e9  # the core's largest cost of one sample
-MAX_SP_SIZE = 128  # the largest sequence-parallel group size
+_RANGES = _C.option_ranges()
 
-STRATEGIES = ("balanced", "dual", "equal_tokens", "fixed")
-COST_MODELS = ("analytic", "power", "profile")
-SHARDINGS = ("auto", "none", "fsdp")
-SYNCS = ("auto", "step", "micro")
-ON_BAD_ROW = ("error", "skip")
-ON_OVERSIZE = ("error", "skip")
-ON_DUPLICATE = ("warn", "skip", "error")
-# The words of --global-batch and --sp; besides these, --sp takes a group size.
+MAX_WORLD_SIZE = _RANGES["world_size"]["max"]
+MAX_SEED = _RANGES["seed"]["max"]
+MAX_INT64 = _RANGES["epoch"]["max"]  # epochs and steps are int64 in the core
+MAX_MEM_BUDGET = _RANGES["mem_budget_tokens"]["max"]  # tokens
+MAX_COMP_BUDGET = _RANGES["comp_budget"]["max"]
+MAX_STEP_SECONDS = _RANGES["step_budget_s"]["max"]  # the core's largest cost of one sample
+MAX_SP_SIZE = _RANGES["sp_sizes"]["max"]  # the largest sequence-parallel group size
+
+COST_MODELS = tuple(_RANGES["cost_model"]["choices"])
+SHARDINGS = tuple(_RANGES["sharding"]["choices"])
+SYNCS = tuple(_RANGES["sync"]["choices"])
+ON_BAD_ROW = tuple(_RANGES["on_bad_row"]["choices"])
+ON_OVERSIZE = tuple(_RANGES["on_oversize"]["choices"])
+ON_DUPLICATE = tuple(_RANGES["on_duplicate"]["choices"])
+# The words of --global-batch and --sp, which the core parses as text (planner/config.cpp);
+# besides these, --sp takes a group size.
 GLOBAL_BATCH_FORMS = ("auto", "free", "steps:N", "samples:N", "tokens:N")
 SP_POLICIES = ("auto", "min", "per-sample", "off")
+
+
+def strategies() -> tuple:
+    """The registered strategies' names, sorted: read from the registry at each call, so a
+    strategy registered in the core is one the sampler accepts."""
+    return tuple(sorted(s["name"] for s in _C.strategies()))
 
 
 def words(names) -> str:

@@ -1,0 +1,32 @@
+"""The sampler's strategy names and option ranges come from the core (_C.strategies(),
+_C.option_ranges()): one list, the registry's, also the CLI's and the fuzzer's."""
+import pytest
+
+import adaptiveload
+from adaptiveload import _C
+from adaptiveload.sampler import _ranges
+
+
+def test_the_registry_lists_the_built_in_strategies_with_their_properties():
+    by_name = {s["name"]: s for s in _C.strategies()}
+    assert set(by_name) == {"equal_tokens", "fixed", "dual", "balanced"}
+    assert by_name["balanced"]["mixes_groups"] and not by_name["dual"]["mixes_groups"]
+    assert by_name["fixed"]["needs_fixed_batch"]
+    assert all(set(s["sync_modes"]) <= {"step", "micro"} and s["sync_modes"] for s in by_name.values())
+
+
+def test_the_sampler_reads_the_registry_when_it_checks_a_strategy(monkeypatch):
+    real = _C.strategies()
+    toy = dict(real[0], name="toy_packer", summary="a strategy registered for this test")
+    monkeypatch.setattr(_C, "strategies", lambda: real + [toy])
+    assert "toy_packer" in _ranges.strategies()
+    with pytest.raises((TypeError, ValueError), match="toy_packer"):
+        adaptiveload.AdaptiveBatchSampler(manifest=["x.csv"], strategy=7)
+
+
+def test_the_sampler_ranges_are_the_cores():
+    r = _C.option_ranges()
+    assert _ranges.MAX_WORLD_SIZE == r["world_size"]["max"] == 1 << 20
+    assert _ranges.MAX_SEED == 2**64 - 1
+    assert _ranges.SYNCS == ("auto", "step", "micro")
+    assert _ranges.COST_MODELS == tuple(r["cost_model"]["choices"])
