@@ -7,7 +7,8 @@
 #
 #   scripts/cuda_resource_gate.sh [--nvcc PATH] [--archs "80 90"] [--csv FILE] [FILE.cu ...]
 #
-# Default file: cuda/adaln_cuda.cu; default archs: 80 90.
+# Default files: the kernel files of cuda/adaln_sources.cmake (compiled in parallel);
+# default archs: 80 90.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NVCC="${NVCC:-nvcc}"
@@ -19,26 +20,37 @@ while [ $# -gt 0 ]; do
     --nvcc) NVCC="$2"; shift 2 ;;
     --archs) ARCHS="$2"; shift 2 ;;
     --csv) CSV="$2"; shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) FILES+=("$1"); shift ;;
   esac
 done
-[ ${#FILES[@]} -gt 0 ] || FILES=(cuda/adaln_cuda.cu)
+if [ ${#FILES[@]} -eq 0 ]; then
+  for f in $(sed -n 's/^ *\(adaln_[a-z0-9_]*\.cu\))\{0,1\}$/\1/p' cuda/adaln_sources.cmake); do FILES+=("cuda/$f"); done
+  [ ${#FILES[@]} -gt 0 ] || { echo "cuda_resource_gate: no kernel files in cuda/adaln_sources.cmake"; exit 2; }
+fi
 command -v "$NVCC" >/dev/null || { echo "cuda_resource_gate: nvcc not found ($NVCC)"; exit 2; }
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 
 GENCODE=()
 for a in $ARCHS; do GENCODE+=(-gencode "arch=compute_$a,code=sm_$a"); done
+# One nvcc call a file for all architectures (ptxas names the architecture of every
+# entry), the files in parallel.
+pids=()
 for f in "${FILES[@]}"; do
-  # One nvcc call for all architectures; ptxas names the architecture of every entry.
-  log="$TMP/$(basename "$f").log"
-  if ! "$NVCC" -std=c++17 -O3 -c "$f" -o "$TMP/out.o" -Isrc -Icuda --resource-usage "${GENCODE[@]}" >"$log" 2>&1; then
-    cat "$log"
-    echo "cuda_resource_gate: nvcc failed on $f"
-    exit 2
+  b="$(basename "$f")"
+  "$NVCC" -std=c++17 -O3 -c "$f" -o "$TMP/$b.o" -Isrc -Icuda --resource-usage "${GENCODE[@]}" >"$TMP/$b.log" 2>&1 &
+  pids+=($!)
+done
+failed=0
+for i in "${!FILES[@]}"; do
+  if ! wait "${pids[$i]}"; then
+    cat "$TMP/$(basename "${FILES[$i]}").log"
+    echo "cuda_resource_gate: nvcc failed on ${FILES[$i]}"
+    failed=1
   fi
 done
+[ "$failed" = 0 ] || exit 2
 
 python3 - "$TMP" "$CSV" <<'EOF'
 import glob, os, re, subprocess, sys
@@ -73,7 +85,7 @@ if not rows:
 names = subprocess.run(["c++filt"], input="\n".join(r["mangled"] for r in rows), capture_output=True,
                        text=True).stdout.splitlines()
 for r, n in zip(rows, names):
-    n = re.sub(r"\(anonymous namespace\)::|adaptiveload::", "", n)
+    n = re.sub(r"\(anonymous namespace\)::|adaptiveload::|adaln_cuda::", "", n)
     n = re.sub(r"\(Args\)$|\(.*\)$", "", n).replace("__nv_bfloat16", "bf16").replace("__half", "f16")
     r["kernel"] = n
 rows.sort(key=lambda r: (r["kernel"], r["arch"]))

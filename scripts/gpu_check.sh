@@ -42,7 +42,12 @@ die() { printf '[gpu_check] ERROR: %s\n' "$*" >&2; exit 1; }
 [ -x "$NVCC" ] || die "nvcc not found (set NVCC=/path/to/nvcc or put it on PATH)"
 command -v "$CXX" >/dev/null || die "$CXX not found (set CXX)"
 KERNEL_CPP=("$ROOT"/src/adaptiveload/kernels/*.cpp)  # the CPU reference and paths the tests link
-CUDA_CU=(adaln_cuda test_adaln_cuda bench_adaln_cuda)
+# The CUDA library: the host API, the kernel files of cuda/adaln_sources.cmake (the one list
+# CMake builds too) and the host-side plan (plain C++, host compiler); then the test and bench.
+CUDA_LIB_CU=(adaln_cuda $(sed -n 's/^ *\(adaln_[a-z0-9_]*\)\.cu)\{0,1\}$/\1/p' "$ROOT/cuda/adaln_sources.cmake"))
+[ ${#CUDA_LIB_CU[@]} -gt 1 ] || die "no kernel sources found in cuda/adaln_sources.cmake"
+CUDA_CU=("${CUDA_LIB_CU[@]}" test_adaln_cuda bench_adaln_cuda)
+CUDA_CPP=(adaln_launch_plan)
 
 if [ "$PREFLIGHT" = 1 ]; then
   # shellcheck source=lib/preflight.sh
@@ -55,6 +60,9 @@ if [ "$PREFLIGHT" = 1 ]; then
   cu_files=()
   for f in "${CUDA_CU[@]}"; do cu_files+=("$COPY/cuda/$f.cu"); done
   preflight_headers "$NVCC" "-std=c++17 -I$COPY/src -I$COPY/cuda" "${cu_files[@]}" || ok=0
+  cpp_files=()
+  for f in "${CUDA_CPP[@]}"; do cpp_files+=("$COPY/cuda/$f.cpp"); done
+  preflight_headers "$CXX" "-std=c++17 -I$COPY/src -I$COPY/cuda" "${cpp_files[@]}" || ok=0
   [ "$ok" = 1 ] && log "preflight: headers: none from a Debian -dev package" || log "preflight: headers: FAIL"
   if BUILD_DIR="$COPY/build-gpu-check" bash "$COPY/scripts/gpu_check.sh" --compile-only; then
     log "preflight: --compile-only in the copy: PASS"
@@ -93,10 +101,16 @@ for src in "${KERNEL_CPP[@]}"; do
   "$CXX" $CXXFLAGS -c "$src" -o "$BUILD_DIR/$f.o" > "$BUILD_DIR/$f.log" 2>&1 &
   pids+=($!); objs+=("$BUILD_DIR/$f.o")
 done
+lib_objs=()
+for f in "${CUDA_CPP[@]}"; do
+  "$CXX" $CXXFLAGS -I"$ROOT/cuda" -c "$ROOT/cuda/$f.cpp" -o "$BUILD_DIR/$f.o" > "$BUILD_DIR/$f.log" 2>&1 &
+  pids+=($!); lib_objs+=("$BUILD_DIR/$f.o")
+done
 for f in "${CUDA_CU[@]}"; do
   "$NVCC" $NVFLAGS -c "$ROOT/cuda/$f.cu" -o "$BUILD_DIR/$f.o" > "$BUILD_DIR/$f.log" 2>&1 &
   pids+=($!)
 done
+for f in "${CUDA_LIB_CU[@]}"; do lib_objs+=("$BUILD_DIR/$f.o"); done
 build_ok=1
 for p in "${pids[@]}"; do wait "$p" || build_ok=0; done
 for l in "$BUILD_DIR"/*.log; do
@@ -104,8 +118,8 @@ for l in "$BUILD_DIR"/*.log; do
 done
 [ "$build_ok" = 1 ] || die "compilation failed"
 LINK=("$NVCC" -arch=sm_"$ARCH" -Xcompiler -fopenmp)
-"${LINK[@]}" "$BUILD_DIR/test_adaln_cuda.o" "$BUILD_DIR/adaln_cuda.o" "${objs[@]}" -o "$BUILD_DIR/test_adaln_cuda" || die "link of the test failed"
-"${LINK[@]}" "$BUILD_DIR/bench_adaln_cuda.o" "$BUILD_DIR/adaln_cuda.o" "${objs[@]}" -o "$BUILD_DIR/bench_adaln_cuda" || die "link of the bench failed"
+"${LINK[@]}" "$BUILD_DIR/test_adaln_cuda.o" "${lib_objs[@]}" "${objs[@]}" -o "$BUILD_DIR/test_adaln_cuda" || die "link of the test failed"
+"${LINK[@]}" "$BUILD_DIR/bench_adaln_cuda.o" "${lib_objs[@]}" "${objs[@]}" -o "$BUILD_DIR/bench_adaln_cuda" || die "link of the bench failed"
 log "build done in $(( $(date +%s) - T0 )) s: $BUILD_DIR/test_adaln_cuda, $BUILD_DIR/bench_adaln_cuda"
 if [ "$COMPILE_ONLY" = 1 ]; then
   log "--compile-only: stopping here"

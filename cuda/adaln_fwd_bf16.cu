@@ -1,0 +1,16 @@
+// Forward kernels of the fused adaLN op for bf16 x, y, dy, dx with f32 or bf16 modulation: every
+// variant of adaln_fwd_kernels.cuh for these dtypes, with the launch and occupancy entry points
+// (adaln_fwd_launch_template.cuh). One file per x dtype, so they compile in parallel.
+#include "adaln_fwd_launch_template.cuh"
+
+namespace adaptiveload {
+namespace adaln_cuda {
+
+template void launch_fwd<__nv_bfloat16, float>(const Args&, const KernelVariant&, cudaStream_t);
+template int fwd_blocks_per_sm<__nv_bfloat16, float>(const KernelVariant&, int, size_t);
+template void launch_fwd<__nv_bfloat16, __nv_bfloat16>(const Args&, const KernelVariant&,
+                                                       cudaStream_t);
+template int fwd_blocks_per_sm<__nv_bfloat16, __nv_bfloat16>(const KernelVariant&, int, size_t);
+
+}  // namespace adaln_cuda
+}  // namespace adaptiveload

@@ -1,0 +1,13 @@
+// Forward kernels of the fused adaLN op for f32 x, y, dy, dx with f32 modulation: every variant of
+// adaln_fwd_kernels.cuh for these dtypes, with the launch and occupancy entry points
+// (adaln_fwd_launch_template.cuh). One file per x dtype, so they compile in parallel.
+#include "adaln_fwd_launch_template.cuh"
+
+namespace adaptiveload {
+namespace adaln_cuda {
+
+template void launch_fwd<float, float>(const Args&, const KernelVariant&, cudaStream_t);
+template int fwd_blocks_per_sm<float, float>(const KernelVariant&, int, size_t);
+
+}  // namespace adaln_cuda
+}  // namespace adaptiveload
