@@ -22,7 +22,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import train_dit  # noqa: E402
 
 STRATEGIES = ["equal_tokens", "dual", "balanced"]
-ALL_STRATEGIES = ["equal_tokens", "fixed", "dual", "balanced"]
+# Every registered strategy, in the registry's order (train_dit imports adaptiveload).
+ALL_STRATEGIES = [s["name"] for s in train_dit.adaptiveload._C.strategies()]
 
 
 def table(results):

@@ -76,6 +76,7 @@ except ImportError:  # running from a source checkout with the extension built i
 from adaptiveload import sequence_parallel as spl
 from adaptiveload.models import wan_dit
 from adaptiveload.sampler import MAX_INT64, MAX_MEM_BUDGET, MAX_SEED, MAX_WORLD_SIZE
+from adaptiveload.sampler._ranges import SYNCS
 
 MODELS = ["wan-dit", "diffusers-wan"]
 PARALLEL = ["ddp", "fsdp2"]
@@ -196,7 +197,7 @@ def parse_args(argv=None):
                    "(default: 1,2,4,8)")
     p.add_argument("--parallel", choices=PARALLEL, help="under torchrun: ddp (DistributedDataParallel with no_sync) "
                    "or fsdp2 (fully_shard); default: plain model, one explicit all-reduce per step")
-    p.add_argument("--sync", choices=["step", "micro"], help="the sampler's sync mode: step (ranks may run different "
+    p.add_argument("--sync", choices=[m for m in SYNCS if m != "auto"], help="the sampler's sync mode: step (ranks may run different "
                    "numbers of micro-batches in a step; DDP) or micro (the same number on every rank; FSDP). "
                    "Default: micro with --parallel fsdp2, else the sampler's default")
     p.add_argument("--inputs", choices=["stream", "per-sample"], help="stream: random inputs drawn in turn (per "
