@@ -1,0 +1,140 @@
+"""Packed micro-batches: samples of different shapes (images and clips of any length and aspect
+ratio) as one token sequence with segment offsets, and back.
+
+    packed = pack(latents, patch=(1, 2, 2), timesteps=t, text=texts)
+    # latents: per sample [C, F, H, W] (F, H, W multiples of the patch); texts: per sample [L_i, D]
+    packed.tokens          # [N, C*pt*ph*pw]: every sample's patches, concatenated, no padding
+    packed.cu_seqlens      # [n + 1] int32: sample i is rows cu_seqlens[i]:cu_seqlens[i+1]
+    packed.grids           # per sample (F/pt, H/ph, W/pw): 3D RoPE positions and unpatchify
+    packed.timesteps       # [n], one per sample
+    packed.text, packed.cu_seqlens_text   # the texts concatenated, and their offsets
+    outputs = unpack(pred_tokens, packed)  # per sample [C, F, H, W] again, for the loss
+
+The token order and the features of a sample are models.wan_dit.patchify's, so a packed
+sample's rows are exactly that sample's patchify rows. `collate_packed` is a DataLoader
+collate function over samples given as dicts {"latent", "timestep", "text"}. Attention over a
+pack is varlen_attention(q, k, v, packed.cu_seqlens, packed.cu_seqlens) (attention.py);
+cross-attention to the texts uses packed.cu_seqlens_text as the key offsets.
+"""
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+
+from .models.wan_dit import patchify, unpatchify
+
+__all__ = ["PackedBatch", "pack", "unpack", "collate_packed"]
+
+
+@dataclass
+class PackedBatch:
+    tokens: torch.Tensor  # [N, C*pt*ph*pw]
+    cu_seqlens: torch.Tensor  # [n + 1] int32
+    grids: List[Tuple[int, int, int]]  # per sample, patches along (frames, height, width)
+    shapes: List[Tuple[int, int, int, int]]  # per sample (C, F, H, W)
+    patch: Tuple[int, int, int]
+    timesteps: Optional[torch.Tensor] = None  # [n]
+    text: Optional[torch.Tensor] = None  # [T, D_text]
+    cu_seqlens_text: Optional[torch.Tensor] = None  # [n + 1] int32
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.shapes)
+
+    @property
+    def max_seqlen(self) -> int:
+        return max((f * h * w for f, h, w in self.grids), default=0)
+
+    @property
+    def max_seqlen_text(self) -> int:
+        if self.cu_seqlens_text is None:
+            return 0
+        return int((self.cu_seqlens_text[1:] - self.cu_seqlens_text[:-1]).max()) if self.num_samples else 0
+
+    def segment_ids(self) -> torch.Tensor:
+        """Per token row, its sample: [N] int64 (for per-sample modulation gathered per token)."""
+        lengths = self.cu_seqlens[1:] - self.cu_seqlens[:-1]
+        return torch.repeat_interleave(torch.arange(self.num_samples, device=self.tokens.device),
+                                       lengths.to(self.tokens.device).long())
+
+
+def _offsets(lengths: Sequence[int], device) -> torch.Tensor:
+    out = torch.zeros(len(lengths) + 1, dtype=torch.int32)
+    if lengths:
+        out[1:] = torch.tensor(list(lengths), dtype=torch.int64).cumsum(0).to(torch.int32)
+    return out.to(device)
+
+
+def pack(latents: Sequence[torch.Tensor], patch=(1, 2, 2), timesteps=None,
+         text: Optional[Sequence[torch.Tensor]] = None) -> PackedBatch:
+    """Packs per-sample latents [C, F, H, W] (one channel count, dtype and device; F, H, W
+    multiples of `patch`), their timesteps (n numbers or a [n] tensor) and texts ([L_i, D],
+    one D) into one PackedBatch. Raises ValueError naming the sample that does not fit."""
+    patch = tuple(int(p) for p in patch)
+    if len(patch) != 3 or min(patch) < 1:
+        raise ValueError(f"pack: patch must be three positive sizes (pt, ph, pw), got {patch}")
+    latents = list(latents)
+    if not latents:
+        raise ValueError("pack: no samples (a pack holds at least one)")
+    first = latents[0]
+    grids, shapes, rows = [], [], []
+    for i, x in enumerate(latents):
+        if not isinstance(x, torch.Tensor) or x.dim() != 4:
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"pack: sample {i} must be a latent [C, F, H, W], got {shape}")
+        if x.shape[0] != first.shape[0] or x.dtype != first.dtype or x.device != first.device:
+            raise ValueError(f"pack: sample {i} is {x.shape[0]} channels {x.dtype} on {x.device}, sample 0 "
+                             f"{first.shape[0]} channels {first.dtype} on {first.device}; a pack holds one of each")
+        C, F, H, W = x.shape
+        if F % patch[0] or H % patch[1] or W % patch[2]:
+            raise ValueError(f"pack: sample {i} of shape {tuple(x.shape)} is not a whole number of patches "
+                             f"{patch} (frames, height, width)")
+        grids.append((F // patch[0], H // patch[1], W // patch[2]))
+        shapes.append((C, F, H, W))
+        rows.append(patchify(x.unsqueeze(0), patch)[0])
+    n = len(latents)
+    out = PackedBatch(tokens=torch.cat(rows, 0), cu_seqlens=_offsets([r.shape[0] for r in rows], first.device),
+                      grids=grids, shapes=shapes, patch=patch)
+    if timesteps is not None:
+        t = torch.as_tensor(timesteps, device=first.device).flatten()
+        if t.numel() != n:
+            raise ValueError(f"pack: {t.numel()} timesteps for {n} samples (one per sample)")
+        out.timesteps = t
+    if text is not None:
+        text = list(text)
+        if len(text) != n:
+            raise ValueError(f"pack: {len(text)} texts for {n} samples (one per sample)")
+        for i, e in enumerate(text):
+            if not isinstance(e, torch.Tensor) or e.dim() != 2 or e.shape[1] != text[0].shape[1]:
+                shape = tuple(e.shape) if isinstance(e, torch.Tensor) else type(e).__name__
+                raise ValueError(f"pack: text {i} must be [L, D] with sample 0's D ({tuple(text[0].shape)[1:]}), "
+                                 f"got {shape}")
+        out.text = torch.cat(text, 0)
+        out.cu_seqlens_text = _offsets([e.shape[0] for e in text], first.device)
+    return out
+
+
+def unpack(tokens: torch.Tensor, packed: PackedBatch) -> List[torch.Tensor]:
+    """Per-sample outputs [C, F, H, W] from packed rows [N, C*pt*ph*pw] in `packed`'s order
+    (a model's patch predictions); the inverse of pack's patchify."""
+    N = int(packed.cu_seqlens[-1])
+    if tokens.dim() != 2 or tokens.shape[0] != N:
+        raise ValueError(f"unpack: tokens must be [{N}, features] (the pack's rows), got {tuple(tokens.shape)}")
+    out = []
+    for i, shape in enumerate(packed.shapes):
+        a, b = int(packed.cu_seqlens[i]), int(packed.cu_seqlens[i + 1])
+        out.append(unpatchify(tokens[a:b].unsqueeze(0), packed.patch, shape)[0])
+    return out
+
+
+def collate_packed(samples, patch=(1, 2, 2)) -> PackedBatch:
+    """DataLoader collate function: samples as dicts with "latent" [C, F, H, W] and optional
+    "timestep" and "text" [L, D] (all of them or none of them) -> one PackedBatch."""
+    samples = list(samples)
+    for key in ("timestep", "text"):
+        have = [key in s for s in samples]
+        if any(have) and not all(have):
+            raise ValueError(f"collate_packed: sample {have.index(False)} has no '{key}' but others do")
+    t = [s["timestep"] for s in samples] if samples and "timestep" in samples[0] else None
+    text = [s["text"] for s in samples] if samples and "text" in samples[0] else None
+    return pack([s["latent"] for s in samples], patch, timesteps=t, text=text)
