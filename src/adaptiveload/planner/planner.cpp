@@ -114,27 +114,8 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
 }
 
 ParallelLayout Planner::layout(int world_size) const {
-  ParallelLayout l;
-  l.sync = sync_;
-  l.sp = seq_parallel(world_size);
-  const double P = model_.params;
-  if (sync_ == SyncMode::kStep) {
-    // fp32 gradients, one ring all-reduce per global step.
-    l.step_sync_s = ring_allreduce_seconds(P * 4.0, world_size, device_.allreduce_bus_bytes_per_s,
-                                           device_.allreduce_latency_s);
-  } else {
-    // Per micro-batch: a ring all-gather of the bf16 parameters in forward (again in
-    // backward when resharded after forward) when they are sharded, and a reduce-scatter of
-    // the fp32 gradients; each is half a ring all-reduce of its bytes.
-    auto half_ring = [&](double bytes) {
-      return 0.5 * ring_allreduce_seconds(bytes, world_size, device_.allreduce_bus_bytes_per_s,
-                                          device_.allreduce_latency_s);
-    };
-    const double gathers = sharded_ ? (cfg_.reshard_after_forward ? 2.0 : 1.0) : 0.0;
-    l.slot_comm_s = gathers * half_ring(P * 2.0) + half_ring(P * 4.0);
-    l.overlap = cfg_.collective_overlap;
-  }
-  return l;
+  return parallel_layout(sync_, world_size, seq_parallel(world_size), model_.params, device_, sharded_,
+                         cfg_.reshard_after_forward, cfg_.collective_overlap);
 }
 
 PlanProblem Planner::problem(int world_size, int64_t epoch, uint64_t segment, std::vector<uint32_t> pool) const {

@@ -65,6 +65,31 @@ double ring_allreduce_seconds(double bytes, int W, double bus_bytes_per_s, doubl
   return 2.0 * (W - 1) / W * bytes / bus_bytes_per_s + 2.0 * (W - 1) * latency_s;
 }
 
+ParallelLayout parallel_layout(SyncMode sync, int world_size, const SeqParallel& sp, double params,
+                               const DevicePreset& device, bool sharded, bool reshard_after_forward, double overlap) {
+  ParallelLayout l;
+  l.sync = sync;
+  l.sp = sp;
+  const double P = params;
+  if (sync == SyncMode::kStep) {
+    // fp32 gradients, one ring all-reduce per global step.
+    l.step_sync_s = ring_allreduce_seconds(P * 4.0, world_size, device.allreduce_bus_bytes_per_s,
+                                           device.allreduce_latency_s);
+  } else {
+    // Per micro-batch: a ring all-gather of the bf16 parameters in forward (again in
+    // backward when resharded after forward) when they are sharded, and a reduce-scatter of
+    // the fp32 gradients; each is half a ring all-reduce of its bytes.
+    auto half_ring = [&](double bytes) {
+      return 0.5 * ring_allreduce_seconds(bytes, world_size, device.allreduce_bus_bytes_per_s,
+                                          device.allreduce_latency_s);
+    };
+    const double gathers = sharded ? (reshard_after_forward ? 2.0 : 1.0) : 0.0;
+    l.slot_comm_s = gathers * half_ring(P * 2.0) + half_ring(P * 4.0);
+    l.overlap = overlap;
+  }
+  return l;
+}
+
 namespace {
 
 // Seconds of micro-batch m of the plan (on its sequence-parallel group).

@@ -84,6 +84,14 @@ const MetricField& metric_field(const std::string& key);
 // + 2 (W-1) * latency. Zero for W = 1.
 double ring_allreduce_seconds(double bytes, int world_size, double bus_bytes_per_s, double latency_s);
 
+// The parallel layout of `sync` on `world_size` ranks: each sync mode's collectives, from the
+// model's parameter count and the device's all-reduce bandwidth and latency (step: one fp32
+// gradient all-reduce a step; micro: each micro-batch's bf16 parameter all-gathers when
+// `sharded`, twice with `reshard_after_forward`, and its fp32 gradient reduce-scatter, of
+// which `overlap` hides behind compute). A new sync mode adds its collectives here.
+ParallelLayout parallel_layout(SyncMode sync, int world_size, const SeqParallel& sp, double params,
+                               const DevicePreset& device, bool sharded, bool reshard_after_forward, double overlap);
+
 Metrics simulate(const Plan& plan, const SimEnv& env);
 
 // Per-(step, rank) compute times of a plan, step-major (for reports and plots).
