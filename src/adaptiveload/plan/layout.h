@@ -83,6 +83,12 @@ struct ParallelLayout {
   double slot_comm_s = 0;
   double overlap = 0;
   SeqParallel sp;
+  // Sequence-parallel groups are aligned blocks of consecutive ranks in every mode (sp).
+
+  // The constraint the layout puts on a plan: every rank runs the same number of micro-batches
+  // in a step, in lockstep slots (collectives in every micro-batch: FSDP, ZeRO-2/3). Strategies
+  // read this, not the mode's name.
+  bool lockstep_slots() const { return sync == SyncMode::kMicro; }
 
   // Seconds of a slot's collectives not hidden behind `compute_s` of its compute: at most
   // `overlap` of them overlap, and never more than the compute they hide behind.

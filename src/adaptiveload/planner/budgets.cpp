@@ -119,7 +119,7 @@ void Planner::resolve_budgets() {
         return e;
       };
       double epoch = 0;
-      if (pr.layout.sync == SyncMode::kMicro) {
+      if (pr.layout.lockstep_slots()) {
         epoch = double(slots) *
                 expect([&](double x) { return x + std::max(0.0, pr.layout.exposed_slot_comm(x)); });
       } else if (target_steps == 0 || target_steps >= uint64_t(slots)) {

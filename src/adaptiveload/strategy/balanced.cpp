@@ -47,7 +47,7 @@ constexpr uint64_t kSearchSamples = 2'000'000;
 
 Plan plan_balanced(const PlanProblem& pr) {
   if (!pr.bucket_group.empty()) return plan_balanced_groups(pr);
-  if (pr.layout.sync == SyncMode::kMicro) return plan_balanced_micro(pr);
+  if (pr.layout.lockstep_slots()) return plan_balanced_micro(pr);
   const int W = pr.world_size;
   const size_t nb = pr.buckets->size();
   Plan plan = empty_plan(pr, "balanced");

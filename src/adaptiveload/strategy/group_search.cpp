@@ -72,7 +72,7 @@ Plan run_balanced_held(const GroupSearch& gs, const StrategyEntry& s, const Plan
   // keeping them would leave balanced slower than a bucket loader at the same global batch
   // (small pools with long clips at few steps); beyond, both are kept.
   constexpr size_t kHeldCheckSamples = 2'000'000;
-  if (pr.layout.sync != SyncMode::kStep || pr.target_steps() == 0 ||
+  if (pr.layout.lockstep_slots() || pr.target_steps() == 0 ||
       pr.pool_ids().size() > kHeldCheckSamples)
     return held;
   PlanProblem q = pr;

@@ -364,7 +364,7 @@ Plan plan_balanced_groups(const PlanProblem& pr) {
   uint64_t rank_samples = 0;
   for (size_t b = 0; b < c.g.size(); ++b) rank_samples += (pool.begin[b + 1] - pool.begin[b]) * uint64_t(c.g[b]);
   K = std::max<uint64_t>(1, std::min<uint64_t>(K, rank_samples / W));
-  return pr.layout.sync == SyncMode::kMicro ? plan_micro(pr, pool, c, K, work) : plan_step(pr, pool, c, K, work);
+  return pr.layout.lockstep_slots() ? plan_micro(pr, pool, c, K, work) : plan_step(pr, pool, c, K, work);
 }
 
 }  // namespace adaptiveload
