@@ -55,8 +55,8 @@ def cuda_architectures(arch_list):
 
 
 def cmake_libraries(cuda):
-    """Configures (when needed) and builds the core and kernel libraries with CMake; returns
-    (the static libraries to link, in link order; the CMake build folder)."""
+    """Configures (when needed) and builds the core and kernel libraries with CMake; returns the
+    static libraries to link, in link order."""
     cmake = shutil.which("cmake")
     if not cmake:
         raise RuntimeError("setup.py: cmake not found on PATH; it builds the C++ core (apt-get install cmake, "
@@ -99,7 +99,7 @@ def cmake_libraries(cuda):
     for lib in libs:
         if not os.path.exists(lib):
             raise RuntimeError(f"setup.py: CMake built no {lib}")
-    return libs, build
+    return libs
 
 
 def extensions():
@@ -139,7 +139,7 @@ def build_ext_cls():
         setup.py command), then links the binding against them."""
 
         def build_extensions(self):
-            libs, _ = cmake_libraries(want_cuda())
+            libs = cmake_libraries(want_cuda())
             for ext in self.extensions:
                 ext.extra_objects = list(libs)
                 ext.depends = list(ext.depends) + list(libs)  # relink when CMake rebuilt one

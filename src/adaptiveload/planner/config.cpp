@@ -90,10 +90,12 @@ PlanOptions resolve_options(PlannerConfig& c) {
   if (!(c.collective_overlap >= 0 && c.collective_overlap <= 1))
     bad("collective_overlap", "in [0, 1]", c.collective_overlap);
   PlanOptions o;
-  SyncMode mode = SyncMode::kStep;
-  if (c.sync != "auto" && !parse_sync(c.sync, mode))
-    throw ConfigError("sync must be auto, " + sync_names("", true) + ", not '" + c.sync + "'");
-  o.sync = c.sync == "auto" ? SyncChoice::kAuto : mode == SyncMode::kMicro ? SyncChoice::kMicro : SyncChoice::kStep;
+  if (c.sync != "auto") {
+    SyncMode mode;
+    if (!parse_sync(c.sync, mode))
+      throw ConfigError("sync must be auto, " + sync_names("", true) + ", not '" + c.sync + "'");
+    o.sync = mode;
+  }
   std::tie(o.batch, o.batch_value) = parse_global_batch(c.global_batch);
   const uint32_t sizes = parse_sp_sizes(c.sp_sizes);
   o.sp_group = parse_sp(c.sp);

@@ -3,6 +3,7 @@
 // the CLI and the Python sampler both come through resolve_options, so each message names the
 // option and its range once.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -61,7 +62,6 @@ struct PlannerConfig {
 };
 
 enum class Sharding : uint8_t { kAuto, kNone, kFsdp };
-enum class SyncChoice : uint8_t { kAuto, kStep, kMicro };
 // kAuto: groups for samples that do not fit one GPU, larger ones where balanced's simulation
 // says they shorten the epoch; kMin: each such sample on the smallest group it fits;
 // kPerSample: groups tried even where every sample fits one GPU; kOff: one GPU a sample;
@@ -75,7 +75,7 @@ enum class BatchForm : uint8_t { kAuto, kFree, kSteps, kSamples, kTokens };
 // a configuration enters the core; below the Planner's constructor no option is compared as text.
 struct PlanOptions {
   Sharding sharding = Sharding::kAuto;
-  SyncChoice sync = SyncChoice::kAuto;
+  std::optional<SyncMode> sync;  // none: auto (micro when the model state is sharded)
   SpPolicy sp = SpPolicy::kAuto;
   int sp_group = 0;          // kFixed: the group size, a power of two; 0 otherwise
   uint32_t sp_sizes = 1;     // allowed group sizes, bit k: 2^k (with kOff: 1, one GPU a sample)

@@ -102,10 +102,7 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
     if (!live_[b] || too_big[b]) group[b] = 1;
   if (std::any_of(group.begin(), group.end(), [](uint8_t g) { return g > 1; })) base_.bucket_group = group;
   base_.fixed_batch = resolve_fixed(fixed_error_);
-  sync_ = opt_.sync == SyncChoice::kMicro  ? SyncMode::kMicro
-          : opt_.sync == SyncChoice::kStep ? SyncMode::kStep
-          : sharded_                       ? SyncMode::kMicro
-                                           : SyncMode::kStep;
+  sync_ = opt_.sync.value_or(sharded_ ? SyncMode::kMicro : SyncMode::kStep);
   base_.layout = layout(cfg_.world_size);
   base_.allreduce_s = sim_env(cfg_.world_size).allreduce_s;
   resolve_budgets();
