@@ -106,3 +106,49 @@ TEST(Calibration, FitsPerRankStepSumsForOnlineAdaptation) {
   bk.tokens = 32760;
   EXPECT_NEAR(pc->microbatch_time(2, bk), T(32760, 2), 0.02 * T(32760, 2));
 }
+
+TEST(Calibration, FitsObservationsOfPackedMicroBatches) {
+  // Rank-steps of packs (samples of several token counts in one micro-batch) and bucketed
+  // micro-batches: a pack costs overhead + sum_i B_i t(S_i) * (1 + N_half / N), N its tokens.
+  const double a = 1.75e-5, b = 1.94e-9, c0 = 1.3e-3, ov = 3e-3, nh = 2048;
+  auto t = [&](double S) { return a * S + b * S * S + c0; };
+  std::vector<Observation> obs;
+  Rng rng(5, 7);
+  const int64_t sizes[] = {1560, 9360, 18564, 32760, 75600};
+  for (int i = 0; i < 40; ++i) {
+    Observation o;
+    const int n = 1 + int(rng.below(3));
+    for (int k = 0; k < n; ++k) {
+      std::vector<std::pair<int64_t, int64_t>> parts;
+      double w = 0, tokens = 0;
+      const int kinds = 1 + int(rng.below(3));
+      for (int q = 0; q < kinds; ++q) {
+        const int64_t S = sizes[(i + 2 * q) % 5], B = 1 + int64_t(rng.below(3));
+        parts.push_back({S, B});
+        w += double(B) * t(double(S)), tokens += double(B) * double(S);
+      }
+      o.micro_batches.emplace_back(parts);
+      o.time_s += parts.size() == 1 ? ov + t(double(parts[0].first)) * (double(parts[0].second) + nh / double(parts[0].first))
+                                    : ov + w * (1 + nh / tokens);
+    }
+    obs.push_back(o);
+  }
+  CalibrationFit f = fit_observations(obs);
+  EXPECT_LT(f.max_rel_error, 0.02);
+  EXPECT_NEAR(f.b, b, 0.1 * b);
+  // A pack is not the sum of its parts as separate micro-batches: pricing the same
+  // observations as if every part were its own micro-batch fits worse.
+  std::vector<Observation> split = obs;
+  for (Observation& o : split) {
+    std::vector<ObservedMicroBatch> mbs;
+    for (const ObservedMicroBatch& mb : o.micro_batches)
+      for (auto [S, B] : mb.parts) mbs.emplace_back(S, B);
+    o.micro_batches = mbs;
+  }
+  EXPECT_GT(fit_observations(split).median_rel_error, f.median_rel_error);
+  Observation empty_pack;
+  empty_pack.micro_batches.emplace_back(std::vector<std::pair<int64_t, int64_t>>{});
+  empty_pack.time_s = 1;
+  obs.push_back(empty_pack);
+  EXPECT_THROW(fit_observations(obs), ConfigError);
+}

@@ -264,6 +264,26 @@ void bind_planner(pb::module_& m) {
           },
           pb::arg("row"), "(frames, height, width, tokens) of the bucket a manifest row trains at.")
       .def(
+          "micro_batch_shape",
+          [](const Planner& self, const std::vector<int64_t>& rows) {
+            // A micro-batch's shape as the cost models price it (cost/shape.h): its samples
+            // by bucket, in the order the buckets first appear.
+            const auto& sb = self.bucketing().sample_bucket;
+            MicroShape shape;
+            for (int64_t row : rows) {
+              if (row < 0 || size_t(row) >= sb.size()) throw pb::index_error("row " + std::to_string(row) + " out of range");
+              if (sb[size_t(row)] == kNoBucket)
+                throw std::invalid_argument("manifest row " + std::to_string(row) + " fits no bucket");
+              shape.add(self.bucketing().buckets[sb[size_t(row)]]);
+            }
+            pb::list out;
+            for (const ShapePart& p : shape.parts()) out.append(pb::make_tuple(p.bucket->tokens, p.count));
+            return out;
+          },
+          pb::arg("rows"),
+          "[(tokens, samples), ...]: the micro-batch of these manifest rows by bucket (one entry when "
+          "every row is of one bucket, several for a pack), as the cost model and fit_observations take it.")
+      .def(
           "rank_times",
           [](const Planner& self, const Plan& plan) {
             // The simulator's per-(step, rank) compute seconds, [steps][W].
@@ -396,10 +416,23 @@ void bind_planner(pb::module_& m) {
       "(profile_json, summary).");
   m.def(
       "fit_observations",
-      [](const std::vector<std::pair<std::vector<std::pair<int64_t, int64_t>>, double>>& observations,
-         double overhead_s, double half_efficiency_tokens) {
+      [](const pb::list& observations, double overhead_s, double half_efficiency_tokens) {
+        // Each observation is (micro-batches, seconds); a micro-batch is (tokens, batch), or
+        // for a pack a list of (tokens, batch) parts.
         std::vector<Observation> obs;
-        for (const auto& [mbs, t] : observations) obs.push_back({mbs, t});
+        for (const pb::handle& h : observations) {
+          const auto [mbs, t] = h.cast<std::pair<pb::sequence, double>>();
+          Observation o;
+          o.time_s = t;
+          for (const pb::handle& mb : mbs) {
+            const pb::sequence seq = pb::reinterpret_borrow<pb::sequence>(mb);
+            if (seq.size() == 2 && pb::isinstance<pb::int_>(seq[0]))
+              o.micro_batches.emplace_back(seq[0].cast<int64_t>(), seq[1].cast<int64_t>());
+            else
+              o.micro_batches.emplace_back(mb.cast<std::vector<std::pair<int64_t, int64_t>>>());
+          }
+          obs.push_back(std::move(o));
+        }
         CalibrationFit f = fit_observations(obs, overhead_s, half_efficiency_tokens);
         pb::dict s;
         s["points"] = f.points, s["a"] = f.a, s["b"] = f.b, s["c0"] = f.c0, s["overhead_s"] = f.overhead_s;
@@ -408,7 +441,7 @@ void bind_planner(pb::module_& m) {
         return pb::make_tuple(cost_json(f), s);
       },
       pb::arg("observations"), pb::arg("overhead_s") = -1.0, pb::arg("half_efficiency_tokens") = -1.0,
-      "Fits the cost model (overhead and half-efficiency tokens kept when given >= 0) to [([(tokens, batch), ...], seconds), ...] (one rank's step each) and returns "
+      "Fits the cost model (overhead and half-efficiency tokens kept when given >= 0) to [([(tokens, batch), ...], seconds), ...] (one rank's step each; a packed micro-batch is a list of (tokens, batch) parts) and returns "
       "(cost_json, summary) for Planner.resume(..., new_cost=cost_json).");
   m.def(
       "parse_state", [](const std::string& text) { return state_to_dict(state_from_json(text)); },

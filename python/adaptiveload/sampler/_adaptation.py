@@ -19,6 +19,16 @@ MIN_OBSERVATIONS = 8  # rank-steps observed before the first refit
 MIN_FIT_TOKEN_COUNTS = 3  # distinct token counts the cost fit needs (a*S + b*S^2 + c0)
 
 
+def _token_counts(observations) -> set:
+    """The distinct token counts S of observations ([micro-batch, ...], seconds), where a
+    micro-batch is (tokens, batch) or, packed, a list of (tokens, batch) parts."""
+    out = set()
+    for mbs, _ in observations:
+        for mb in mbs:
+            out.update([mb[0]] if isinstance(mb, tuple) else [S for S, _ in mb])
+    return out
+
+
 class _Adaptation:
     """observe_step and gather_step_time: refits of the cost model from measured step times."""
 
@@ -91,7 +101,10 @@ class _Adaptation:
         planner = self._planner(self._budget_world)
         new = []
         for r, sec in enumerate(secs):
-            mbs = [(planner.row_geometry(mb[0])[3], len(mb)) for mb in self._plan.rank_step(t, r)]
+            mbs = []  # per micro-batch (tokens, batch), or a pack's [(tokens, batch), ...]
+            for mb in self._plan.rank_step(t, r):
+                shape = planner.micro_batch_shape(mb)
+                mbs.append(shape[0] if len(shape) == 1 else shape)
             new.append((mbs, sec))
         observations = self._observations + new
         # Nothing has changed so far; from here the observation counts as recorded.
@@ -102,7 +115,7 @@ class _Adaptation:
             return None
         if len(observations) < MIN_OBSERVATIONS:
             return None  # a few rank-steps cannot pin the model down yet
-        if len({S for mbs, _ in observations for S, _ in mbs}) < MIN_FIT_TOKEN_COUNTS:
+        if len(_token_counts(observations)) < MIN_FIT_TOKEN_COUNTS:
             return None  # three coefficients need three token counts: wait for more buckets
         if self._step != t + 1 or self._offset != 0 or self._step >= self._plan.num_steps:
             return None  # adapt only at the boundary right after the observed step, before the end

@@ -108,7 +108,8 @@ class AdaptiveBatchSampler(_Cursor, _Adaptation, _State, _Introspection, Sampler
         self.strategy, self.drop_last = o.strategy, o.drop_last
         self._options = o.planner
         self.adapt_every = o.adapt_every
-        self._observations: List[tuple] = []  # ([(tokens, batch), ...], seconds) per rank-step
+        # ([(tokens, batch) or a pack's [(tokens, batch), ...], ...], seconds) per rank-step
+        self._observations: List[tuple] = []
         self._observed_steps: set = set()  # global steps of the epoch observed so far
         self._observed_since = 0  # steps observed since the last re-plan
         self.adaptations: List[Dict[str, Any]] = []  # {"step": ..., fit summary} per re-plan

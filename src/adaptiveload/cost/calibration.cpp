@@ -97,9 +97,24 @@ void errors(const std::vector<Measurement>& pts, const std::vector<double>& pred
 
 namespace {
 
+// A micro-batch's tokens N = sum_i B_i S_i (a pack's ramp is on them).
+double pack_tokens(const ObservedMicroBatch& mb) {
+  double n = 0;
+  for (auto [S, B] : mb.parts) n += double(S) * double(B);
+  return n;
+}
+
 double observation_time(const CalibrationFit& f, const Observation& o) {
   double t = 0;
-  for (auto [S, B] : o.micro_batches) t += model_time(f, double(S), double(B));
+  for (const ObservedMicroBatch& mb : o.micro_batches) {
+    if (mb.parts.size() == 1) {
+      t += model_time(f, double(mb.parts[0].first), double(mb.parts[0].second));
+      continue;
+    }
+    double w = 0;
+    for (auto [S, B] : mb.parts) w += (f.a * double(S) + f.b * double(S) * double(S) + f.c0) * double(B);
+    t += f.overhead_s + w * (1.0 + f.half_efficiency_tokens / pack_tokens(mb));
+  }
   return t;
 }
 
@@ -110,9 +125,13 @@ CalibrationFit fit_time(const std::vector<Observation>& obs, double fixed_overhe
   for (const auto& o : obs) {
     if (o.micro_batches.empty() || !(o.time_s > 0) || !std::isfinite(o.time_s))
       throw ConfigError("calibration: an observation needs micro-batches and time_s > 0");
-    for (auto [S, B] : o.micro_batches) {
-      if (S <= 0 || B <= 0) throw ConfigError("calibration: a measurement needs tokens > 0, batch > 0 and time_s > 0");
-      distinct.insert(S);
+    for (const ObservedMicroBatch& mb : o.micro_batches) {
+      if (mb.parts.empty()) throw ConfigError("calibration: an observed micro-batch needs at least one sample");
+      for (auto [S, B] : mb.parts) {
+        if (S <= 0 || B <= 0)
+          throw ConfigError("calibration: a measurement needs tokens > 0, batch > 0 and time_s > 0");
+        distinct.insert(S);
+      }
     }
   }
   if (distinct.size() < 3)
@@ -131,9 +150,17 @@ CalibrationFit fit_time(const std::vector<Observation>& obs, double fixed_overhe
       const double w = 1.0 / o.time_s;
       std::vector<double> row(fit_overhead ? 4 : 3, 0.0);
       double known = 0;  // the fixed overhead's share of this observation, in units of 1/T
-      for (auto [Si, Bi] : o.micro_batches) {
-        const double S = double(Si), u = double(Bi) + nh / S;
-        row[0] += u * S * w, row[1] += u * S * S * w, row[2] += u * w;
+      for (const ObservedMicroBatch& mb : o.micro_batches) {
+        if (mb.parts.size() == 1) {
+          const double S = double(mb.parts[0].first), u = double(mb.parts[0].second) + nh / S;
+          row[0] += u * S * w, row[1] += u * S * S * w, row[2] += u * w;
+        } else {  // a pack: sum_i B_i t(S_i) at the ramp of its total tokens
+          const double ramp = 1.0 + nh / pack_tokens(mb);
+          for (auto [Si, Bi] : mb.parts) {
+            const double S = double(Si), u = double(Bi) * ramp;
+            row[0] += u * S * w, row[1] += u * S * S * w, row[2] += u * w;
+          }
+        }
         if (fit_overhead) row[3] += w;
         else known += fixed_overhead * w;
       }

@@ -5,6 +5,7 @@
 //   memory: M(B, S) = M_static + B * (m0 + m1 * S)
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace adaptiveload {
@@ -26,15 +27,25 @@ struct CalibrationFit {
   size_t points = 0;
 };
 
-// A measured span of work: the micro-batches (S, B) one rank ran and their total seconds
-// (one global step of one rank, as online adaptation gathers them).
+// One micro-batch of an observation by its shape: (tokens S_i, samples B_i) per bucket it
+// holds; one part for a bucketed micro-batch, several for a pack, which the model prices as
+// overhead + sum_i B_i t(S_i) * (1 + N_half / N), N = sum_i B_i S_i (cost_model.h).
+struct ObservedMicroBatch {
+  std::vector<std::pair<int64_t, int64_t>> parts;
+  ObservedMicroBatch(int64_t tokens, int64_t batch) : parts{{tokens, batch}} {}
+  explicit ObservedMicroBatch(std::vector<std::pair<int64_t, int64_t>> p) : parts(std::move(p)) {}
+};
+
+// A measured span of work: the micro-batches one rank ran and their total seconds (one global
+// step of one rank, as online adaptation gathers them).
 struct Observation {
-  std::vector<std::pair<int64_t, int64_t>> micro_batches;  // (tokens S, batch B)
+  std::vector<ObservedMicroBatch> micro_batches;
   double time_s = 0;
 };
 
 // Fits the time model to observations (each a sum of micro-batch times): the model is linear
-// in (a, b, c0, overhead) for a given N_half, so sums fit the same way single points do.
+// in (a, b, c0, overhead) for a given N_half, so sums (and packs) fit the same way single
+// points do.
 // Memory is not fitted (has_memory false). Throws ConfigError when under-determined.
 // With `fixed_overhead_s` and `fixed_half_efficiency_tokens` >= 0, those two stay as given
 // (online adaptation keeps the prior's, which a few steps cannot pin down) and only

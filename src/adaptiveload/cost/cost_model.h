@@ -1,9 +1,14 @@
 #pragma once
-// Cost models: how long one micro-batch of a bucket takes on one GPU (forward + backward).
-// Every variant gives the marginal seconds per sample, sample_time(bucket); the micro-batch
-// time adds a fixed launch overhead and the under-utilisation of small micro-batches:
+// Cost models: how long one micro-batch takes on one GPU (forward + backward), priced by its
+// shape (shape.h: its samples by bucket). Every variant gives the marginal seconds per sample,
+// sample_time(bucket); the micro-batch time adds a fixed launch overhead and the
+// under-utilisation of small micro-batches. For B samples of one bucket of S tokens:
 //   T(B, S) = overhead + sample_time * (B + N_half / S)
-// i.e. efficiency ramps as N / (N + N_half) with N = B*S tokens in the micro-batch.
+// i.e. efficiency ramps as N / (N + N_half) with N = B*S tokens in the micro-batch. For a
+// shape of several buckets (a pack, each sample attending only to itself) the same model:
+//   T = overhead + W * (1 + N_half / N),  W = sum_i sample_time(S_i),  N = sum_i S_i
+// which is T(B, S) when every sample is of one bucket (cost() computes that case as T(B, S),
+// so bucketed plans cost exactly what they cost before shapes).
 // Variants (registry in cost_registry.cpp): "analytic" (FLOPs of the model preset),
 // "power" (the paper's single exponent, k * S^p), "profile" (a*S + b*S^2 + c0 fitted by
 // `calibrate`, or a measured table, read from a file).
@@ -11,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "adaptiveload/cost/shape.h"
 #include "adaptiveload/geometry/geometry.h"
 #include "adaptiveload/plan/layout.h"
 #include "adaptiveload/presets/presets.h"
@@ -31,6 +37,13 @@ class CostModel {
   // Cost of adding `batch` more samples to an existing micro-batch of the same bucket.
   double marginal_time(int64_t batch, const Bucket& b) const { return sample_time(b) * double(batch); }
 
+  // Seconds of a micro-batch of this shape (0 for an empty one); microbatch_time(B, b) for a
+  // shape of one bucket.
+  double cost(const MicroShape& s) const;
+  // Its work at full efficiency, sum_i sample_time(S_i): cost() less the fixed costs
+  // (overhead and the small-batch ramp).
+  double work(const MicroShape& s) const;
+
   double overhead_s = 0;
   double half_efficiency_tokens = 0;
 };
@@ -44,6 +57,12 @@ class CostModel {
 double group_microbatch_time(const CostModel& c, int64_t batch, const Bucket& b, int g, const SeqParallel& sp);
 // Its marginal seconds per sample, t(S) / g + a2a(S, g).
 double group_sample_time(const CostModel& c, const Bucket& b, int g, const SeqParallel& sp);
+// A micro-batch of any shape on a group of g ranks: overhead + a2a latency + W_g * (1 +
+// N_half * g / N) with W_g the sum of the samples' group_sample_time; group_microbatch_time
+// for a shape of one bucket, c.cost(s) for g = 1.
+double group_cost(const CostModel& c, const MicroShape& s, int g, const SeqParallel& sp);
+// Its work at full efficiency on the group, sum_i group_sample_time(S_i).
+double group_work(const CostModel& c, const MicroShape& s, int g, const SeqParallel& sp);
 
 // A cost model as a group of g ranks sees it: microbatch_time(B, b) = group_microbatch_time
 // of the base model. Lets a strategy plan W / g groups as if they were ranks.
@@ -71,6 +90,10 @@ struct MemoryModel {
   double bytes(int64_t batch, int64_t tokens) const {
     return static_bytes + double(batch) * (m0 + m1 * double(tokens));
   }
+  // Bytes of a micro-batch of any shape on each rank of a group of g (each sample's tokens
+  // split g ways, rounded up): M_static + sum_i (m0 + m1 * ceil(S_i / g)); for one bucket
+  // bytes(B, ceil(S / g)).
+  double bytes(const MicroShape& s, int g = 1) const;
   // Largest B whose micro-batch fits in `usable_bytes` (0 when even one sample does not).
   int64_t max_batch(int64_t tokens, double usable_bytes) const;
 };

@@ -23,10 +23,14 @@ namespace adaptiveload {
 // kDrop: such a final step is dropped and its samples are counted as dropped.
 enum class EndPolicy { kPad, kDrop };
 
+// MicroBatch::bucket of a packed micro-batch, whose samples may be of several buckets (each
+// sample's own bucket gives the micro-batch's shape; sim/metrics.h micro_shape).
+constexpr uint16_t kPackedBucket = 0xffff;
+
 struct MicroBatch {
   uint32_t begin = 0;  // into Plan::sample_ids
   uint32_t count = 0;
-  uint16_t bucket = 0;
+  uint16_t bucket = 0;  // the bucket of every sample, or kPackedBucket
   uint8_t padded = 0;  // 1: repeats earlier samples to keep ranks in lockstep
 };
 

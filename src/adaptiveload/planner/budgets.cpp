@@ -95,8 +95,8 @@ void Planner::resolve_budgets() {
       for (size_t b = 0; b < buckets.size(); ++b) {
         if (count[b] == 0) continue;
         const int64_t q = count[b] / B[b], r = count[b] % B[b];
-        if (q) t.emplace_back(cost_->microbatch_time(B[b], buckets[b]), q);
-        if (r) t.emplace_back(cost_->microbatch_time(r, buckets[b]), 1);
+        if (q) t.emplace_back(cost_->cost(MicroShape::uniform(B[b], buckets[b])), q);
+        if (r) t.emplace_back(cost_->cost(MicroShape::uniform(r, buckets[b])), 1);
         N += q + (r > 0), samples += count[b];
       }
       std::sort(t.begin(), t.end());
@@ -185,7 +185,7 @@ double Planner::auto_step_budget(const CostModel& cost) const {
     if (g > 1)  // M_mem counts tokens per GPU: a group holds g times as many
       B[b] = std::max<int64_t>(1, std::min<int64_t>(base_.max_batch_memory[b],
                                                     base_.mem_budget_tokens * g / buckets[b].tokens));
-    s = std::max(s, group_microbatch_time(cost, B[b], buckets[b], g, sp));
+    s = std::max(s, group_cost(cost, MicroShape::uniform(B[b], buckets[b]), g, sp));
   }
   return s;
 }

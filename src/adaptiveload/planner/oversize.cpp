@@ -66,7 +66,7 @@ std::vector<uint8_t> Planner::fill_pool(const Manifest* manifest, const std::vec
     const bool memory_bound = memory_.max_batch((bk.tokens + g_max - 1) / g_max, usable) < 1;
     if (memory_bound) {
       const int g = g_max;
-      double need = memory_.bytes(1, (bk.tokens + g - 1) / g);
+      double need = memory_.bytes(MicroShape::uniform(1, bk), g);
       msg = "one sample of bucket " + bk.name() + " (" + std::to_string(bk.tokens) + " tokens) needs " + fmt_gb(need) +
             (g > 1 ? " per GPU on a sequence-parallel group of " + std::to_string(g) + " (the largest allowed)" : "") +
             ", " + fmt_gb(need - usable) + " more than the " + fmt_gb(usable) + " usable on " + device_.name;

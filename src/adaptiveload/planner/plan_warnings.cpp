@@ -58,9 +58,18 @@ std::vector<std::string> Planner::warnings(const Plan& plan) const {
       for (uint64_t m = plan.rank_begin[t * W]; m < plan.rank_begin[(t + 1) * W]; ++m) {
         const MicroBatch& mb = plan.micro_batches[m];
         if (mb.padded) continue;
-        const bool image = bucketing_.buckets[mb.bucket].frames == 1;
-        has[image] = 1;
-        (image ? images : clips) += mb.count;
+        if (mb.bucket != kPackedBucket) {
+          const bool image = bucketing_.buckets[mb.bucket].frames == 1;
+          has[image] = 1;
+          (image ? images : clips) += mb.count;
+          continue;
+        }
+        const uint32_t* ids = plan.ids(mb);  // a pack: each sample's kind
+        for (uint32_t k = 0; k < mb.count; ++k) {
+          const bool image = bucketing_.buckets[bucketing_.sample_bucket[ids[k]]].frames == 1;
+          has[image] = 1;
+          ++(image ? images : clips);
+        }
       }
       no_image += !has[1], no_clip += !has[0];
       if (s.padded > 0) continue;

@@ -61,7 +61,7 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
   // The cost of every bucket must be a usable number of seconds (a profile or preset at the
   // edge of its range could still overflow it).
   for (const Bucket& b : buckets) {
-    const double t = cost_->sample_time(b), mb = cost_->microbatch_time(1, b);
+    const double t = cost_->sample_time(b), mb = cost_->cost(MicroShape::uniform(1, b));
     check_finite(t, "cost model '" + cost_->name() + "': seconds per sample of bucket " + b.name());
     check_finite(
         mb, "cost model '" + cost_->name() + "': seconds of one micro-batch of bucket " + b.name());
@@ -269,6 +269,7 @@ Plan Planner::plan(const std::string& strategy, int world_size, int64_t epoch) c
 SimEnv Planner::sim_env(int world_size) const {
   SimEnv env;
   env.buckets = &bucketing_.buckets;
+  env.sample_bucket = &bucketing_.sample_bucket;
   env.cost = cost_.get();
   env.memory = memory_;
   env.device_memory_bytes = device_.memory_bytes;

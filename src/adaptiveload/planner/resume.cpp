@@ -59,7 +59,7 @@ Planner::Resumed Planner::resume(const PlanState& state, int world_size, const s
       if (cfg_.step_budget_s > 0) {
         for (uint32_t id : pr.pool_ids()) {
           const Bucket& b = bucketing_.buckets[bucketing_.sample_bucket[id]];
-          pr.step_budget_s = std::max(pr.step_budget_s, adapted->microbatch_time(1, b) * (1 + 1e-9));
+          pr.step_budget_s = std::max(pr.step_budget_s, adapted->cost(MicroShape::uniform(1, b)) * (1 + 1e-9));
         }
       } else {
         pr.step_budget_s = auto_step_budget(*adapted);

@@ -39,11 +39,8 @@ std::vector<StepBars> window_bars(const Planner& planner, const Plan& plan, cons
   const SimEnv env = planner.sim_env(plan.world_size);
   const size_t W = size_t(plan.world_size);
   const bool micro = plan.sync == SyncMode::kMicro;
-  auto time_of = [&](uint64_t i) {  // the simulator's micro-batch time (sim/metrics.cpp)
-    const MicroBatch& mb = plan.micro_batches[i];
-    return group_microbatch_time(*env.cost, mb.count, (*env.buckets)[mb.bucket], plan.group(i),
-                                 env.layout.sp);
-  };
+  MicroShape shape;
+  auto time_of = [&](uint64_t i) { return micro_batch_seconds(plan, i, env, shape); };  // the simulator's
   std::vector<StepBars> out;
   std::vector<double> slot_max;  // per slot (micro sync): its slowest rank's micro-batch
   for (size_t t = win.first; t < win.end; ++t) {

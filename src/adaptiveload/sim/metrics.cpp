@@ -92,16 +92,27 @@ ParallelLayout parallel_layout(SyncMode sync, int world_size, const SeqParallel&
 
 namespace {
 
-// Seconds of micro-batch m of the plan (on its sequence-parallel group).
-double mb_time(const Plan& plan, uint64_t m, const SimEnv& env) {
-  const MicroBatch& mb = plan.micro_batches[m];
-  return group_microbatch_time(*env.cost, mb.count, (*env.buckets)[mb.bucket], plan.group(m), env.layout.sp);
-}
+// Micro-batches of a plan by their shapes, through one reused shape.
+class Shapes {
+ public:
+  Shapes(const Plan& plan, const SimEnv& env) : plan_(plan), env_(env) {}
+  const MicroShape& of(uint64_t m) {
+    micro_shape(plan_, m, env_, shape_);
+    return shape_;
+  }
+  // Seconds of micro-batch m (on its sequence-parallel group).
+  double time(uint64_t m) { return micro_batch_seconds(plan_, m, env_, shape_); }
+
+ private:
+  const Plan& plan_;
+  const SimEnv& env_;
+  MicroShape shape_;
+};
 
 // Step sync with sequence-parallel groups: the ranks of a group start a micro-batch together,
 // when the last of them is ready. Each rank runs its list in order; returns the step's end
 // time of every rank. Throws when the lists deadlock (a group's ranks disagree).
-void group_step_clocks(const Plan& plan, size_t t, const SimEnv& env, std::vector<double>& clock,
+void group_step_clocks(const Plan& plan, size_t t, Shapes& shapes, std::vector<double>& clock,
                        std::vector<uint64_t>& next) {
   const int W = plan.world_size;
   clock.assign(size_t(W), 0.0);
@@ -126,10 +137,10 @@ void group_step_clocks(const Plan& plan, size_t t, const SimEnv& env, std::vecto
             if (ready) start = std::max(start, clock[size_t(k)]);
           }
           if (!ready) break;
-          const double x = mb_time(plan, m, env);
+          const double x = shapes.time(m);
           for (int k = first; k < first + g; ++k) clock[size_t(k)] = start + x, ++next[size_t(k)];
         } else {
-          clock[size_t(r)] += mb_time(plan, m, env);
+          clock[size_t(r)] += shapes.time(m);
           ++next[size_t(r)];
         }
         progress = true;
@@ -145,11 +156,37 @@ void group_step_clocks(const Plan& plan, size_t t, const SimEnv& env, std::vecto
 
 }  // namespace
 
+void micro_shape(const Plan& plan, uint64_t m, const SimEnv& env, MicroShape& out) {
+  const MicroBatch& mb = plan.micro_batches[m];
+  out.clear();
+  if (mb.bucket != kPackedBucket) {
+    out.add((*env.buckets)[mb.bucket], mb.count);
+    return;
+  }
+  if (!env.sample_bucket)
+    throw ConfigError("plan of strategy '" + plan.strategy + "' has packed micro-batches; the simulator needs "
+                      "each sample's bucket (SimEnv::sample_bucket)");
+  const uint32_t* ids = plan.ids(mb);
+  for (uint32_t k = 0; k < mb.count; ++k) {
+    const uint16_t b = ids[k] < env.sample_bucket->size() ? (*env.sample_bucket)[ids[k]] : kPackedBucket;
+    if (b >= env.buckets->size())
+      throw ConfigError("plan of strategy '" + plan.strategy + "' packs sample " + std::to_string(ids[k]) +
+                        ", which has no bucket");
+    out.add((*env.buckets)[b]);
+  }
+}
+
+double micro_batch_seconds(const Plan& plan, uint64_t m, const SimEnv& env, MicroShape& scratch) {
+  micro_shape(plan, m, env, scratch);
+  return group_cost(*env.cost, scratch, plan.group(m), env.layout.sp);
+}
+
 std::vector<double> rank_times(const Plan& plan, const SimEnv& env) {
   const size_t W = size_t(plan.world_size);
   std::vector<double> out(plan.num_steps() * W, 0.0);
+  Shapes shapes(plan, env);
   for (size_t i = 0; i < out.size(); ++i) {
-    for (uint64_t m = plan.rank_begin[i]; m < plan.rank_begin[i + 1]; ++m) out[i] += mb_time(plan, m, env);
+    for (uint64_t m = plan.rank_begin[i]; m < plan.rank_begin[i + 1]; ++m) out[i] += shapes.time(m);
   }
   return out;
 }
@@ -177,6 +214,7 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
                       " group sizes for " + std::to_string(plan.micro_batches.size()) + " micro-batches");
   std::vector<double> clock;
   std::vector<uint64_t> next;
+  Shapes shapes(plan, env);
   if (groups) m.group_min = kMaxGroup, m.group_max = 1;
   for (uint8_t g : plan.mb_group)
     if (g < 1 || (g & (g - 1)) != 0 || W % g != 0)
@@ -188,24 +226,27 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
       double x = 0;  // this rank's time in the step
       for (uint64_t i = plan.rank_begin[t * W + r]; i < plan.rank_begin[t * W + r + 1]; ++i) {
         const MicroBatch& mb = plan.micro_batches[i];
-        const Bucket& bk = (*env.buckets)[mb.bucket];
+        const MicroShape& shape = shapes.of(i);
         const int g = plan.group(i);
-        const double time = mb_time(plan, i, env);
+        const double time = group_cost(*env.cost, shape, g, env.layout.sp);
         x += time;
-        peak = std::max(peak, env.memory.bytes(mb.count, (bk.tokens + g - 1) / g));
-        fixed_sum += time - double(mb.count) * group_sample_time(*env.cost, bk, g, env.layout.sp);
-        if (!seen[mb.bucket]) seen[mb.bucket] = 1, touched.push_back(mb.bucket);
+        peak = std::max(peak, env.memory.bytes(shape, g));
+        fixed_sum += time - group_work(*env.cost, shape, g, env.layout.sp);
+        for (const ShapePart& part : shape.parts()) {
+          const uint16_t b = uint16_t(part.bucket - env.buckets->data());
+          if (!seen[b]) seen[b] = 1, touched.push_back(b);
+        }
         if (groups) m.group_min = std::min(m.group_min, g), m.group_max = std::max(m.group_max, g);
         if (!mb.padded && r % size_t(g) == 0) {  // a group's sample counts once
           m.samples += mb.count;
-          m.tokens += int64_t(mb.count) * bk.tokens;
+          m.tokens += shape.tokens();
         }
       }
       mx = std::max(mx, x), mn = std::min(mn, x), sum += x;
     }
     if (groups && !micro) {
       // Ranks of a group wait for each other: the step ends with the last rank's clock.
-      group_step_clocks(plan, t, env, clock, next);
+      group_step_clocks(plan, t, shapes, clock, next);
       mx = *std::max_element(clock.begin(), clock.end());
     }
     double mean = sum / double(W);
@@ -231,7 +272,7 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
             throw ConfigError("plan of strategy '" + m.name + "': in step " + std::to_string(t) + " slot " +
                               std::to_string(i) + " rank " + std::to_string(r) + " is not running its sequence-parallel "
                               "group's micro-batch (the plan would hang)");
-          const double x = mb_time(plan, mi, env);
+          const double x = shapes.time(mi);
           x_max = std::max(x_max, x), x_min = std::min(x_min, x), x_sum += x;
         }
         smax += x_max, smean += x_sum / double(W), smin += x_min;

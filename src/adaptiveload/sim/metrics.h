@@ -19,6 +19,9 @@ namespace adaptiveload {
 
 struct SimEnv {
   const std::vector<Bucket>* buckets = nullptr;
+  // Per manifest row, its bucket: read for packed micro-batches (MicroBatch::bucket is
+  // kPackedBucket), whose shape is their samples' buckets.
+  const std::vector<uint16_t>* sample_bucket = nullptr;
   const CostModel* cost = nullptr;  // the "true" cost of a micro-batch
   MemoryModel memory;
   double device_memory_bytes = 0;
@@ -93,6 +96,14 @@ ParallelLayout parallel_layout(SyncMode sync, int world_size, const SeqParallel&
                                const DevicePreset& device, bool sharded, bool reshard_after_forward, double overlap);
 
 Metrics simulate(const Plan& plan, const SimEnv& env);
+
+// The shape of micro-batch m of the plan (into `out`, cleared first): mb.count samples of
+// mb.bucket, or for a packed micro-batch each sample's bucket. Throws ConfigError for a pack
+// when env.sample_bucket is not set or names no bucket for one of its samples.
+void micro_shape(const Plan& plan, uint64_t m, const SimEnv& env, MicroShape& out);
+// Seconds of micro-batch m on its sequence-parallel group, as simulate() counts it: group_cost
+// of its shape (built in `scratch`).
+double micro_batch_seconds(const Plan& plan, uint64_t m, const SimEnv& env, MicroShape& scratch);
 
 // Per-(step, rank) compute times of a plan, step-major (for reports and plots).
 std::vector<double> rank_times(const Plan& plan, const SimEnv& env);

@@ -24,8 +24,8 @@ GroupBuckets group_bucket_costs(const PlanProblem& pr) {
       cap = std::min<int64_t>(cap, std::max<int64_t>(1, pr.mem_budget_tokens / per_gpu));
     }
     c.cap[b] = std::min<int64_t>(cap, kMaxMicroBatch);
-    c.per[b] = group_sample_time(*pr.cost, bk, g, pr.layout.sp);
-    c.fixed[b] = std::max(0.0, group_microbatch_time(*pr.cost, 1, bk, g, pr.layout.sp) - c.per[b]);
+    c.per[b] = group_work(*pr.cost, MicroShape::uniform(1, bk), g, pr.layout.sp);
+    c.fixed[b] = std::max(0.0, group_cost(*pr.cost, MicroShape::uniform(1, bk), g, pr.layout.sp) - c.per[b]);
   }
   return c;
 }
@@ -42,7 +42,7 @@ void cut_bucket(std::vector<GroupItem>& out, const GroupBuckets& c, const PlanPr
     const uint32_t cnt = uint32_t(q + (i < extra ? 1 : 0));
     GroupItem it;
     it.count = it.own = cnt, it.begin = at, it.bucket = uint16_t(b), it.group = uint8_t(c.g[b]);
-    it.cost = group_microbatch_time(*pr.cost, cnt, (*pr.buckets)[b], c.g[b], pr.layout.sp);
+    it.cost = group_cost(*pr.cost, MicroShape::uniform(cnt, (*pr.buckets)[b]), c.g[b], pr.layout.sp);
     out.push_back(it);
     at += cnt;
   }
@@ -55,8 +55,8 @@ GroupItem split_half(GroupItem& src, const PlanProblem& pr) {
   const uint32_t half = src.count / 2;
   src.count -= half, src.own = src.count;
   moved.begin = src.begin + src.count, moved.count = moved.own = half;
-  src.cost = group_microbatch_time(*pr.cost, src.count, (*pr.buckets)[src.bucket], 1, pr.layout.sp);
-  moved.cost = group_microbatch_time(*pr.cost, moved.count, (*pr.buckets)[moved.bucket], 1, pr.layout.sp);
+  src.cost = pr.cost->cost(MicroShape::uniform(src.count, (*pr.buckets)[src.bucket]));
+  moved.cost = pr.cost->cost(MicroShape::uniform(moved.count, (*pr.buckets)[moved.bucket]));
   return moved;
 }
 
@@ -100,7 +100,7 @@ GroupItem group_padding(const PlanProblem& pr, const BucketedPool& pool, const G
   bool found = false;
   for (size_t b = 0; b < c.g.size(); ++b) {
     if (pool.begin[b + 1] == pool.begin[b] || c.g[b] > g) continue;
-    const double cost = group_microbatch_time(*pr.cost, 1, (*pr.buckets)[b], c.g[b], pr.layout.sp);
+    const double cost = group_cost(*pr.cost, MicroShape::uniform(1, (*pr.buckets)[b]), c.g[b], pr.layout.sp);
     if (!found || c.g[b] < best.group || (c.g[b] == best.group && cost < best.cost)) {
       const SlotItem pad = padded_repeat(pool, b);
       best.cost = cost, best.begin = pad.begin, best.count = best.own = pad.count, best.bucket = pad.bucket;

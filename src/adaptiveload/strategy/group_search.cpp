@@ -105,8 +105,8 @@ Plan run_balanced_groups(const GroupSearch& gs, const StrategyEntry& s, const Pl
   for (size_t b = 0; b < nb; ++b)
     if (live[b]) {
       const int g = pr.group(uint16_t(b));
-      c_max = std::max(c_max, group_microbatch_time(*pr.cost, 1, buckets[b], g, sp));
-      work += double(count[b]) * g * group_sample_time(*pr.cost, buckets[b], g, sp);
+      c_max = std::max(c_max, group_cost(*pr.cost, MicroShape::uniform(1, buckets[b]), g, sp));
+      work += double(count[b]) * g * group_work(*pr.cost, MicroShape::uniform(1, buckets[b]), g, sp);
     }
   // A rank-step's share of the work at the global batch's step count (0: free).
   const uint64_t K = pr.target_steps();
@@ -127,7 +127,7 @@ Plan run_balanced_groups(const GroupSearch& gs, const StrategyEntry& s, const Pl
                (sizes[k] < std::max(f, pr.group(uint16_t(b))) || gs.max_batch_on(b, sizes[k]) < 1))
           ++k;
         while (k + 1 < sizes.size() &&
-               group_microbatch_time(*pr.cost, 1, buckets[b], sizes[k], sp) > theta)
+               group_cost(*pr.cost, MicroShape::uniform(1, buckets[b]), sizes[k], sp) > theta)
           ++k;
         ok = k < sizes.size();
         if (ok) g[b] = uint8_t(sizes[k]);

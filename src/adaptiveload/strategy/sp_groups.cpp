@@ -176,7 +176,7 @@ Plan plan_step(const PlanProblem& pr, const BucketedPool& pool, const GroupBucke
           f->second.second = n;
           items[n].merged = 1;
           head.count += items[n].count;
-          head.cost = group_microbatch_time(*pr.cost, head.count, (*pr.buckets)[head.bucket], head.group, pr.layout.sp);
+          head.cost = group_cost(*pr.cost, MicroShape::uniform(head.count, (*pr.buckets)[head.bucket]), head.group, pr.layout.sp);
           continue;
         }
       }
@@ -252,7 +252,7 @@ Plan micro_once(const PlanProblem& pr, const BucketedPool& pool, const GroupBuck
     const uint64_t n = std::min<uint64_t>(pool.begin[best + 1] - next[best], uint64_t(batch_for(c, best, seconds)));
     GroupItem it;
     it.begin = next[best], it.count = it.own = uint32_t(n), it.bucket = uint16_t(best), it.group = 1;
-    it.cost = group_microbatch_time(*pr.cost, int64_t(n), (*pr.buckets)[best], 1, pr.layout.sp);
+    it.cost = pr.cost->cost(MicroShape::uniform(int64_t(n), (*pr.buckets)[best]));
     items.push_back(it);
     next[best] += n;
     return true;
@@ -320,7 +320,7 @@ Plan plan_micro(const PlanProblem& pr, const BucketedPool& pool, const GroupBuck
   double tau = 0;
   for (size_t b = 0; b < c.g.size(); ++b)
     if (pool.begin[b + 1] > pool.begin[b])
-      tau = std::max(tau, group_microbatch_time(*pr.cost, c.cap[b], (*pr.buckets)[b], c.g[b], pr.layout.sp));
+      tau = std::max(tau, group_cost(*pr.cost, MicroShape::uniform(c.cap[b], (*pr.buckets)[b]), c.g[b], pr.layout.sp));
   tau = std::min(tau, work / double(K * W));
   // Fewer slots than the global batch's steps: smaller micro-batches, and the one-GPU fill
   // of wide slots held to tau, until the step count is kept (or nothing splits further).
