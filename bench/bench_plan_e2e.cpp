@@ -3,7 +3,7 @@
 // in under 5 s on one core and under 64 bytes per row of peak memory beyond the file).
 //
 //   ./build/bench/bench_plan_e2e [--rows 1000000,10000000] [--formats csv,jsonl] [--dir DIR]
-//                                [--reps N] [--strategy balanced] [--ranks W]
+//                                [--reps N] [--strategy balanced] [--ranks W] [--packing on]
 //
 // Writes synthetic manifests once into DIR (default build-e2e/manifests, git-ignored): rows
 // drawn from the shared Taichi-HD clips and COCO images (their sizes, frame counts and fps;
@@ -11,7 +11,8 @@
 // `adaptiveload plan -m FILE -s STRATEGY --out OUT.jsonl -q` in a child pinned to one core
 // (sched_setaffinity, as taskset does) and takes the child's peak RSS from wait4. Beside each
 // size it runs bench_plan (the in-memory planner on synthetic buckets) for the same strategy
-// and ranks. Prints a table and one JSON line per configuration; the median of --reps runs.
+// and ranks (not with --packing on, which bench_plan does not plan). Prints a table and one
+// JSON line per configuration; the median of --reps runs.
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -171,16 +172,17 @@ bool in_memory(const std::string& bench_plan, uint64_t rows, int ranks, const st
 
 constexpr const char* kUsage =
     "usage: bench_plan_e2e [--rows N,N..] [--formats csv,jsonl] [--dir DIR] [--reps N]\n"
-    "                      [--strategy NAME] [--ranks W]\n"
+    "                      [--strategy NAME] [--ranks W] [--packing on|off]\n"
     "  Runs `adaptiveload plan -m FILE -s NAME --out OUT -q` on generated manifests of N rows\n"
     "  (default 1000000,10000000) on one core; prints seconds and peak bytes per row beyond the\n"
-    "  file, beside bench_plan's in-memory figure. --ranks W passes -w W (default: the CLI's 8).\n";
+    "  file, beside bench_plan's in-memory figure. --ranks W passes -w W (default: the CLI's 8);\n"
+    "  --packing on passes --packing on (packed micro-batches; no in-memory figure then).\n";
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> rows_list = {"1000000", "10000000"}, formats = {"csv", "jsonl"};
-  std::string dir = "build-e2e/manifests", strategy = "balanced";
+  std::string dir = "build-e2e/manifests", strategy = "balanced", packing = "off";
   int reps = 1, ranks = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -201,6 +203,12 @@ int main(int argc, char** argv) {
       dir = v;
     } else if (a == "--strategy") {
       strategy = v;
+    } else if (a == "--packing") {
+      if (v != "on" && v != "off") {
+        fprintf(stderr, "bench_plan_e2e: --packing is on or off, got '%s'\n", v.c_str());
+        return 2;
+      }
+      packing = v;
     } else if (a == "--reps" || a == "--ranks") {
       (a == "--reps" ? reps : ranks) = atoi(v.c_str());
       if ((a == "--reps" ? reps : ranks) < 1) {
@@ -226,8 +234,8 @@ int main(int argc, char** argv) {
   }
   mkdir(dir.c_str(), 0755);
   const std::vector<Template> tpl = templates();
-  printf("bench_plan_e2e: `adaptiveload plan -s %s --out` on one core, %s ranks, median of %d\n",
-         strategy.c_str(), ranks ? std::to_string(ranks).c_str() : "default (8)", reps);
+  printf("bench_plan_e2e: `adaptiveload plan -s %s --packing %s --out` on one core, %s ranks, median of %d\n",
+         strategy.c_str(), packing.c_str(), ranks ? std::to_string(ranks).c_str() : "default (8)", reps);
   printf("%-6s %10s %9s %9s %9s %10s | %12s %12s\n", "format", "rows", "file MB", "seconds", "peak MB", "B/row+file",
          "in-mem s", "in-mem B/row");
   int failures = 0;
@@ -238,7 +246,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     double mem_s = -1, mem_b = -1;
-    if (access(bench_plan.c_str(), X_OK) == 0 &&
+    if (packing == "off" && access(bench_plan.c_str(), X_OK) == 0 &&
         !in_memory(bench_plan, rows, ranks ? ranks : 8, strategy, dir + "/bench_plan.log", mem_s, mem_b))
       mem_s = mem_b = -1;
     for (const auto& fmt : formats) {
@@ -251,6 +259,7 @@ int main(int argc, char** argv) {
       }
       std::vector<std::string> args = {cli, "plan", "-m", file, "-s", strategy, "--out", file + ".plan.jsonl", "-q"};
       if (ranks) args.insert(args.end(), {"-w", std::to_string(ranks)});
+      if (packing == "on") args.insert(args.end(), {"--packing", "on"});
       std::vector<Run> runs;
       for (int k = 0; k < reps; ++k) {
         Run r = run_pinned(args, file + ".log");
@@ -270,10 +279,10 @@ int main(int argc, char** argv) {
       const double per_row = (peak_b - file_b) / double(rows);
       printf("%-6s %10llu %9.1f %9.3f %9.1f %10.1f | %12.3f %12.1f\n", fmt.c_str(),
              static_cast<unsigned long long>(rows), file_b / 1e6, r.seconds, peak_b / 1e6, per_row, mem_s, mem_b);
-      printf("{\"bench\":\"plan_e2e\",\"format\":\"%s\",\"rows\":%llu,\"strategy\":\"%s\",\"ranks\":%d,"
+      printf("{\"bench\":\"plan_e2e\",\"format\":\"%s\",\"rows\":%llu,\"strategy\":\"%s\",\"packing\":\"%s\",\"ranks\":%d,"
              "\"file_bytes\":%.0f,\"seconds\":%.4f,\"peak_bytes\":%.0f,\"peak_bytes_per_row_beyond_file\":%.2f,"
              "\"in_memory_s\":%.4f,\"in_memory_bytes_per_sample\":%.2f,\"target_s\":5,\"target_bytes\":64}\n",
-             fmt.c_str(), static_cast<unsigned long long>(rows), strategy.c_str(), ranks ? ranks : 8, file_b, r.seconds,
+             fmt.c_str(), static_cast<unsigned long long>(rows), strategy.c_str(), packing.c_str(), ranks ? ranks : 8, file_b, r.seconds,
              peak_b, per_row, mem_s, mem_b);
       fflush(stdout);
     }

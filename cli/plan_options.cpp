@@ -18,7 +18,7 @@ namespace adaptiveload::cli {
 namespace {
 
 bool mixes_groups(const StrategyEntry& s) { return s.mixes_groups(); }
-bool runs_one_group(const StrategyEntry& s) { return !s.mixes_groups(); }
+bool runs_one_group(const StrategyEntry& s) { return !s.mixes_groups() && !s.packs(); }  // packers: none
 
 // A positive finite number up to `max`, or 'auto' (0).
 double parse_auto(const std::string& v, const char* option, double max) {
@@ -147,6 +147,13 @@ void PlanOptions::add_to(CLI::App& app, bool with_manifest) {
                  "world size and the model's heads and fits in a node (the device preset's node_size). Groups "
                  "are aligned blocks of consecutive ranks")
       ->capture_default_str();
+  app.add_option("--packing", config.packing,
+                 "Packed micro-batches: off (every micro-batch holds samples of one bucket) or on (balanced "
+                 "packs samples of any buckets into one micro-batch, a varlen sequence in which each sample "
+                 "attends only to itself, within the memory budget's tokens; the table adds the greedy packer "
+                 "greedy_pack and bucketed balanced beside it). Every sample still runs on one GPU")
+      ->capture_default_str()
+      ->check(choices("packing"));
   app.add_option("--fixed-config", config.fixed_config,
                  "JSON of per-bucket batch sizes for `fixed`: {\"<tier>\": {\"<frames>\": B}}")
       ->check(CLI::ExistingFile);
@@ -194,7 +201,9 @@ void PlanOptions::finish() {
 std::vector<std::string> PlanOptions::strategy_names() const {
   std::vector<std::string> out;
   if (strategy == "all") {
-    for (const auto& s : strategies()) out.push_back(s.name);
+    // The packers only with --packing on.
+    for (const auto& s : strategies())
+      if (!s.packs() || config.packing == "on") out.push_back(s.name);
     return out;
   }
   try {
@@ -211,13 +220,25 @@ Comparison compare(const Planner& planner, const std::vector<std::string>& names
   for (const auto& n : names) {
     // Comparing them all, a strategy that cannot run on these inputs is left out and said;
     // asked for alone, it is an error.
-    if (names.size() > 1 && find_strategy(n).needs_fixed_batch() && !planner.fixed_error().empty()) {
-      c.left_out.emplace_back(n, planner.fixed_error());
+    if (names.size() > 1 && !planner.cannot_plan(find_strategy(n)).empty()) {
+      c.left_out.emplace_back(n, planner.cannot_plan(find_strategy(n)));
       continue;
     }
     c.plans.push_back(planner.plan(n));
     c.metrics.push_back(planner.simulate(c.plans.back()));
     c.warnings.push_back(planner.warnings(c.plans.back()));
+  }
+  // With packing, each strategy that packs when asked (balanced) also bucketed, beside its packs.
+  if (names.size() > 1 && planner.packing()) {
+    for (const std::string& n : names) {
+      if (!find_strategy(n).packs_when_asked() || !planner.cannot_plan(find_strategy(n)).empty()) continue;
+      Plan p = planner.plan_bucketed(n);
+      Metrics m = planner.simulate(p);
+      m.name = n + " bucketed";
+      c.metrics.push_back(std::move(m));
+      c.warnings.push_back(planner.warnings(p));
+      c.plans.push_back(std::move(p));
+    }
   }
   // With sequence parallelism in use, each strategy that mixes group sizes (balanced) on each
   // single fixed group size that every sample fits (today's practice: one sp_size for the
@@ -273,7 +294,8 @@ void print_table(const Planner& planner, const Manifest& manifest, const Compari
   out << "model " << planner.model().name << ", " << cfg.world_size << " x " << planner.device().name << ", cost model "
       << planner.cost().name() << ", checkpointing " << (cfg.checkpointing ? "on" : "off")
       << ", " << (planner.sharded() ? "fsdp" : "ddp") << ", " << sync_name(planner.sync()) << " sync"
-      << (cfg.sync == "auto" ? " (auto)" : "") << ", seed " << cfg.seed << ", epoch " << cfg.epoch << "\n";
+      << (cfg.sync == "auto" ? " (auto)" : "") << (planner.packing() ? ", packing on" : "") << ", seed " << cfg.seed
+      << ", epoch " << cfg.epoch << "\n";
   out << "global batch: " << planner.global_batch_text() << "\n";
   if (planner.max_group() > 1) {
     // Samples per group size (per-sample groups), and what the other strategies run on.
@@ -320,7 +342,8 @@ void print_table(const Planner& planner, const Manifest& manifest, const Compari
          "distinct buckets per global step; steps: global steps in the epoch; batch: samples per "
          "global step (mean); mb/rank: micro-batches per rank per step (gradient accumulation).\n"
          "fixed: share of GPU time in per-micro-batch fixed costs (overhead and small-batch "
-         "inefficiency); sync: share of the epoch in synchronisation the compute does not hide "
+         "inefficiency); useful: share of GPU time in trained samples' work at full efficiency; "
+         "tok dev: largest deviation of a step's tokens from their mean; sync: share of the epoch in synchronisation the compute does not hide "
          "(step: one gradient all-reduce per step; micro: every micro-batch's all-gathers and "
          "reduce-scatter beyond what overlaps); g: sequence-parallel group sizes (GPUs per sample) used.\n"
          "padded: repeated samples added at the epoch's end so every rank has work (--end-policy "
@@ -416,6 +439,7 @@ nlohmann::json comparison_json(const Planner& planner, const Manifest& manifest,
                    {"end_policy", cfg.end_policy == EndPolicy::kPad ? "pad" : "drop"},
                    {"fingerprint", fp},
                    {"buckets", buckets}};
+  if (planner.packing()) out["inputs"]["packing"] = "on";  // absent: off
   return out;
 }
 

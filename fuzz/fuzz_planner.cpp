@@ -1,6 +1,7 @@
 // libFuzzer target: fuzz bytes -> a small manifest (up to 48 clips and images of any size,
-// length and frame rate) and a planner configuration (any registered strategy, world size
-// 1..1024, seed, epoch, end policy, model, device, memory / compute / step budgets). Checks the plan
+// length and frame rate) and a planner configuration (any registered strategy, packing on or
+// off, world size 1..1024, seed, epoch, end policy, model, device, memory / compute / step
+// budgets). Checks the plan
 // contract: every usable sample exactly once (trained or dropped), every rank busy in
 // every step (equal step counts), determinism, resume at a step boundary reproducing the
 // plan, and an elastic resume losing and repeating nothing (or, where a sample's
@@ -37,6 +38,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t wsel = in.u8();
   cfg.world_size = wsel < 240 ? 1 + wsel % 16 : 1 + int(in.below(1024));
   cfg.seed = in.u32();
+  cfg.packing = cfg.seed >> 31 ? "on" : "off";  // packed micro-batches in half the runs
   cfg.epoch = in.below(3);
   const uint8_t flags = in.u8();
   cfg.end_policy = flags & 1 ? EndPolicy::kDrop : EndPolicy::kPad;

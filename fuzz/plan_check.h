@@ -49,6 +49,20 @@ inline void check_plan(const Planner& pl, const Plan& p) {
     AL_FUZZ_CHECK(p.mb_group[i] >= 1 && W % p.mb_group[i] == 0, "a group size does not divide the world size");
   for (const MicroBatch& mb : p.micro_batches) {
     AL_FUZZ_CHECK(mb.count > 0 && uint64_t(mb.begin) + mb.count <= p.sample_ids.size(), "micro-batch out of range");
+    if (mb.bucket == kPackedBucket) {
+      // A pack: samples of several buckets, on one GPU, within the token budget and memory.
+      AL_FUZZ_CHECK(p.packed, "a pack in a plan not marked packed");
+      MicroShape shape;
+      for (uint32_t k = 0; k < mb.count; ++k) {
+        const uint16_t b = pl.bucketing().sample_bucket[p.ids(mb)[k]];
+        AL_FUZZ_CHECK(b < pl.bucketing().buckets.size(), "a packed sample has no bucket");
+        shape.add(pl.bucketing().buckets[b]);
+      }
+      AL_FUZZ_CHECK(shape.parts().size() > 1, "a pack of one bucket does not keep its bucket");
+      AL_FUZZ_CHECK(shape.tokens() <= pl.mem_budget_tokens(), "a pack over the token budget");
+      AL_FUZZ_CHECK(pl.memory().bytes(shape) <= pl.usable_memory_bytes(), "a pack over device memory");
+      continue;
+    }
     for (uint32_t k = 0; k < mb.count; ++k)
       AL_FUZZ_CHECK(pl.bucketing().sample_bucket[p.ids(mb)[k]] == mb.bucket, "sample in the wrong bucket");
   }

@@ -66,6 +66,17 @@ inline void expect_plan_contract(const Planner& pl, const Plan& p, const std::st
     ASSERT_LT(p.rank_begin[i], p.rank_begin[i + 1]) << ctx << ": rank " << i % W << " idle in step " << i / W;
   for (size_t m = 0; m < p.micro_batches.size(); ++m) {
     const MicroBatch& mb = p.micro_batches[m];
+    if (mb.bucket == kPackedBucket) {
+      // A pack (samples of several buckets, one GPU): within M_mem tokens and device memory.
+      ASSERT_TRUE(p.packed) << ctx << ": a pack in a plan not marked packed";
+      ASSERT_EQ(p.group(m), 1) << ctx << ": a pack on a sequence-parallel group";
+      MicroShape shape;
+      for (uint32_t k = 0; k < mb.count; ++k) shape.add(buckets[pl.bucketing().sample_bucket[p.ids(mb)[k]]]);
+      ASSERT_GT(shape.parts().size(), 1u) << ctx << ": a pack of one bucket keeps its bucket";
+      EXPECT_LE(shape.tokens(), pl.mem_budget_tokens()) << ctx << ": pack over M_mem";
+      EXPECT_LE(pl.memory().bytes(shape), usable) << ctx << ": pack over device memory";
+      continue;
+    }
     const Bucket& b = buckets[mb.bucket];
     // On a sequence-parallel group of g, a rank holds S / g tokens of each sample.
     const int g = p.group(m);

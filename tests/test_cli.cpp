@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "test_support.h"
@@ -103,6 +104,63 @@ TEST(Cli, PlanOutWritesOneLinePerStepWithEveryRank) {
   EXPECT_GT(steps, 10u);
   EXPECT_EQ(samples, 3334u);
   for (int c : seen) EXPECT_EQ(c, 1);
+}
+
+TEST(Cli, PackingOnAddsThePackersAndMarksThePlan) {
+  // Off (the default): the four strategies as before, no packer.
+  CliRun off = run("plan -m " + kTaichi + " -m " + kCoco + " --json -q");
+  ASSERT_EQ(off.code, 0) << off.err;
+  const auto j_off = nlohmann::json::parse(off.out);
+  EXPECT_EQ(j_off["strategies"].size(), 4u);
+  EXPECT_FALSE(j_off["inputs"].contains("packing"));
+  // On: the greedy packer and bucketed balanced beside packed balanced.
+  CliRun on = run("plan -m " + kTaichi + " -m " + kCoco + " --packing on --json -q");
+  ASSERT_EQ(on.code, 0) << on.err;
+  const auto j = nlohmann::json::parse(on.out);
+  EXPECT_EQ(j["inputs"]["packing"], "on");
+  std::map<std::string, double> sps;
+  for (const auto& s : j["strategies"]) sps[s["name"].get<std::string>()] = s["throughput_samples_per_s"];
+  for (const char* name : {"equal_tokens", "fixed", "dual", "balanced", "greedy_pack", "balanced bucketed"})
+    EXPECT_EQ(sps.count(name), 1u) << name;
+  // Packed balanced at least as fast as the greedy packer on the real manifests.
+  EXPECT_GE(sps["balanced"], sps["greedy_pack"]);
+  // The plan says it is packed; a pack mixes buckets; every sample once.
+  const std::string out = ::testing::TempDir() + "packed.jsonl";
+  CliRun w = run("plan -m " + kTaichi + " -m " + kCoco + " --packing on -s balanced -w 4 --out " + out + " -q");
+  ASSERT_EQ(w.code, 0) << w.err;
+  std::ifstream f(out);
+  std::string line;
+  std::vector<int> seen(8334, 0);
+  size_t steps = 0;
+  bool mixed = false;
+  while (std::getline(f, line)) {
+    auto jl = nlohmann::json::parse(line);
+    EXPECT_EQ(jl["packed"], true);
+    ++steps;
+    for (const auto& rank : jl["ranks"])
+      for (const auto& mb : rank) {
+        bool clip = false, image = false;
+        for (const auto& id : mb) {
+          ++seen[id.get<size_t>()];
+          (id.get<size_t>() < 3334 ? clip : image) = true;  // rows 0..3333: Taichi-HD clips
+        }
+        mixed = mixed || (clip && image);
+      }
+  }
+  EXPECT_GT(steps, 0u);
+  EXPECT_TRUE(mixed) << "no pack holds both a clip and an image";
+  size_t once = 0;
+  for (int c : seen) {
+    EXPECT_LE(c, 1);
+    once += c == 1;
+  }
+  EXPECT_EQ(once, 8288u);  // every usable row: 8,334 less the 46 COCO images that fit no bucket
+  // Bad values are refused naming the option.
+  CliRun bad = run("plan -m " + kTaichi + " --packing maybe");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--packing"), std::string::npos) << bad.err;
+  CliRun help = run("plan --help");
+  EXPECT_NE(help.out.find("--packing"), std::string::npos);
 }
 
 TEST(Cli, BadArgumentsExitTwoWithOneLine) {

@@ -99,6 +99,7 @@ class RealManifests : public ::testing::Test {
     cfg.oversize = OversizePolicy::kSkip;
     planner_ = new Planner(*manifest_, cfg);
     for (const auto& s : strategies()) {
+      if (s.packs()) continue;  // the comparison without --packing on
       plans_.push_back(planner_->plan(s.name));
       metrics_.push_back(planner_->simulate(plans_.back()));
     }
@@ -351,8 +352,9 @@ struct Built {
 Built build(const Planner& pl, const Manifest& m, std::vector<std::string> names = {},
             bool fixed_groups = false, ReportOptions o = {}) {
   Built b;
-  if (names.empty())
-    for (const auto& s : strategies()) names.push_back(s.name);
+  if (names.empty())  // the comparison's: the packers only with packing on
+    for (const auto& s : strategies())
+      if (!s.packs() || pl.packing()) names.push_back(s.name);
   for (const auto& n : names) {
     b.plans.push_back(pl.plan(n));
     b.metrics.push_back(pl.simulate(b.plans.back()));

@@ -42,13 +42,20 @@ bool has(const std::vector<std::string>& v, const std::string& x) { return std::
 TEST(StrategyRegistry, BuiltInsInOrderWithTheirProperties) {
   std::vector<std::string> names;
   for (const StrategyEntry& s : strategies()) names.push_back(s.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"equal_tokens", "fixed", "dual", "balanced"}));
-  EXPECT_EQ(strategy_names(), "equal_tokens, fixed, dual, balanced");
-  EXPECT_EQ(strategy_names(", ", " or "), "equal_tokens, fixed, dual or balanced");
+  EXPECT_EQ(names, (std::vector<std::string>{"equal_tokens", "fixed", "dual", "balanced", "greedy_pack"}));
+  EXPECT_EQ(strategy_names(), "equal_tokens, fixed, dual, balanced, greedy_pack");
+  EXPECT_EQ(strategy_names(", ", " or "), "equal_tokens, fixed, dual, balanced or greedy_pack");
   EXPECT_EQ(baseline_strategy(), "equal_tokens");
   EXPECT_TRUE(find_strategy("balanced").mixes_groups());
   EXPECT_FALSE(find_strategy("dual").mixes_groups());
   EXPECT_TRUE(find_strategy("fixed").needs_fixed_batch());
+  // Packing: the greedy packer always packs, balanced when asked (--packing on); the bucket
+  // loaders never.
+  EXPECT_TRUE(find_strategy("greedy_pack").packs());
+  EXPECT_TRUE(find_strategy("balanced").packs_when_asked());
+  EXPECT_FALSE(find_strategy("balanced").packs());
+  for (const char* loader : {"equal_tokens", "fixed", "dual"})
+    EXPECT_FALSE(find_strategy(loader).packs() || find_strategy(loader).packs_when_asked()) << loader;
   for (const StrategyEntry& s : strategies())
     EXPECT_TRUE(s.serves(SyncMode::kStep) && s.serves(SyncMode::kMicro)) << s.name;
 }
@@ -69,7 +76,7 @@ TEST(StrategyRegistry, ARegisteredStrategyIsPlannedFuzzedAndNamedInErrors) {
     find_strategy("nosuch");
     FAIL() << "no error";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find(std::string("balanced, ") + kName), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(std::string("greedy_pack, ") + kName), std::string::npos) << e.what();
   }
   PlannerConfig cfg;
   cfg.world_size = 4;
@@ -87,7 +94,7 @@ TEST(StrategyRegistry, ARegisteredStrategyIsInTheCliHelpAndCheck) {
     CLI::App app;
     cli::PlanOptions o;
     o.add_to(app, false);
-    EXPECT_NE(app.help().find(std::string("balanced, ") + kName + ", or all"), std::string::npos) << app.help();
+    EXPECT_NE(app.help().find(std::string("greedy_pack, ") + kName + ", or all"), std::string::npos) << app.help();
     app.parse(std::string("--strategy ") + kName, false);
     EXPECT_NO_THROW(o.finish());
     EXPECT_EQ(o.strategy_names(), std::vector<std::string>{kName});

@@ -124,6 +124,7 @@ void bind_planner(pb::module_& m) {
       .def_readwrite("sync", &PlannerConfig::sync)
       .def_readwrite("sp", &PlannerConfig::sp)
       .def_readwrite("sp_sizes", &PlannerConfig::sp_sizes)
+      .def_readwrite("packing", &PlannerConfig::packing)
       .def_readwrite("global_batch", &PlannerConfig::global_batch)
       .def_readwrite("collective_overlap", &PlannerConfig::collective_overlap)
       .def_readwrite("reshard_after_forward", &PlannerConfig::reshard_after_forward)
@@ -346,6 +347,8 @@ void bind_planner(pb::module_& m) {
           d["mixes_groups"] = s.mixes_groups();
           d["needs_fixed_batch"] = s.needs_fixed_batch();
           d["baseline"] = s.baseline();
+          d["packs"] = s.packs();
+          d["packs_when_asked"] = s.packs_when_asked();
           out.append(std::move(d));
         }
         return out;

@@ -9,9 +9,12 @@ from adaptiveload.sampler import _ranges
 
 def test_the_registry_lists_the_built_in_strategies_with_their_properties():
     by_name = {s["name"]: s for s in _C.strategies()}
-    assert set(by_name) == {"equal_tokens", "fixed", "dual", "balanced"}
+    assert set(by_name) == {"equal_tokens", "fixed", "dual", "balanced", "greedy_pack"}
     assert by_name["balanced"]["mixes_groups"] and not by_name["dual"]["mixes_groups"]
     assert by_name["fixed"]["needs_fixed_batch"]
+    # Packing: the greedy packer always packs, balanced with packing="on".
+    assert by_name["greedy_pack"]["packs"] and not by_name["balanced"]["packs"]
+    assert by_name["balanced"]["packs_when_asked"] and not by_name["dual"]["packs_when_asked"]
     assert all(set(s["sync_modes"]) <= {"step", "micro"} and s["sync_modes"] for s in by_name.values())
 
 

@@ -12,7 +12,8 @@ import torch
 
 from .. import _checks
 from ._ranges import (COST_MODELS, GLOBAL_BATCH_FORMS, MAX_COMP_BUDGET, MAX_INT64, MAX_MEM_BUDGET, MAX_SEED,
-                      MAX_SP_SIZE, MAX_WORLD_SIZE, ON_BAD_ROW, ON_DUPLICATE, ON_OVERSIZE, SHARDINGS, SP_POLICIES,
+                      MAX_SP_SIZE, MAX_WORLD_SIZE, ON_BAD_ROW, ON_DUPLICATE, ON_OVERSIZE, PACKINGS, SHARDINGS,
+                      SP_POLICIES,
                       SYNCS, strategies, words)
 
 WHERE = "AdaptiveBatchSampler: "  # the prefix of the constructor's errors and warnings
@@ -67,7 +68,7 @@ def _sp_sizes_text(sp_sizes: Any) -> str:
 
 def check_options(*, model, device, strategy, world_size, rank, seed, drop_last, mem_budget, comp_budget, grid,
                   on_bad_row, checkpointing, profile, cost_model, on_oversize, adapt_every, sharding, sync,
-                  global_batch, sp, sp_sizes, on_duplicate) -> Options:
+                  global_batch, sp, sp_sizes, on_duplicate, packing="off") -> Options:
     """AdaptiveBatchSampler's keyword arguments (see its docstring) -> Options, or the
     TypeError / ValueError / FileNotFoundError of the first bad one."""
     where = WHERE
@@ -92,6 +93,9 @@ def check_options(*, model, device, strategy, world_size, rank, seed, drop_last,
     _checks.choice(on_bad_row, where + "on_bad_row", ON_BAD_ROW)
     _checks.choice(on_oversize, where + "on_oversize", ON_OVERSIZE)
     _checks.choice(on_duplicate, where + "on_duplicate", ON_DUPLICATE)
+    if isinstance(packing, bool):  # packing=True / False as well as "on" / "off"
+        packing = "on" if packing else "off"
+    _checks.choice(packing, where + "packing", PACKINGS)
     profile = _checks.optional_file(profile or None, where + "profile")
     if cost_model is not None:
         _checks.choice(cost_model, where + "cost_model", COST_MODELS)
@@ -124,5 +128,6 @@ def check_options(*, model, device, strategy, world_size, rank, seed, drop_last,
         global_batch=global_batch or "auto",
         sp=sp,
         sp_sizes=sp_sizes_text,
+        packing=packing,
     )
     return Options(world_size, rank, seed, strategy, drop_last, adapt_every, on_bad_row, on_duplicate, planner)

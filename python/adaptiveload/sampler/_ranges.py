@@ -22,6 +22,7 @@ SYNCS = tuple(_RANGES["sync"]["choices"])
 ON_BAD_ROW = tuple(_RANGES["on_bad_row"]["choices"])
 ON_OVERSIZE = tuple(_RANGES["on_oversize"]["choices"])
 ON_DUPLICATE = tuple(_RANGES["on_duplicate"]["choices"])
+PACKINGS = tuple(_RANGES["packing"]["choices"])
 # The words of --global-batch and --sp, which the core parses as text (planner/config.cpp);
 # besides these, --sp takes a group size.
 GLOBAL_BATCH_FORMS = ("auto", "free", "steps:N", "samples:N", "tokens:N")

@@ -61,6 +61,10 @@ class AdaptiveBatchSampler(_Cursor, _Adaptation, _State, _Introspection, Sampler
       of steps() / schedule() comes with its group's ranks (PlannedStep.groups).
     sp_sizes: allowed group sizes (powers of two; used where they divide the world size and
       the model's heads and fit in a node), e.g. (1, 2, 4, 8) or "1,2,4".
+    packing: 'on' (or True) lets balanced put samples of any shapes in one micro-batch, a pack
+      within the memory budget's tokens that the model trains as one varlen sequence
+      (adaptiveload.packing.pack, varlen_attention); 'off' (default) plans micro-batches of one
+      bucket. As the CLI's --packing.
     adapt_every: online adaptation: after this many observed steps (observe_step), refit the
       cost model to the measured per-rank step times and re-plan the rest of the epoch with
       it. Every rank must observe the same times for the same steps (all-gathered; see
@@ -94,6 +98,7 @@ class AdaptiveBatchSampler(_Cursor, _Adaptation, _State, _Introspection, Sampler
         sp: str = "auto",
         sp_sizes: Any = (1, 2, 4, 8),
         on_duplicate: str = "warn",
+        packing: Any = "off",
     ):
         # Sampler.__init__ takes data_source in torch 1.x and nothing in 2.x; it stores
         # nothing either way, so it is not called.
@@ -103,7 +108,7 @@ class AdaptiveBatchSampler(_Cursor, _Adaptation, _State, _Introspection, Sampler
             drop_last=drop_last, mem_budget=mem_budget, comp_budget=comp_budget, grid=grid, on_bad_row=on_bad_row,
             checkpointing=checkpointing, profile=profile, cost_model=cost_model, on_oversize=on_oversize,
             adapt_every=adapt_every, sharding=sharding, sync=sync, global_batch=global_batch, sp=sp,
-            sp_sizes=sp_sizes, on_duplicate=on_duplicate)
+            sp_sizes=sp_sizes, on_duplicate=on_duplicate, packing=packing)
         self.world_size, self.rank, self.seed = o.world_size, o.rank, o.seed
         self.strategy, self.drop_last = o.strategy, o.drop_last
         self._options = o.planner

@@ -63,6 +63,7 @@ struct Plan {
   int64_t padded_samples = 0;
   std::vector<uint32_t> dropped;  // sample ids dropped by the end-of-epoch policy
   std::vector<uint8_t> mb_group;  // per micro-batch SP group size; empty: no sequence parallelism
+  bool packed = false;  // planned with packing: micro-batches may be packs (kPackedBucket)
 
   size_t num_steps() const { return steps.size(); }
   // Micro-batch index range [first, last) of rank r in step t.

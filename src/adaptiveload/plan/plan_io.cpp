@@ -21,6 +21,7 @@ void write_plan_jsonl(const Plan& plan, std::ostream& out, size_t first) {
     line += ",\"tokens\":", num(s.tokens);
     line += ",\"padded\":", num(s.padded);
     line += plan.sync == SyncMode::kMicro ? ",\"sync\":\"micro\"" : ",\"sync\":\"step\"";
+    if (plan.packed) line += ",\"packed\":true";
     line += ",\"ranks\":[";
     for (int r = 0; r < W; ++r) {
       if (r) line += ',';

@@ -15,6 +15,9 @@ namespace adaptiveload {
 // each group of g > 1 ranks (an aligned block) and the indices of the micro-batches it runs
 // together; each of its ranks lists them at those indices (the same ids; a rank holds its
 // 1/g of every sample's tokens). Micro-batches in no group run on their rank alone.
+// A packed plan (--packing on) adds "packed":true after "sync": its micro-batches may hold
+// samples of several buckets, trained as one packed sequence (each sample attending only to
+// itself; python/adaptiveload/packing.py).
 void write_plan_jsonl(const Plan& plan, std::ostream& out, size_t first = 0);
 
 }  // namespace adaptiveload

@@ -106,6 +106,9 @@ PlanOptions resolve_options(PlannerConfig& c) {
                                 : SpPolicy::kAuto;
   o.sp_sizes = o.sp == SpPolicy::kOff ? 1u : sizes;
   if (o.sp_group > 0) o.sp_sizes |= 1u << __builtin_ctz(unsigned(o.sp_group));
+  if (c.packing != "off" && c.packing != "on")
+    throw ConfigError("packing must be off or on, not '" + c.packing + "'");
+  o.packing = c.packing == "on";
   if (c.grid.empty()) c.grid = load_model(c.model).default_grid;
   if (c.sharding == "auto" || c.sharding == "none" || c.sharding == "fsdp")
     o.sharding = c.sharding == "none" ? Sharding::kNone : c.sharding == "fsdp" ? Sharding::kFsdp : Sharding::kAuto;

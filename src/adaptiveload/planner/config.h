@@ -59,6 +59,10 @@ struct PlannerConfig {
   // Allowed group sizes, powers of two; a size is used only where it divides the world size
   // and the model's heads (Ulysses splits heads) and is at most the device's node size.
   std::string sp_sizes = "1,2,4,8";
+  // Packed micro-batches (docs/planner.md, "Packing"): "off" plans micro-batches of one bucket;
+  // "on" lets balanced (and the greedy packer, greedy_pack) put samples of any buckets in one
+  // micro-batch, a pack within the memory budget's tokens. The bucket loaders are unchanged.
+  std::string packing = "off";
 };
 
 enum class Sharding : uint8_t { kAuto, kNone, kFsdp };
@@ -81,6 +85,7 @@ struct PlanOptions {
   uint32_t sp_sizes = 1;     // allowed group sizes, bit k: 2^k (with kOff: 1, one GPU a sample)
   BatchForm batch = BatchForm::kAuto;
   double batch_value = 0;    // N of kSteps, kSamples, kTokens
+  bool packing = false;      // --packing on
 };
 
 // Range checks of the numeric options and the option words of `c`, each message naming the

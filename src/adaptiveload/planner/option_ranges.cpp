@@ -58,6 +58,7 @@ const std::vector<OptionRange>& option_ranges() {
       choice("on_bad_row", "--on-bad-row", {"error", "skip"}),
       choice("on_duplicate", "--on-duplicate", {"warn", "skip", "error"}),
       choice("on_oversize", "--on-oversize", {"error", "skip"}),
+      choice("packing", "--packing", {"off", "on"}),
   };
   return table;
 }

@@ -105,6 +105,8 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
   sync_ = opt_.sync.value_or(sharded_ ? SyncMode::kMicro : SyncMode::kStep);
   base_.layout = layout(cfg_.world_size);
   base_.allreduce_s = sim_env(cfg_.world_size).allreduce_s;
+  base_.memory = memory_;
+  base_.usable_bytes = usable;
   resolve_budgets();
 
   fingerprint_ = compute_fingerprint(manifest);
@@ -209,10 +211,54 @@ Plan Planner::run_on_groups(const StrategyEntry& s, const PlanProblem& pr, int g
   return adaptiveload::run_on_groups(group_search(pr.world_size), s, pr, g);
 }
 
-Plan Planner::run(const StrategyEntry& s, const PlanProblem& pr) const {
+namespace {
+// Pools up to this size are also planned bucketed under --packing on (Planner::run).
+constexpr size_t kBucketedCheckSamples = 2'000'000;
+// The share of throughput holding the global batch may cost (strategy/packing.cpp's kHoldCost).
+constexpr double kPackHoldCost = 0.05;
+
+std::string packing_with_groups(const StrategyEntry& s) {
+  return "packing (" + std::string(s.name) + ", --packing on) plans every sample on one GPU, but samples here need "
+         "a sequence-parallel group (they do not fit one GPU); use --packing off, or a device or --mem-budget they fit";
+}
+}  // namespace
+
+std::string Planner::cannot_plan(const StrategyEntry& s) const {
+  if (s.needs_fixed_batch() && !fixed_error_.empty()) return fixed_error_;
+  if ((s.packs() || (opt_.packing && s.packs_when_asked())) && max_group() > 1) return packing_with_groups(s);
+  return "";
+}
+
+Plan Planner::run(const StrategyEntry& s, const PlanProblem& pr, bool may_pack) const {
   if (!s.serves(pr.layout.sync))
     throw ConfigError("strategy '" + std::string(s.name) + "' does not plan for " + sync_name(pr.layout.sync) +
                       " sync mode");
+  // A packer packs whatever --packing says (it is compared only with packing on); balanced
+  // packs when asked.
+  if (s.packs() || (opt_.packing && s.packs_when_asked() && may_pack)) {
+    if (!pr.bucket_group.empty()) throw ConfigError(packing_with_groups(s));
+    PlanProblem q = pr;
+    q.packing = true;
+    if (!s.mixes_groups()) return s.fn(q);
+    // balanced holds the global batch where that does not leave it slower than a bucket loader,
+    // and keeps its bucketed plan (micro-batches of one shape are packs too) where that is
+    // faster, up to kBucketedCheckSamples samples (beyond, the packed plan).
+    Plan packed = run_balanced_held(s, q);
+    if (pr.pool_ids().size() > kBucketedCheckSamples) return packed;
+    Plan bucketed = run(s, pr, false);
+    const Metrics mp = simulate(packed), mb = simulate(bucketed);
+    // As between packed layouts: a plan that holds the global batch (its tokens, or samples,
+    // per step within kMaxBatchDev) is kept unless the other is over kPackHoldCost faster.
+    auto holds = [&](const Metrics& m) {
+      if (pr.batch_kind == BatchKind::kFree) return true;
+      return (pr.batch_kind == BatchKind::kSamples ? m.global_batch_samples_max_dev : m.global_batch_tokens_max_dev) <=
+             kMaxBatchDev;
+    };
+    const double need = holds(mp) && !holds(mb) ? 1 + kPackHoldCost : 1.0;
+    if (mb.throughput_samples_per_s <= need * mp.throughput_samples_per_s) return packed;
+    bucketed.packed = true;
+    return bucketed;
+  }
   if (s.needs_fixed_batch() && pr.fixed_batch.size() != bucketing_.buckets.size())
     throw ConfigError(fixed_error_);
   if (!pr.bucket_group.empty()) {
@@ -237,7 +283,7 @@ Plan Planner::run_balanced_held(const StrategyEntry& s, const PlanProblem& pr) c
   return adaptiveload::run_balanced_held(group_search(pr.world_size), s, pr, [&] {
     double best = 0;
     for (const StrategyEntry& other : strategies())
-      if (!other.mixes_groups() && !(other.needs_fixed_batch() && !fixed_error_.empty()))
+      if (!other.mixes_groups() && !other.packs() && !(other.needs_fixed_batch() && !fixed_error_.empty()))
         best = std::max(best, simulate(run(other, pr)).throughput_samples_per_s);
     return best;
   });
@@ -264,6 +310,12 @@ Plan Planner::plan(const std::string& strategy, int world_size, int64_t epoch) c
   PlanProblem pr = problem(world_size, epoch < 0 ? cfg_.epoch : epoch, 0, {});
   pr.pool_view = &pool_;  // the whole pool: lent, not copied (4 bytes a sample at 10M)
   return run(find_strategy(strategy), pr);
+}
+
+Plan Planner::plan_bucketed(const std::string& strategy) const {
+  PlanProblem pr = problem(0, cfg_.epoch, 0, {});
+  pr.pool_view = &pool_;
+  return run(find_strategy(strategy), pr, false);
 }
 
 SimEnv Planner::sim_env(int world_size) const {

@@ -66,12 +66,20 @@ class Planner {
   uint64_t fingerprint() const { return fingerprint_; }
   // Why `fixed` cannot run (its batch sizes miss a bucket), "" when it can.
   const std::string& fixed_error() const { return fixed_error_; }
+  // Why strategy s cannot plan these inputs ("" when it can): `fixed` without batch sizes for
+  // a bucket, a packer (or balanced with --packing on) where samples need a sequence-parallel
+  // group. A comparison leaves such a strategy out and says why.
+  std::string cannot_plan(const StrategyEntry& s) const;
   // Candidates tried by the automatic M_comp search and their simulated throughput.
   const std::vector<std::pair<double, double>>& comp_search() const { return comp_search_; }
 
   // The full-epoch plan of a strategy for `world_size` ranks (0: the configured one) and
   // `epoch` (-1: the configured one). Budgets do not depend on the epoch.
   Plan plan(const std::string& strategy, int world_size = 0, int64_t epoch = -1) const;
+  // With --packing on, the plan of a strategy that packs when asked (balanced) without
+  // packing: its bucketed plan, for comparison. plan() otherwise.
+  Plan plan_bucketed(const std::string& strategy) const;
+  bool packing() const { return opt_.packing; }
   Metrics simulate(const Plan& plan) const;
   // Global steps the global batch asks for on `world_size` ranks (0: the configured one), for
   // the full epoch; 0 when it is free.
@@ -109,7 +117,8 @@ class Planner {
   ParallelLayout layout(int world_size) const;
   double auto_step_budget(const CostModel& cost) const;
   std::vector<int64_t> resolve_fixed(std::string& error) const;
-  Plan run(const StrategyEntry& s, const PlanProblem& pr) const;
+  // `may_pack`: with --packing on, a strategy that packs when asked packs (plan_bucketed: not).
+  Plan run(const StrategyEntry& s, const PlanProblem& pr, bool may_pack = true) const;
   // Per bucket on `world_size` ranks: the group size (fixed_g > 0: that one, else the smallest
   // allowed that fits) and the largest batch that fits memory on it (0: none fits).
   // Largest batch of bucket b that fits memory on a group of g (S / g tokens a GPU), 0 when

@@ -94,7 +94,7 @@ bool sp_in_use(const Planner& planner, const std::vector<Metrics>& metrics) {
 }
 
 bool mixes_groups(const StrategyEntry& s) { return s.mixes_groups(); }
-bool runs_one_group(const StrategyEntry& s) { return !s.mixes_groups(); }
+bool runs_one_group(const StrategyEntry& s) { return !s.mixes_groups() && !s.packs(); }  // packers: none
 
 // The rows `<strategy> g=G` of the strategies that mix group sizes (balanced).
 bool has_fixed_group_rows(const std::vector<Metrics>& metrics) {
@@ -382,7 +382,8 @@ Report build_report(const Planner& planner, const Manifest* manifest,
        "per step (gradient accumulation"
     << (micro ? "; the same on every rank" : "")
     << "); fixed: share of GPU time in per-micro-batch fixed costs (overhead and small-batch "
-       "inefficiency); sync s: seconds of the epoch in synchronisation the compute does not "
+       "inefficiency); useful: share of GPU time in trained samples' work at full efficiency; "
+       "tok dev: largest deviation of a step's tokens from their mean; sync s: seconds of the epoch in synchronisation the compute does not "
        "hide ("
     << (micro ? "the exposed collectives of every slot" : "the all-reduce of every step")
     << "); epoch s: the simulated epoch, the sum over steps of "

@@ -56,6 +56,9 @@ const std::vector<MetricColumn>& metric_columns() {
       {"micro_batches_per_rank_step", "mb/rank", 8,
        [](const Metrics& m, S, bool) { return fmt("%.2f", m.micro_batches_per_rank_step); }},
       {"fixed_cost_fraction", "fixed", 7, [](const Metrics& m, S, bool) { return percent(m.fixed_cost_fraction); }},
+      {"useful_fraction", "useful", 7, [](const Metrics& m, S, bool) { return percent(m.useful_fraction); }},
+      {"global_batch_tokens_max_dev", "tok dev", 8,
+       [](const Metrics& m, S, bool) { return percent(m.global_batch_tokens_max_dev); }},
       // `plan`'s table: the share of the epoch; the report: seconds.
       {"collective_s", "sync", 7,
        [](const Metrics& m, S, bool html) {

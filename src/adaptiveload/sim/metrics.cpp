@@ -27,6 +27,7 @@ const std::vector<MetricField>& metric_fields() {
       {"global_batch_tokens_max_dev", &Metrics::global_batch_tokens_max_dev},
       {"collective_s", &Metrics::collective_s},
       {"fixed_cost_fraction", &Metrics::fixed_cost_fraction},
+      {"useful_fraction", &Metrics::useful_fraction},
       {"sync", &Metrics::sync},
       {"group_min", &Metrics::group_min},
       {"group_max", &Metrics::group_max},
@@ -205,7 +206,7 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
   m.padded = plan.padded_samples;
   m.dropped = int64_t(plan.dropped.size());
   double sum_mean = 0, sum_max = 0, sum_step_mean = 0, sum_step_maxmin = 0, total_time = 0;
-  double mem_sum = 0, mem_max = 0, div_sum = 0, fixed_sum = 0;
+  double mem_sum = 0, mem_max = 0, div_sum = 0, fixed_sum = 0, useful_sum = 0;
   std::vector<uint8_t> seen(env.buckets->size(), 0);
   std::vector<uint16_t> touched;
   const bool groups = !plan.mb_group.empty();
@@ -231,7 +232,9 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
         const double time = group_cost(*env.cost, shape, g, env.layout.sp);
         x += time;
         peak = std::max(peak, env.memory.bytes(shape, g));
-        fixed_sum += time - group_work(*env.cost, shape, g, env.layout.sp);
+        const double work = group_work(*env.cost, shape, g, env.layout.sp);
+        fixed_sum += time - work;
+        if (!mb.padded) useful_sum += work;
         for (const ShapePart& part : shape.parts()) {
           const uint16_t b = uint16_t(part.bucket - env.buckets->data());
           if (!seen[b]) seen[b] = 1, touched.push_back(b);
@@ -315,6 +318,7 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
   }
   if (m.group_min > m.group_max) m.group_min = m.group_max;
   if (total_time > 0) m.fixed_cost_fraction = fixed_sum / (double(W) * total_time);
+  if (total_time > 0) m.useful_fraction = useful_sum / (double(W) * total_time);
   m.epoch_time_s = total_time;
   if (total_time > 0) {
     m.throughput_samples_per_s = double(m.samples) / total_time;

@@ -52,6 +52,10 @@ struct Metrics {
   // Share of GPU time in per-micro-batch fixed costs: sum over micro-batches of
   // (T(B, S) - B * sample_time) over W x epoch time.
   double fixed_cost_fraction = 0;
+  // Share of GPU time in useful work: the trained (not padded) micro-batches' work at full
+  // efficiency (group_work of their shapes) over W x epoch time; 1 less idle, fixed costs,
+  // exposed synchronisation and padded repeats.
+  double useful_fraction = 0;
   std::string sync = "step";
   // Sequence-parallel group sizes of the plan's micro-batches (1 and 1: none).
   int group_min = 1, group_max = 1;

@@ -28,6 +28,7 @@
 #include <stdexcept>
 
 #include "adaptiveload/strategy/balanced.h"
+#include "adaptiveload/strategy/packing.h"
 #include "adaptiveload/strategy/plan_writer.h"
 #include "adaptiveload/strategy/rank_steps.h"
 #include "adaptiveload/strategy/stages.h"
@@ -46,6 +47,7 @@ constexpr uint64_t kSearchSamples = 2'000'000;
 }  // namespace
 
 Plan plan_balanced(const PlanProblem& pr) {
+  if (pr.packing) return plan_balanced_packed(pr);
   if (!pr.bucket_group.empty()) return plan_balanced_groups(pr);
   if (pr.layout.lockstep_slots()) return plan_balanced_micro(pr);
   const int W = pr.world_size;

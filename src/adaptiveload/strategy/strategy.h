@@ -61,6 +61,12 @@ struct PlanProblem {
   // and clips in every step, kMaxUnmixed), else the fastest. The planner lets go of them, one
   // at a time, where a bucket loader would be faster (Planner::run_balanced_held).
   uint8_t hold = kHoldBatch | kHoldMix;
+  // Packing (--packing on, strategy/packing.h): micro-batches may hold samples of any buckets,
+  // each pack within mem_budget_tokens video tokens and, by `memory` of its shape, within
+  // usable_bytes of device memory.
+  bool packing = false;
+  MemoryModel memory;
+  double usable_bytes = 0;
 
   int64_t tokens(uint16_t bucket) const { return (*buckets)[bucket].tokens; }
   // Video tokens of micro-batch mb of `plan`: its count times its bucket's, or for a packed
@@ -88,7 +94,12 @@ constexpr uint8_t kServesBoth = kServesStep | kServesMicro;
 //   kNeedsFixedBatch  needs per-bucket batch sizes (PlanProblem::fixed_batch, --fixed-config
 //                     or the grid's); left out of a comparison where they miss a bucket.
 //   kBaseline         the comparison's reference: speedups are samples/s over its samples/s.
-constexpr uint8_t kMixesGroups = 1, kNeedsFixedBatch = 2, kBaseline = 4;
+//   kPacks            plans packed micro-batches only (samples of any buckets in one, strategy/
+//                     packing.h), whatever --packing says; `--strategy all` lists it only with
+//                     --packing on.
+//   kPacksWhenAsked   plans packed micro-batches with --packing on (PlanProblem::packing),
+//                     bucketed ones without; a comparison with packing on shows both.
+constexpr uint8_t kMixesGroups = 1, kNeedsFixedBatch = 2, kBaseline = 4, kPacks = 8, kPacksWhenAsked = 16;
 
 struct StrategyEntry {
   const char* name;
@@ -100,6 +111,8 @@ struct StrategyEntry {
   bool mixes_groups() const { return traits & kMixesGroups; }
   bool needs_fixed_batch() const { return traits & kNeedsFixedBatch; }
   bool baseline() const { return traits & kBaseline; }
+  bool packs() const { return traits & kPacks; }
+  bool packs_when_asked() const { return traits & kPacksWhenAsked; }
 };
 
 // Built-in strategies first, in registry order, then those added by register_strategy.
@@ -190,7 +203,8 @@ enum RngPurpose : uint64_t {
   kPurposeBatchOrder = 2,
   kPurposeBalancedDraw = 3,
   kPurposeStepOrder = 4,
-  kPurposeSlotRanks = 5
+  kPurposeSlotRanks = 5,
+  kPurposeGreedyPack = 6
 };
 
 }  // namespace adaptiveload

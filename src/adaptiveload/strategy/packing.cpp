@@ -1,0 +1,527 @@
+// Packed micro-batches: the greedy packer and balanced with packing (packing.h).
+//
+// balanced, packed. Every rank-step holds P packs and every pack ("bin") is dealt to the same
+// cost, so a step's ranks end together in step sync and a slot's ranks (one pack each) in
+// micro sync: one dealing serves both layouts. The step count K is the global batch's (or,
+// free, the fewest steps whose rank-steps stay within the step budget); P is the fewest packs
+// a rank-step needs for its share of the tokens and of the memory, raised until every sample
+// finds room. Samples go longest first (LPT) to the least-loaded bin that has room for them,
+// a bin's load being its pack's cost in ticks: overhead + work * (1 + N_half / N). Long clips
+// spread one to a bin and images fill the gaps. The bins are then sorted by tokens and cut
+// into W * P strata of K bins; each step takes one bin of every stratum (in an order drawn
+// from the seed), so every step holds a like mix and about the same tokens: the global batch
+// is held in both sync modes.
+#include "adaptiveload/strategy/packing.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <utility>
+
+#include "adaptiveload/strategy/plan_writer.h"
+#include "adaptiveload/util/error.h"
+
+namespace adaptiveload {
+namespace {
+
+// Packs per rank-step tried past the fewest that hold the tokens and bytes: a bin a long clip
+// cannot join after the others filled it needs a little slack.
+constexpr int kExtraPacks = 16;
+// The share of a pack's room the first try plans for.
+constexpr double kFill = 0.97;
+// Packs-per-rank-step candidates dealt for real (one past kSearchSamples samples).
+constexpr int kPackCandidates = 4;
+constexpr uint64_t kSearchSamples = 2'000'000;
+// The grouped layouts tried: steps whose heaviest bins are within this share of each other
+// form one load class (wider classes: steps nearer the global batch, a little slower).
+constexpr double kLoadClasses[] = {0.01, 0.03, 0.1};
+constexpr double kStratified = -1, kSlotsByLoad = -2;  // the other layouts' tags
+// The share of the epoch that holding the global batch may cost (else the fastest layout).
+constexpr double kHoldCost = 0.05;
+
+std::vector<Ticks> per_sample_ticks(const PlanProblem& pr) {
+  std::vector<Ticks> per(pr.buckets->size());
+  for (size_t b = 0; b < per.size(); ++b) per[b] = to_ticks(pr.cost->work(MicroShape::uniform(1, (*pr.buckets)[b])));
+  return per;
+}
+
+// A bin's cost in ticks from its work (ticks) and tokens: the cost model's pack formula, for a
+// bin of one pack, or of as many packs as its tokens need (`bin_packs` > 1: a rank-step in step
+// sync, cut into packs after dealing), each paying its overhead and its ramp.
+struct PackCost {
+  Ticks overhead = 0;
+  double half = 0;
+  int64_t pack_tokens = 1;
+  uint64_t bin_packs = 1;
+  Ticks of(Ticks work, int64_t tokens) const {
+    if (tokens <= 0) return 0;
+    const int64_t packs = bin_packs == 1 ? 1 : std::max<int64_t>(1, (tokens + pack_tokens - 1) / pack_tokens);
+    return overhead * packs + work + Ticks(std::llround(double(work) * half * double(packs) / double(tokens)));
+  }
+};
+
+// Cuts ids[0, n) (one rank-step's samples) into packs that fit `room`, first fit by tokens,
+// longest first; reorders the ids pack by pack and returns each pack's sample count.
+std::vector<uint32_t> cut_into_packs(const PlanProblem& pr, const PackRoom& room, uint32_t* ids, uint64_t n,
+                                     std::vector<uint32_t>& scratch) {
+  auto S = [&](uint32_t id) { return pr.tokens((*pr.sample_bucket)[id]); };
+  std::stable_sort(ids, ids + n, [&](uint32_t x, uint32_t y) { return S(x) > S(y); });
+  std::vector<int64_t> used_tokens;
+  std::vector<double> used_bytes;
+  std::vector<uint32_t> count;
+  scratch.resize(n);
+  std::vector<uint32_t> pack_of(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    const int64_t t = S(ids[i]);
+    size_t k = 0;
+    while (k < count.size() && !room.fits(used_tokens[k], used_bytes[k], t)) ++k;
+    if (k == count.size()) used_tokens.push_back(0), used_bytes.push_back(0), count.push_back(0);
+    used_tokens[k] += t, used_bytes[k] += room.sample_bytes(t), ++count[k];
+    pack_of[i] = uint32_t(k);
+  }
+  std::vector<uint64_t> at(count.size() + 1, 0);
+  for (size_t k = 0; k < count.size(); ++k) at[k + 1] = at[k] + count[k];
+  for (uint64_t i = 0; i < n; ++i) scratch[at[pack_of[i]]++] = ids[i];
+  std::copy(scratch.begin(), scratch.begin() + int64_t(n), ids);
+  return count;
+}
+
+// Deals the pool into `bins` bins (LPT with room); false when a sample found no bin with room.
+// bin_of[i]: the bin of pool position i.
+struct Deal {
+  uint64_t steps = 0, packs = 0;  // K, and P bins a rank-step (its lockstep slots)
+  uint64_t bin_packs = 1;         // packs a bin may need (step sync: a rank-step's)
+  std::vector<uint32_t> bin_of;   // per pool position
+  std::vector<int64_t> bin_tokens;
+  std::vector<uint32_t> bin_count;
+  std::vector<Ticks> bin_load;    // the pack's cost
+  std::vector<uint32_t> at;       // at[(t * W + r) * P + s]: the bin of step t, rank r, slot s
+  Ticks epoch = 0;
+  double batch_dev = 0;           // largest |tokens of a step - mean| / mean
+};
+
+bool deal_packs(const BucketedPool& pool, const std::vector<size_t>& order, const std::vector<Ticks>& per,
+                const std::vector<int64_t>& tokens, const PackRoom& pack_room, const PackCost& pc, uint64_t bins,
+                Deal& d) {
+  PackRoom room = pack_room;  // a bin's: bin_packs packs' room
+  room.max_tokens *= int64_t(pc.bin_packs), room.max_bytes *= double(pc.bin_packs);
+  std::vector<uint32_t>& bin_of = d.bin_of;
+  std::vector<int64_t>& bin_tokens = d.bin_tokens;
+  std::vector<uint32_t>& bin_count = d.bin_count;
+  bin_of.resize(pool.ids.size());
+  std::vector<Ticks> work(bins, 0);
+  std::vector<double> bytes(bins, 0.0);
+  bin_tokens.assign(bins, 0);
+  bin_count.assign(bins, 0);
+  using Entry = std::pair<Ticks, uint32_t>;  // (load, bin): the least-loaded, then the lowest bin
+  std::vector<Entry> heap(bins);
+  for (uint64_t j = 0; j < bins; ++j) heap[j] = {0, uint32_t(j)};
+  const auto later = std::greater<Entry>();
+  std::make_heap(heap.begin(), heap.end(), later);
+  std::vector<Entry> full;  // bins without room for the current sample, set aside
+  for (size_t b : order) {
+    const int64_t S = tokens[b];
+    for (uint64_t i = pool.begin[b]; i < pool.begin[b + 1]; ++i) {
+      full.clear();
+      bool placed = false;
+      while (!heap.empty()) {
+        std::pop_heap(heap.begin(), heap.end(), later);
+        const Entry e = heap.back();
+        heap.pop_back();
+        const uint32_t j = e.second;
+        if (!room.fits(bin_tokens[j], bytes[j], S)) {
+          full.push_back(e);
+          continue;
+        }
+        work[j] += per[b], bin_tokens[j] += S, bytes[j] += room.sample_bytes(S), ++bin_count[j];
+        bin_of[i] = j;
+        heap.push_back({pc.of(work[j], bin_tokens[j]), j});
+        std::push_heap(heap.begin(), heap.end(), later);
+        placed = true;
+        break;
+      }
+      if (!placed) return false;
+      for (const Entry& e : full) {
+        heap.push_back(e);
+        std::push_heap(heap.begin(), heap.end(), later);
+      }
+    }
+  }
+  d.bin_load.resize(bins);
+  for (uint64_t j = 0; j < bins; ++j) d.bin_load[j] = pc.of(work[j], bin_tokens[j]);
+  return true;
+}
+
+void epoch_of(const PlanProblem& pr, Deal& d);
+
+// Micro sync, P >= 2: slots of W bins of about one load (the bins by load, W consecutive ones
+// a slot), so a slot's ranks wait little; the slots dealt to the steps by tokens in snake
+// order, P a step, so every step holds a like mix of heavy and light slots and about the same
+// tokens. A slot's time does not depend on its step, so the epoch is the grouped one.
+void lay_out_slots(const PlanProblem& pr, Deal& d) {
+  const uint64_t W = uint64_t(pr.world_size), K = d.steps, P = d.packs, slots = K * P;
+  std::vector<uint32_t> sorted(K * W * P);
+  for (uint64_t j = 0; j < sorted.size(); ++j) sorted[j] = uint32_t(j);
+  std::stable_sort(sorted.begin(), sorted.end(), [&](uint32_t x, uint32_t y) { return d.bin_load[x] > d.bin_load[y]; });
+  std::vector<std::pair<int64_t, uint64_t>> slot_tokens(slots);  // (tokens, slot)
+  for (uint64_t j = 0; j < slots; ++j) {
+    int64_t t = 0;
+    for (uint64_t r = 0; r < W; ++r) t += d.bin_tokens[sorted[j * W + r]];
+    slot_tokens[j] = {t, j};
+  }
+  std::stable_sort(slot_tokens.begin(), slot_tokens.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  Rng rng = problem_rng(pr, kPurposeStepOrder);
+  std::vector<uint32_t> perm(K);
+  for (uint64_t t = 0; t < K; ++t) perm[t] = uint32_t(t);
+  rng.shuffle(perm);
+  d.at.resize(K * W * P);
+  for (uint64_t i = 0; i < slots; ++i) {
+    const uint64_t round = i / K, pos = i % K, t = perm[round % 2 ? K - 1 - pos : pos];
+    const uint64_t j = slot_tokens[i].second;
+    for (uint64_t r = 0; r < W; ++r) d.at[(t * W + r) * P + round] = sorted[j * W + r];
+  }
+  epoch_of(pr, d);
+}
+
+// The bins laid out into steps, two ways. Stratified: the bins by tokens, cut into W * P
+// strata of K bins; each step takes one of every stratum, in an order drawn from the seed
+// (every step a like mix and about the same tokens). Grouped: the bins by load, W * P
+// consecutive ones a step, the steps in an order drawn from the seed (heavy bins wait only on
+// each other). Then the epoch's ticks in the layout's sync mode (per step its slowest rank, or
+// the sum of its slots' slowest packs) and the largest deviation of a step's tokens from the
+// mean.
+void lay_out(const PlanProblem& pr, double load_class, Deal& d) {
+  if (load_class == kSlotsByLoad) return lay_out_slots(pr, d);
+  const bool grouped = load_class >= 0;
+  const uint64_t W = uint64_t(pr.world_size), K = d.steps, P = d.packs, bins = K * W * P;
+  std::vector<uint32_t> sorted(bins);
+  for (uint64_t j = 0; j < bins; ++j) sorted[j] = uint32_t(j);
+  if (grouped)
+    std::stable_sort(sorted.begin(), sorted.end(), [&](uint32_t x, uint32_t y) { return d.bin_load[x] > d.bin_load[y]; });
+  else
+    std::stable_sort(sorted.begin(), sorted.end(),
+                     [&](uint32_t x, uint32_t y) { return d.bin_tokens[x] > d.bin_tokens[y]; });
+  Rng rng = problem_rng(pr, kPurposeStepOrder);
+  d.at.resize(bins);
+  std::vector<uint32_t> perm(K);
+  for (uint64_t t = 0; t < K; ++t) perm[t] = uint32_t(t);
+  if (grouped) {
+    // Steps of load classes (consecutive steps whose heaviest bin is within load_class of the
+    // class's first): within a class the bins are dealt to its steps by tokens, snake order,
+    // so each step of a class holds about the class's mean tokens at about the same maximum.
+    const uint64_t per_step = W * P;
+    std::vector<uint32_t> cls;
+    for (uint64_t start = 0; start < K;) {
+      uint64_t end = start + 1;
+      const double top = double(d.bin_load[sorted[start * per_step]]);
+      while (end < K && double(d.bin_load[sorted[end * per_step]]) >= (1 - load_class) * top) ++end;
+      const uint64_t c = end - start;
+      cls.assign(sorted.begin() + int64_t(start * per_step), sorted.begin() + int64_t(end * per_step));
+      std::stable_sort(cls.begin(), cls.end(), [&](uint32_t x, uint32_t y) { return d.bin_tokens[x] > d.bin_tokens[y]; });
+      for (uint64_t i = 0; i < cls.size(); ++i) {
+        const uint64_t round = i / c, pos = i % c, t = start + (round % 2 ? c - 1 - pos : pos);
+        sorted[t * per_step + round] = cls[i];
+      }
+      start = end;
+    }
+    rng.shuffle(perm);
+    for (uint64_t t = 0; t < K; ++t)
+      for (uint64_t q = 0; q < per_step; ++q) d.at[uint64_t(perm[t]) * per_step + (q % W) * P + q / W] = sorted[t * per_step + q];
+  } else {
+    for (uint64_t q = 0; q < W * P; ++q) {
+      for (uint64_t t = 0; t < K; ++t) perm[t] = uint32_t(t);
+      rng.shuffle(perm);
+      const uint64_t r = q % W, s = q / W;
+      for (uint64_t i = 0; i < K; ++i) d.at[(uint64_t(perm[i]) * W + r) * P + s] = sorted[q * K + i];
+    }
+  }
+  epoch_of(pr, d);
+}
+
+// The epoch's ticks of the layout d.at in the problem's sync mode (per step its slowest rank,
+// or the sum of its slots' slowest packs) and the largest deviation of a step's tokens from
+// their mean.
+void epoch_of(const PlanProblem& pr, Deal& d) {
+  const uint64_t W = uint64_t(pr.world_size), K = d.steps, P = d.packs;
+  const Ticks allreduce = pr.allreduce_s > 0 ? to_ticks(pr.allreduce_s) : 0;
+  d.epoch = 0;
+  std::vector<double> step_tokens(K, 0.0);
+  double total = 0;
+  for (uint64_t t = 0; t < K; ++t) {
+    Ticks step = 0;
+    for (uint64_t k = t * W * P; k < (t + 1) * W * P; ++k) step_tokens[t] += double(d.bin_tokens[d.at[k]]);
+    total += step_tokens[t];
+    if (pr.layout.lockstep_slots()) {
+      for (uint64_t s = 0; s < P; ++s) {
+        Ticks slot = 0;
+        for (uint64_t r = 0; r < W; ++r) slot = std::max(slot, d.bin_load[d.at[(t * W + r) * P + s]]);
+        step += slot;
+      }
+    } else {
+      for (uint64_t r = 0; r < W; ++r) {
+        Ticks rank = 0;
+        for (uint64_t s = 0; s < P; ++s) rank += d.bin_load[d.at[(t * W + r) * P + s]];
+        step = std::max(step, rank);
+      }
+      step += allreduce;
+    }
+    d.epoch += step;
+  }
+  d.batch_dev = 0;
+  const double mean = total / double(K);
+  if (mean > 0)
+    for (double x : step_tokens) d.batch_dev = std::max(d.batch_dev, std::abs(x - mean) / mean);
+}
+
+}  // namespace
+
+PackRoom PackRoom::of(const PlanProblem& pr) {
+  PackRoom r;
+  r.max_tokens = pr.mem_budget_tokens;
+  r.max_bytes = pr.usable_bytes - pr.memory.static_bytes;
+  r.m0 = pr.memory.m0, r.m1 = pr.memory.m1;
+  if (r.max_tokens <= 0 || !(r.max_bytes > 0))
+    throw ConfigError("packing needs a memory budget: the problem has no token budget or no device memory beyond "
+                      "the model state");
+  return r;
+}
+
+uint16_t pack_bucket(const PlanProblem& pr, const uint32_t* ids, uint64_t n) {
+  if (n == 0) return 0;
+  const uint16_t b = (*pr.sample_bucket)[ids[0]];
+  for (uint64_t k = 1; k < n; ++k)
+    if ((*pr.sample_bucket)[ids[k]] != b) return kPackedBucket;
+  return b;
+}
+
+Packs greedy_packs(const PlanProblem& pr, const PackRoom& room, int64_t target_tokens) {
+  Packs p;
+  p.ids = pr.pool_ids();
+  Rng rng = problem_rng(pr, kPurposeGreedyPack);
+  rng.shuffle(p.ids);
+  const int64_t target = target_tokens > 0 ? std::min(target_tokens, room.max_tokens) : room.max_tokens;
+  int64_t used_tokens = 0;
+  double used_bytes = 0;
+  for (uint64_t i = 0; i < p.ids.size(); ++i) {
+    const int64_t S = pr.tokens((*pr.sample_bucket)[p.ids[i]]);
+    if (!room.fits(0, 0, S))
+      throw ConfigError("a sample of " + std::to_string(S) + " tokens does not fit one pack (" +
+                        std::to_string(room.max_tokens) + " tokens); lower the resolution or raise --mem-budget");
+    if (used_tokens > 0 && (used_tokens + S > target || !room.fits(used_tokens, used_bytes, S))) {
+      p.begin.push_back(i);
+      used_tokens = 0, used_bytes = 0;
+    }
+    used_tokens += S, used_bytes += room.sample_bytes(S);
+  }
+  if (!p.ids.empty()) p.begin.push_back(p.ids.size());
+  return p;
+}
+
+Plan plan_balanced_packed(const PlanProblem& pr) {
+  const uint64_t W = uint64_t(pr.world_size);
+  Plan plan = empty_plan(pr, "balanced");
+  plan.packed = true;
+  const BucketedPool pool = shuffled_by_bucket(pr);
+  const uint64_t n = pool.ids.size();
+  if (n == 0) return plan;
+  if (n > UINT32_MAX) throw ConfigError("balanced: more than 2^32 samples in one epoch");
+  const size_t nb = pr.buckets->size();
+  const PackRoom room = PackRoom::of(pr);
+  const std::vector<Ticks> per = per_sample_ticks(pr);
+  std::vector<int64_t> tokens(nb);
+  std::vector<size_t> order;
+  double total_tokens = 0, total_bytes = 0, total_work = 0;
+  for (size_t b = 0; b < nb; ++b) {
+    tokens[b] = pr.tokens(uint16_t(b));
+    const uint64_t c = pool.begin[b + 1] - pool.begin[b];
+    if (c == 0) continue;
+    if (!room.fits(0, 0, tokens[b]))
+      throw ConfigError("a sample of bucket " + (*pr.buckets)[b].name() + " (" + std::to_string(tokens[b]) +
+                        " tokens) does not fit one pack (" + std::to_string(room.max_tokens) +
+                        " tokens); raise --mem-budget or leave it on auto");
+    order.push_back(b);
+    total_tokens += double(c) * double(tokens[b]);
+    total_bytes += double(c) * room.sample_bytes(tokens[b]);
+    total_work += double(c) * double(per[b]);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return per[x] > per[y]; });
+  PackCost pc;
+  pc.overhead = pr.cost->overhead_s > 0 ? to_ticks(pr.cost->overhead_s) : 0;
+  pc.half = pr.cost->half_efficiency_tokens;
+  pc.pack_tokens = room.max_tokens;
+
+  const uint64_t k_max = std::max<uint64_t>(1, n / W);
+  uint64_t K = pr.target_steps();
+  if (K == 0) {  // free: the fewest steps within the step budget
+    const double cap = double(to_ticks(pr.step_budget_s));
+    K = uint64_t(std::max(1.0, std::ceil(total_work / (double(W) * cap))));
+  }
+  K = std::clamp<uint64_t>(K, 1, k_max);
+  const uint64_t p0 = uint64_t(std::max({1.0, std::ceil(total_tokens / (double(K * W) * kFill * double(room.max_tokens))),
+                                         std::ceil(total_bytes / (double(K * W) * kFill * room.max_bytes))}));
+  // Candidates: the fewest packs a rank-step that hold its share, and more (room to balance a
+  // rank-step whose long clips fill a pack's tokens before its cost is level; each pack more
+  // costs an overhead); the fastest layout is kept.
+  // Each layout's pick refers to its deal (one past kSearchSamples samples: no copies).
+  struct Pick {
+    std::shared_ptr<Deal> deal;
+    std::vector<uint32_t> at;
+    Ticks epoch = 0;
+  };
+  Pick held, fastest;
+  int tried = 0;
+  const bool hold_batch = (pr.hold & kHoldBatch) && pr.batch_kind != BatchKind::kFree;
+  const int candidates = n <= kSearchSamples ? kPackCandidates : 1;
+  // Step sync: a bin is a rank-step, of up to p packs (cut after dealing); micro sync: a bin
+  // is a pack, p of them a rank-step (its lockstep slots).
+  const bool slots = pr.layout.lockstep_slots();
+  for (uint64_t p = p0; p < p0 + kExtraPacks && tried < candidates; ++p) {
+    auto d = std::make_shared<Deal>();
+    const uint64_t per_rank = slots ? p : 1;
+    // Every bin gets a sample where there are enough: fewer steps when bins outnumber samples.
+    d->steps = std::max<uint64_t>(1, std::min(K, n / (W * per_rank)));
+    d->packs = per_rank;
+    d->bin_packs = slots ? 1 : p;
+    pc.bin_packs = d->bin_packs;
+    if (d->steps * W * per_rank > UINT32_MAX) throw ConfigError("balanced: more than 2^32 packs in one epoch");
+    if (!deal_packs(pool, order, per, tokens, room, pc, d->steps * W * per_rank, *d)) continue;
+    ++tried;
+    for (const double load_class : {kStratified, kLoadClasses[0], kLoadClasses[1], kLoadClasses[2], kSlotsByLoad}) {
+      if (load_class == kSlotsByLoad && (!slots || d->packs < 2)) continue;
+      lay_out(pr, load_class, *d);
+      auto keep = [&](Pick& k) {
+        if (k.deal && k.epoch <= d->epoch) return;
+        k.deal = d, k.at = d->at, k.epoch = d->epoch;
+      };
+      keep(fastest);
+      // A layout that holds the global batch: tokens per step within kMaxBatchDev.
+      if (!hold_batch || d->batch_dev <= kMaxBatchDev) keep(held);
+    }
+  }
+  if (!fastest.deal) throw std::logic_error("balanced: packing found no room for a sample");
+  // The batch is held where that costs at most kHoldCost of the epoch; else the fastest.
+  const Pick& pick = held.deal && double(held.epoch) <= (1 + kHoldCost) * double(fastest.epoch) ? held : fastest;
+  Deal& best = *pick.deal;
+  std::vector<uint32_t>& bin_of = best.bin_of;
+  const std::vector<uint32_t>& bin_count = best.bin_count;
+  const std::vector<uint32_t>& at = pick.at;
+  const uint64_t P = best.packs, steps = best.steps, bins = steps * W * P;
+
+  // Write: each bin's samples at its place (pool order within a bin), pads after them.
+  std::vector<uint64_t> pos(bins);
+  uint64_t next = 0;
+  for (uint64_t k = 0; k < bins; ++k) pos[at[k]] = next, next += bin_count[at[k]];
+  plan.sample_ids.resize(n);
+  for (uint64_t i = 0; i < n; ++i) plan.sample_ids[pos[bin_of[i]]++] = pool.ids[i];
+  std::vector<uint32_t>().swap(bin_of);
+  plan.micro_batches.reserve(bins);
+  plan.rank_begin.reserve(steps * W + 1);
+  next = 0;
+  size_t cheapest = SIZE_MAX;
+  std::vector<uint32_t> scratch;
+  for (uint64_t k = 0; k < bins; ++k) {
+    const uint32_t j = at[k];
+    MicroBatch mb;
+    if (bin_count[j] > 0 && best.bin_packs > 1) {
+      // A rank-step of step sync: its samples cut into packs, each a micro-batch.
+      const std::vector<uint32_t> packs = cut_into_packs(pr, room, plan.sample_ids.data() + next, bin_count[j], scratch);
+      for (uint32_t c : packs) {
+        mb.begin = uint32_t(next), mb.count = c;
+        mb.bucket = pack_bucket(pr, plan.sample_ids.data() + next, c);
+        next += c;
+        plan.micro_batches.push_back(mb);
+      }
+      if ((k + 1) % P == 0) plan.rank_begin.push_back(plan.micro_batches.size());
+      continue;
+    }
+    if (bin_count[j] > 0) {
+      mb.begin = uint32_t(next), mb.count = bin_count[j];
+      mb.bucket = pack_bucket(pr, plan.sample_ids.data() + next, bin_count[j]);
+      next += bin_count[j];
+    } else {  // fewer samples than bins: a repeat of the epoch's cheapest sample, flagged
+      if (cheapest == SIZE_MAX) cheapest = cheapest_bucket(pool, per);
+      const SlotItem pad = padded_repeat(pool, cheapest);
+      mb.begin = uint32_t(plan.sample_ids.size()), mb.count = pad.count, mb.bucket = pad.bucket, mb.padded = pad.padded;
+      plan.sample_ids.push_back(pool.ids[pad.begin]);
+    }
+    plan.micro_batches.push_back(mb);
+    if ((k + 1) % P == 0) plan.rank_begin.push_back(plan.micro_batches.size());
+  }
+  total_steps(pr, plan);
+  if (plan.padded_samples > 0 && pr.end_policy == EndPolicy::kDrop) {
+    // Fewer samples than ranks: the only step cannot give every rank work; drop it.
+    Plan dropped = empty_plan(pr, "balanced");
+    dropped.packed = true;
+    for (const MicroBatch& mb : plan.micro_batches)
+      if (!mb.padded) dropped.dropped.insert(dropped.dropped.end(), plan.ids(mb), plan.ids(mb) + mb.count);
+    return dropped;
+  }
+  return plan;
+}
+
+Plan plan_greedy_pack(const PlanProblem& pr) {
+  const uint64_t W = uint64_t(pr.world_size);
+  Plan plan = empty_plan(pr, "greedy_pack");
+  plan.packed = true;
+  const PackRoom room = PackRoom::of(pr);
+  // With a global batch of K steps, packs of the step's tokens over the ranks (one pack a
+  // rank-step, more where they do not fit the memory budget); free: packs of the budget.
+  const uint64_t K = pr.target_steps();
+  int64_t target = 0;
+  if (K > 0) {
+    double total = 0;
+    for (uint32_t id : pr.pool_ids()) total += double(pr.tokens((*pr.sample_bucket)[id]));
+    target = int64_t(std::max(1.0, std::floor(total / double(K * W))));
+  }
+  const Packs packs = greedy_packs(pr, room, target);
+  uint64_t np = packs.size();
+  if (np == 0) return plan;
+  if (np % W != 0 && pr.end_policy == EndPolicy::kDrop) {
+    // The last packs cannot give every rank one: their samples are dropped.
+    const uint64_t keep = np - np % W;
+    for (uint64_t k = keep; k < np; ++k)
+      plan.dropped.insert(plan.dropped.end(), packs.ids.begin() + int64_t(packs.begin[k]),
+                          packs.ids.begin() + int64_t(packs.begin[k + 1]));
+    np = keep;
+    if (np == 0) return plan;
+  }
+  // Rounds of W packs (one a rank), the last completed by padded repeats; the K steps take
+  // `base` or base + 1 rounds each (every rank of a step the same count), fewer steps when
+  // there are fewer rounds.
+  const uint64_t rounds = (np + W - 1) / W;
+  const uint64_t steps = K > 0 ? std::min(K, rounds) : rounds;
+  const uint64_t base = rounds / steps, extra = rounds % steps;
+  plan.sample_ids.assign(packs.ids.begin(), packs.ids.begin() + int64_t(packs.begin[np]));
+  // The padding sample: the cheapest of the pool, the first of it in the shuffled order.
+  const std::vector<Ticks> per = per_sample_ticks(pr);
+  uint32_t pad_id = packs.ids[0];
+  for (uint32_t id : packs.ids)
+    if (per[(*pr.sample_bucket)[id]] < per[(*pr.sample_bucket)[pad_id]]) pad_id = id;
+  uint64_t round = 0;
+  for (uint64_t t = 0; t < steps; ++t) {
+    const uint64_t a = base + (t < extra ? 1 : 0);
+    // Rank r of step t runs pack (round + i) * W + r for its a rounds i.
+    for (uint64_t r = 0; r < W; ++r) {
+      for (uint64_t i = 0; i < a; ++i) {
+        const uint64_t k = (round + i) * W + r;
+        MicroBatch mb;
+        if (k < np) {
+          mb.begin = uint32_t(packs.begin[k]), mb.count = uint32_t(packs.begin[k + 1] - packs.begin[k]);
+          mb.bucket = pack_bucket(pr, plan.sample_ids.data() + mb.begin, mb.count);
+        } else {
+          mb.begin = uint32_t(plan.sample_ids.size()), mb.count = 1, mb.padded = 1;
+          mb.bucket = (*pr.sample_bucket)[pad_id];
+          plan.sample_ids.push_back(pad_id);
+        }
+        plan.micro_batches.push_back(mb);
+      }
+      plan.rank_begin.push_back(plan.micro_batches.size());
+    }
+    round += a;
+  }
+  total_steps(pr, plan);
+  return plan;
+}
+
+}  // namespace adaptiveload
