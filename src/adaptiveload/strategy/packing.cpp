@@ -119,11 +119,13 @@ bool deal_packs(const BucketedPool& pool, const std::vector<size_t>& order, cons
   for (uint64_t j = 0; j < bins; ++j) heap[j] = {0, uint32_t(j)};
   const auto later = std::greater<Entry>();
   std::make_heap(heap.begin(), heap.end(), later);
-  std::vector<Entry> full;  // bins without room for the current sample, set aside
+  std::vector<Entry> full;  // bins without room for the current bucket's sample, set aside
   for (size_t b : order) {
+    // A bin without room for this bucket's sample has none for the rest of the bucket (it
+    // only fills): set aside until the bucket is dealt, so each bin is passed over once.
     const int64_t S = tokens[b];
+    full.clear();
     for (uint64_t i = pool.begin[b]; i < pool.begin[b + 1]; ++i) {
-      full.clear();
       bool placed = false;
       while (!heap.empty()) {
         std::pop_heap(heap.begin(), heap.end(), later);
@@ -142,10 +144,10 @@ bool deal_packs(const BucketedPool& pool, const std::vector<size_t>& order, cons
         break;
       }
       if (!placed) return false;
-      for (const Entry& e : full) {
-        heap.push_back(e);
-        std::push_heap(heap.begin(), heap.end(), later);
-      }
+    }
+    for (const Entry& e : full) {
+      heap.push_back(e);
+      std::push_heap(heap.begin(), heap.end(), later);
     }
   }
   d.bin_load.resize(bins);
