@@ -168,8 +168,11 @@ void micro_shape(const Plan& plan, uint64_t m, const SimEnv& env, MicroShape& ou
     throw ConfigError("plan of strategy '" + plan.strategy + "' has packed micro-batches; the simulator needs "
                       "each sample's bucket (SimEnv::sample_bucket)");
   const uint32_t* ids = plan.ids(mb);
+  const std::vector<uint16_t>& sb = *env.sample_bucket;
   for (uint32_t k = 0; k < mb.count; ++k) {
-    const uint16_t b = ids[k] < env.sample_bucket->size() ? (*env.sample_bucket)[ids[k]] : kPackedBucket;
+    // The ids are scattered over the manifest: fetch a few ahead.
+    if (k + 8 < mb.count && ids[k + 8] < sb.size()) __builtin_prefetch(sb.data() + ids[k + 8]);
+    const uint16_t b = ids[k] < sb.size() ? sb[ids[k]] : kPackedBucket;
     if (b >= env.buckets->size())
       throw ConfigError("plan of strategy '" + plan.strategy + "' packs sample " + std::to_string(ids[k]) +
                         ", which has no bucket");

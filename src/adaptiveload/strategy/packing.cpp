@@ -136,8 +136,25 @@ bool deal_packs(const BucketedPool& pool, const std::vector<size_t>& order, cons
           full.push_back(e);
           continue;
         }
-        work[j] += per[b], bin_tokens[j] += S, bytes[j] += room.sample_bytes(S), ++bin_count[j];
-        bin_of[i] = j;
+        // Water filling: as many of the bucket's samples as bring the bin level with the
+        // next-least-loaded one (at least a share of the bucket's rest, so a bucket of many
+        // short samples takes few heap operations), within the bin's room.
+        const uint64_t left = pool.begin[b + 1] - i;
+        uint64_t k = 1;
+        if (left > 1) {
+          const Ticks next = heap.empty() ? e.first : heap.front().first;
+          const uint64_t level = next > e.first ? uint64_t((next - e.first) / std::max<Ticks>(1, per[b])) : 0;
+          k = std::max<uint64_t>({1, level, left / (4 * bins)});
+          const uint64_t by_tokens = uint64_t((room.max_tokens - bin_tokens[j]) / S);
+          const double per_bytes = room.sample_bytes(S);
+          const uint64_t by_bytes =
+              per_bytes > 0 ? uint64_t(std::max(0.0, (room.max_bytes - bytes[j]) / per_bytes)) : left;
+          k = std::max<uint64_t>(1, std::min({k, left, by_tokens, by_bytes}));
+        }
+        work[j] += Ticks(k) * per[b], bin_tokens[j] += int64_t(k) * S;
+        bytes[j] += double(k) * room.sample_bytes(S), bin_count[j] += uint32_t(k);
+        for (uint64_t q = 0; q < k; ++q) bin_of[i + q] = j;
+        i += k - 1;
         heap.push_back({pc.of(work[j], bin_tokens[j]), j});
         std::push_heap(heap.begin(), heap.end(), later);
         placed = true;
