@@ -30,9 +30,12 @@ namespace {
 constexpr int kExtraPacks = 16;
 // The share of a pack's room the first try plans for.
 constexpr double kFill = 0.97;
+constexpr uint64_t kSearchSamples = 2'000'000;
+// Past kSearchSamples samples, samples costing less than 1/kShortShare of a bin's level are
+// dealt by the sweep (deal_packs).
+constexpr double kShortShare = 64;
 // Packs-per-rank-step candidates dealt for real (one past kSearchSamples samples).
 constexpr int kPackCandidates = 4;
-constexpr uint64_t kSearchSamples = 2'000'000;
 // The grouped layouts tried: steps whose heaviest bins are within this share of each other
 // form one load class (wider classes: steps nearer the global batch, a little slower).
 constexpr double kLoadClasses[] = {0.01, 0.03, 0.1};
@@ -120,12 +123,14 @@ bool deal_packs(const BucketedPool& pool, const std::vector<size_t>& order, cons
   const auto later = std::greater<Entry>();
   std::make_heap(heap.begin(), heap.end(), later);
   std::vector<Entry> full;  // bins without room for the current bucket's sample, set aside
-  for (size_t b : order) {
+  // LPT with room: bucket b's samples from pool position `from` on, each (or a water-filling
+  // run of them) to the least-loaded bin with room. False when one finds no room.
+  auto heap_deal = [&](size_t b, uint64_t from) {
     // A bin without room for this bucket's sample has none for the rest of the bucket (it
     // only fills): set aside until the bucket is dealt, so each bin is passed over once.
     const int64_t S = tokens[b];
     full.clear();
-    for (uint64_t i = pool.begin[b]; i < pool.begin[b + 1]; ++i) {
+    for (uint64_t i = from; i < pool.begin[b + 1]; ++i) {
       bool placed = false;
       while (!heap.empty()) {
         std::pop_heap(heap.begin(), heap.end(), later);
@@ -166,6 +171,55 @@ bool deal_packs(const BucketedPool& pool, const std::vector<size_t>& order, cons
       heap.push_back(e);
       std::push_heap(heap.begin(), heap.end(), later);
     }
+    return true;
+  };
+  // Short samples (a small share of a bin's level) are dealt in one sweep instead: the bins
+  // from the least loaded up, each filled with the next short samples up to the level the
+  // whole work gives every bin; what a bin's room or the level leaves goes through the heap.
+  double total = 0;
+  for (size_t b : order) total += double(pool.begin[b + 1] - pool.begin[b]) * double(per[b]);
+  size_t short_from = order.size();
+  if (pool.ids.size() > kSearchSamples)  // large pools only: the heap alone deals small ones
+    while (short_from > 0 && double(per[order[short_from - 1]]) * kShortShare < total / double(bins)) --short_from;
+  for (size_t k = 0; k < short_from; ++k)
+    if (!heap_deal(order[k], pool.begin[order[k]])) return false;
+  if (short_from == order.size()) {
+    d.bin_load.resize(bins);
+    for (uint64_t j = 0; j < bins; ++j) d.bin_load[j] = pc.of(work[j], bin_tokens[j]);
+    return true;
+  }
+  double level = 0;
+  for (size_t k = short_from; k < order.size(); ++k)
+    level += double(pool.begin[order[k] + 1] - pool.begin[order[k]]) * double(per[order[k]]);
+  std::vector<uint32_t> asc(bins);
+  for (uint64_t j = 0; j < bins; ++j) asc[j] = uint32_t(j), level += double(pc.of(work[j], bin_tokens[j]));
+  const Ticks top = Ticks(level / double(bins));
+  std::stable_sort(asc.begin(), asc.end(), [&](uint32_t x, uint32_t y) {
+    return pc.of(work[x], bin_tokens[x]) < pc.of(work[y], bin_tokens[y]);
+  });
+  size_t k = short_from;
+  uint64_t i = pool.begin[order[k]];
+  for (uint32_t j : asc) {
+    while (k < order.size()) {
+      const size_t b = order[k];
+      if (i == pool.begin[b + 1]) {
+        if (++k < order.size()) i = pool.begin[order[k]];
+        continue;
+      }
+      const int64_t S = tokens[b];
+      if (!room.fits(bin_tokens[j], bytes[j], S) || pc.of(work[j] + per[b], bin_tokens[j] + S) > top) break;
+      work[j] += per[b], bin_tokens[j] += S, bytes[j] += room.sample_bytes(S), ++bin_count[j];
+      bin_of[i++] = j;
+    }
+    if (k == order.size()) break;
+  }
+  // The rest through the heap, from the loads the sweep left.
+  heap.resize(bins);
+  for (uint64_t j = 0; j < bins; ++j) heap[j] = {pc.of(work[j], bin_tokens[j]), uint32_t(j)};
+  std::make_heap(heap.begin(), heap.end(), later);
+  for (; k < order.size(); ++k) {
+    if (!heap_deal(order[k], i)) return false;
+    if (k + 1 < order.size()) i = pool.begin[order[k + 1]];
   }
   d.bin_load.resize(bins);
   for (uint64_t j = 0; j < bins; ++j) d.bin_load[j] = pc.of(work[j], bin_tokens[j]);
