@@ -152,6 +152,10 @@ run_both() {  # run_both NAME OUTFILE_SUFFIX CLI-ARGS...: stdout, stderr and any
   done
 }
 
+# The strategies both builds know (each build's `--strategy` help lists its registry).
+strategies_of() { "$1" plan --help | sed -n 's/.*--strategy TEXT=all *Strategy: \(.*\), or all.*/\1/p' | tr -d ' ' | tr ',' '\n'; }
+mapfile -t strategies < <(comm -12 <(strategies_of "$BASE" | sort) <(strategies_of "$NEW" | sort))
+[ ${#strategies[@]} -gt 0 ] || { echo "plan_identity: no strategy both builds list in --help" >&2; exit 2; }
 t0=$(date +%s)
 for c in "${configs[@]}"; do
   name="${c%%|*}"
@@ -159,7 +163,7 @@ for c in "${configs[@]}"; do
   run_both "$name" table plan "${args[@]}"
   run_both "$name" json plan "${args[@]}" --json
   if in_list "$name" "${plans[@]}"; then
-    for s in equal_tokens fixed dual balanced; do
+    for s in "${strategies[@]}"; do
       run_both "$name" "plan-$s" plan "${args[@]}" -s "$s" -q --out @OUT@
     done
   fi

@@ -70,6 +70,18 @@ int parse_sp(const std::string& v) {
   return g;
 }
 
+namespace {
+// A word option against its choices in the core's table (option_ranges.cpp): "sharding must
+// be auto, none or fsdp, not 'x'".
+void check_choice(const char* name, const std::string& value) {
+  const std::vector<std::string>& ch = option_range(name).choices;
+  if (std::find(ch.begin(), ch.end(), value) != ch.end()) return;
+  std::string list;
+  for (size_t i = 0; i < ch.size(); ++i) list += (i == 0 ? "" : i + 1 == ch.size() ? " or " : ", ") + ch[i];
+  throw ConfigError(std::string(name) + " must be " + list + ", not '" + value + "'");
+}
+}  // namespace
+
 PlanOptions resolve_options(PlannerConfig& c) {
   auto bad = [](const std::string& what, const std::string& range, double v) {
     throw ConfigError(what + " is " + fmt("%g", v) + "; it must be " + range);
@@ -106,14 +118,11 @@ PlanOptions resolve_options(PlannerConfig& c) {
                                 : SpPolicy::kAuto;
   o.sp_sizes = o.sp == SpPolicy::kOff ? 1u : sizes;
   if (o.sp_group > 0) o.sp_sizes |= 1u << __builtin_ctz(unsigned(o.sp_group));
-  if (c.packing != "off" && c.packing != "on")
-    throw ConfigError("packing must be off or on, not '" + c.packing + "'");
+  check_choice("packing", c.packing);
   o.packing = c.packing == "on";
   if (c.grid.empty()) c.grid = load_model(c.model).default_grid;
-  if (c.sharding == "auto" || c.sharding == "none" || c.sharding == "fsdp")
-    o.sharding = c.sharding == "none" ? Sharding::kNone : c.sharding == "fsdp" ? Sharding::kFsdp : Sharding::kAuto;
-  else
-    throw ConfigError("sharding must be auto, none or fsdp, not '" + c.sharding + "'");
+  check_choice("sharding", c.sharding);
+  o.sharding = c.sharding == "none" ? Sharding::kNone : c.sharding == "fsdp" ? Sharding::kFsdp : Sharding::kAuto;
   return o;
 }
 

@@ -1,5 +1,6 @@
 // Targets a plan misses, in words for the user: the global batch's step count, and for
-// balanced in step sync the per-step global batch and mix that docs/planner.md promises.
+// a strategy that holds them (balanced) in step sync the per-step global batch and mix that
+// docs/planner.md promises.
 #include <algorithm>
 #include <cmath>
 #include <tuple>
@@ -45,7 +46,9 @@ std::vector<std::string> Planner::warnings(const Plan& plan) const {
     out.push_back(who + " plans " + thousands(int64_t(steps)) + " steps, not the " + thousands(int64_t(K)) +
                   " of the global batch (" + global_batch_text_ + "): " + why);
   }
-  if (plan.strategy == "balanced" && plan.sync == SyncMode::kStep && steps == K && steps > 1) {
+  bool holds = false;  // a strategy that keeps the per-step batch and mix (registry trait)
+  for (const StrategyEntry& s : strategies()) holds = holds || (plan.strategy == s.name && s.holds_batch());
+  if (holds && plan.sync == SyncMode::kStep && steps == K && steps > 1) {
     // The global batch per step (tokens, or samples for samples:N) and the mix of images and
     // clips, over the steps without padded repeats.
     const bool by_samples = base_.batch_kind == BatchKind::kSamples;
@@ -80,14 +83,15 @@ std::vector<std::string> Planner::warnings(const Plan& plan) const {
     if (mean > 0 && std::max(hi - mean, mean - lo) / mean > kMaxBatchDev)
       out.push_back(who + ": its " + (by_samples ? "samples" : "tokens") + " per step range over " +
                     fmt("%.2f", lo / mean) + "-" + fmt("%.2f", hi / mean) +
-                    "x their mean (balanced keeps them within " + fmt("%.0f%%", 100 * kMaxBatchDev) +
+                    "x their mean (" + plan.strategy + " keeps them within " + fmt("%.0f%%", 100 * kMaxBatchDev) +
                         " where a plan it tries does, unless a bucket loader would then be faster)");
     // A kind (images, clips) the pool has at least one of for every step, missing from a step.
     for (const auto& [kind, have, missing] : {std::tuple{"image", images, no_image}, {"clip", clips, no_clip}})
       if (have >= steps && double(missing) > kMaxUnmixed * double(steps))
         out.push_back(who + ": " + thousands(int64_t(missing)) + " of " + thousands(int64_t(steps)) +
                       " steps have no " + kind +
-                      " (balanced keeps a like mix in every step where a plan it tries does, unless a bucket loader "
+                      " (" + plan.strategy +
+                      " keeps a like mix in every step where a plan it tries does, unless a bucket loader "
                       "would then be faster)");
   }
   return out;

@@ -99,7 +99,11 @@ constexpr uint8_t kServesBoth = kServesStep | kServesMicro;
 //                     --packing on.
 //   kPacksWhenAsked   plans packed micro-batches with --packing on (PlanProblem::packing),
 //                     bucketed ones without; a comparison with packing on shows both.
-constexpr uint8_t kMixesGroups = 1, kNeedsFixedBatch = 2, kBaseline = 4, kPacks = 8, kPacksWhenAsked = 16;
+//   kHoldsBatch       in step sync with a global batch, keeps the tokens per step and the
+//                     step mix (PlanProblem::hold) where a layout it tries does; Planner::
+//                     warnings says where its plan misses them.
+constexpr uint8_t kMixesGroups = 1, kNeedsFixedBatch = 2, kBaseline = 4, kPacks = 8, kPacksWhenAsked = 16,
+                  kHoldsBatch = 32;
 
 struct StrategyEntry {
   const char* name;
@@ -113,6 +117,7 @@ struct StrategyEntry {
   bool baseline() const { return traits & kBaseline; }
   bool packs() const { return traits & kPacks; }
   bool packs_when_asked() const { return traits & kPacksWhenAsked; }
+  bool holds_batch() const { return traits & kHoldsBatch; }
 };
 
 // Built-in strategies first, in registry order, then those added by register_strategy.

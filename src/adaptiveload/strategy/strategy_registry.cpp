@@ -15,7 +15,7 @@ const std::vector<StrategyEntry>& builtins() {
        kNeedsFixedBatch},
       {"dual", "the paper: B = floor(min(M_mem / S, M_comp / S^p))", plan_dual, kServesBoth},
       {"balanced", "ours: dual-constraint micro-batches packed so every rank does equal work per step",
-       plan_balanced, kServesBoth, kMixesGroups | kPacksWhenAsked},
+       plan_balanced, kServesBoth, kMixesGroups | kPacksWhenAsked | kHoldsBatch},
       {"greedy_pack", "packing baseline: shuffle, fill each pack to the memory budget's tokens (THD packing)",
        plan_greedy_pack, kServesBoth, kPacks},
   };
