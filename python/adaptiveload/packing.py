@@ -6,7 +6,7 @@ ratio) as one token sequence with segment offsets, and back.
     packed.tokens          # [N, C*pt*ph*pw]: every sample's patches, concatenated, no padding
     packed.cu_seqlens      # [n + 1] int32: sample i is rows cu_seqlens[i]:cu_seqlens[i+1]
     packed.grids           # per sample (F/pt, H/ph, W/pw): 3D RoPE positions and unpatchify
-    packed.timesteps       # [n], one per sample
+    packed.timesteps       # [n], one per sample (or [N], one per token row, Wan 2.2 style)
     packed.text, packed.cu_seqlens_text   # the texts concatenated, and their offsets
     outputs = unpack(pred_tokens, packed)  # per sample [C, F, H, W] again, for the loss
 
@@ -33,7 +33,7 @@ class PackedBatch:
     grids: List[Tuple[int, int, int]]  # per sample, patches along (frames, height, width)
     shapes: List[Tuple[int, int, int, int]]  # per sample (C, F, H, W)
     patch: Tuple[int, int, int]
-    timesteps: Optional[torch.Tensor] = None  # [n]
+    timesteps: Optional[torch.Tensor] = None  # [n] per sample, or [N] per token
     text: Optional[torch.Tensor] = None  # [T, D_text]
     cu_seqlens_text: Optional[torch.Tensor] = None  # [n + 1] int32
 
@@ -68,7 +68,8 @@ def _offsets(lengths: Sequence[int], device) -> torch.Tensor:
 def pack(latents: Sequence[torch.Tensor], patch=(1, 2, 2), timesteps=None,
          text: Optional[Sequence[torch.Tensor]] = None) -> PackedBatch:
     """Packs per-sample latents [C, F, H, W] (one channel count, dtype and device; F, H, W
-    multiples of `patch`), their timesteps (n numbers or a [n] tensor) and texts ([L_i, D],
+    multiples of `patch`), their timesteps (n numbers or a [n] tensor, or N per token in the
+    pack's row order) and texts ([L_i, D],
     one D) into one PackedBatch. Raises ValueError naming the sample that does not fit."""
     patch = tuple(int(p) for p in patch)
     if len(patch) != 3 or min(patch) < 1:
@@ -97,8 +98,10 @@ def pack(latents: Sequence[torch.Tensor], patch=(1, 2, 2), timesteps=None,
                       grids=grids, shapes=shapes, patch=patch)
     if timesteps is not None:
         t = torch.as_tensor(timesteps, device=first.device).flatten()
-        if t.numel() != n:
-            raise ValueError(f"pack: {t.numel()} timesteps for {n} samples (one per sample)")
+        N = out.tokens.shape[0]
+        if t.numel() not in (n, N):
+            raise ValueError(f"pack: {t.numel()} timesteps for {n} samples of {N} tokens (one per sample, or one "
+                             "per token in the pack's row order)")
         out.timesteps = t
     if text is not None:
         text = list(text)

@@ -252,6 +252,13 @@ class WanDiT(nn.Module):
         out = out.view(B, *grid, C, pt, ph, pw).permute(0, 4, 1, 5, 2, 6, 3, 7)
         return out.reshape(B, C, f, h, w)
 
+    def forward_packed(self, packed) -> torch.Tensor:
+        """A PackedBatch (adaptiveload.packing) -> its patch predictions [N, C*pt*ph*pw]; see
+        models.wan_dit_packed.forward_packed."""
+        from .wan_dit_packed import forward_packed  # its own module: wan_dit_packed imports this one
+
+        return forward_packed(self, packed)
+
     def forward_sp(self, x, t, context, sp: SPContext):
         """The sequence-parallel forward: the same layers on tokens [start, end) of this rank's
         position (sp.bounds(S)); returns their patch predictions [B, S_p, C*pt*ph*pw].
