@@ -1,11 +1,15 @@
 // The strategies' shared stages (strategy/stages.h) on small hand-made inputs: the tick
 // conversion at its edges, the generator of a purpose, a micro-batch's weight in the global
-// batch, slot keys and the end-of-epoch padding. No data files, no Planner.
+// batch, slot keys, the end-of-epoch padding, the split to a multiple of W and the shrink to
+// the step count. No data files, no Planner.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <stdexcept>
+#include <utility>
 
 #include "adaptiveload/strategy/stages.h"
 
@@ -127,6 +131,97 @@ TEST(Padding, CheapestBucketSkipsEmptyOnesAndTiesToTheLast) {
   BucketedPool empty;
   empty.begin = {0, 0, 0};
   EXPECT_THROW(cheapest_bucket(empty, {1, 1}), std::logic_error);
+}
+
+TEST(Padding, PaddingBucketByTheCallersOrderAmongAllowed) {
+  BucketedPool pool;
+  pool.ids = {0, 1, 2, 3, 4};
+  pool.begin = {0, 2, 2, 4, 5};  // bucket 1 is empty
+  const std::vector<int> group = {2, 1, 1, 4};
+  const std::vector<double> cost = {0.5, 0.1, 0.7, 0.2};
+  auto by_group_then_cost = [&](size_t a, size_t b) {
+    return group[a] != group[b] ? group[a] < group[b] : cost[a] < cost[b];
+  };
+  auto fits = [&](int g) { return [&, g](size_t b) { return group[b] <= g; }; };
+  // Block of 4: bucket 2 (group 1; bucket 1 has the same group but no sample).
+  EXPECT_EQ(padding_bucket(pool, fits(4), by_group_then_cost), 2u);
+  // Groups of 1 not allowed: of groups 2 and 4, the smaller.
+  EXPECT_EQ(padding_bucket(
+                pool, [&](size_t b) { return group[b] >= 2; }, by_group_then_cost),
+            0u);
+  // Neither precedes the other: the first in index order.
+  EXPECT_EQ(padding_bucket(
+                pool, [](size_t) { return true; }, [](size_t, size_t) { return false; }),
+            0u);
+  EXPECT_THROW(padding_bucket(
+                   pool, [](size_t b) { return b == 1; }, by_group_then_cost),
+               std::logic_error);
+}
+
+TEST(SplitToMultiple, SplitsUntilAMultipleOfW) {
+  // 10 micro-batches on W = 4: two missing, split one at a time.
+  int calls = 0;
+  EXPECT_EQ(split_to_multiple(10, 4,
+                              [&](uint64_t missing) -> uint64_t {
+                                EXPECT_EQ(missing, uint64_t(2 - calls));
+                                ++calls;
+                                return 1;
+                              }),
+            0u);
+  EXPECT_EQ(calls, 2);
+  // A split may add several at once, at most the number missing.
+  EXPECT_EQ(
+      split_to_multiple(5, 4, [](uint64_t missing) { return std::min<uint64_t>(missing, 2); }), 0u);
+  // Nothing splits: everything missing is left to pad or drop.
+  EXPECT_EQ(split_to_multiple(9, 4, [](uint64_t) { return uint64_t(0); }), 3u);
+  // One split, then none: the rest is left.
+  int left = 1;
+  EXPECT_EQ(split_to_multiple(1, 4, [&](uint64_t) { return uint64_t(left-- > 0 ? 1 : 0); }), 2u);
+  // Already a multiple (and W = 1): split is never called.
+  for (const auto& [count, W] : {std::pair<uint64_t, uint64_t>{8, 4}, {0, 4}, {7, 1}})
+    EXPECT_EQ(split_to_multiple(count, W,
+                                [](uint64_t) -> uint64_t {
+                                  ADD_FAILURE();
+                                  return 1;
+                                }),
+              0u);
+  EXPECT_THROW(split_to_multiple(3, 4, [](uint64_t) { return uint64_t(2); }), std::logic_error);
+}
+
+TEST(ShrinkToSteps, ShrinksUntilTheStepCountIsMet) {
+  // Each pass gains 3 steps: from 2 to 11 >= 10 in three passes.
+  int passes = 0;
+  EXPECT_EQ(shrink_to_steps(10, 2, 64,
+                            [&](uint64_t have) -> std::optional<uint64_t> {
+                              ++passes;
+                              return have + 3;
+                            }),
+            11u);
+  EXPECT_EQ(passes, 3);
+  // At most max_passes.
+  passes = 0;
+  EXPECT_EQ(shrink_to_steps(100, 0, 8,
+                            [&](uint64_t have) -> std::optional<uint64_t> {
+                              ++passes;
+                              return have + 1;
+                            }),
+            8u);
+  EXPECT_EQ(passes, 8);
+  // Nothing shrinks further: the count reached so far.
+  EXPECT_EQ(shrink_to_steps(10, 4, 64,
+                            [](uint64_t have) -> std::optional<uint64_t> {
+                              if (have >= 6) return std::nullopt;
+                              return have + 1;
+                            }),
+            6u);
+  // Met already, or no target (0): shrink is never called.
+  for (const auto& [target, have] : {std::pair<uint64_t, uint64_t>{5, 5}, {0, 0}, {3, 7}})
+    EXPECT_EQ(shrink_to_steps(target, have, 64,
+                              [](uint64_t) -> std::optional<uint64_t> {
+                                ADD_FAILURE();
+                                return std::nullopt;
+                              }),
+              have);
 }
 
 }  // namespace

@@ -65,15 +65,14 @@ Plan plan_balanced_micro(const PlanProblem& pr) {
       if (r) g.push_back({cost_of(b, int64_t(r)), uint16_t(b), uint32_t(r), 1});
       mbs += q + (r ? 1 : 0);
     }
-    uint64_t extra = (w - mbs % w) % w;
-    while (extra > 0) {
-      // Split one micro-batch of the costliest group with at least two samples.
+    pad = split_to_multiple(mbs, w, [&](uint64_t missing) -> uint64_t {
+      // Split micro-batches of the costliest group with at least two samples.
       size_t best = g.size();
       for (size_t i = 0; i < g.size(); ++i)
         if (g[i].n >= 2 && (best == g.size() || g[i].cost > g[best].cost)) best = i;
-      if (best == g.size()) break;
+      if (best == g.size()) return 0;
       const Group x = g[best];
-      const uint64_t take = std::min<uint64_t>(x.mult, extra);
+      const uint64_t take = std::min<uint64_t>(x.mult, missing);
       g[best].mult -= take;
       const uint32_t hi = (x.n + 1) / 2, lo = x.n / 2;
       if (hi == lo) {
@@ -82,10 +81,9 @@ Plan plan_balanced_micro(const PlanProblem& pr) {
         g.push_back({cost_of(x.b, hi), x.b, hi, take});
         g.push_back({cost_of(x.b, lo), x.b, lo, take});
       }
-      extra -= take;
       g.erase(std::remove_if(g.begin(), g.end(), [](const Group& y) { return y.mult == 0; }), g.end());
-    }
-    pad = extra;
+      return take;
+    });
     std::stable_sort(g.begin(), g.end(), [](const Group& x, const Group& y) {
       return x.cost != y.cost ? x.cost > y.cost : x.b < y.b;
     });
@@ -150,17 +148,18 @@ Plan plan_balanced_micro(const PlanProblem& pr) {
       B[b] = std::max<int64_t>(1, std::min<int64_t>(cap[b], tau >= fixed[b] + per[b] ? (tau - fixed[b]) / per[b] : 1));
     consider(B);
   }
-  if (best.shortfall > 0) {
+  {
     // Too few slots for the step count: scale the sizes down until there are enough (at
     // worst one sample per micro-batch).
     std::vector<int64_t> B = cap;
-    for (int pass = 0; pass < 64 && best.shortfall > 0; ++pass) {
+    shrink_to_steps(target, target - best.shortfall, 64, [&](uint64_t) -> std::optional<uint64_t> {
       bool shrunk = false;
       for (size_t b : live)
         if (B[b] > 1) B[b] = std::max<int64_t>(1, B[b] * 3 / 4), shrunk = true;
-      if (!shrunk) break;
+      if (!shrunk) return std::nullopt;
       consider(B);
-    }
+      return target - best.shortfall;
+    });
   }
 
   // Expand the groups into micro-batches over each bucket's shuffled ids, in cost order.

@@ -96,20 +96,21 @@ Plan write_group_plan(const PlanProblem& pr, const BucketedPool& pool, const std
 
 // A padded repeat of one sample: the cheapest bucket of the smallest group size <= g.
 GroupItem group_padding(const PlanProblem& pr, const BucketedPool& pool, const GroupBuckets& c, int g) {
-  GroupItem best;
-  bool found = false;
-  for (size_t b = 0; b < c.g.size(); ++b) {
-    if (pool.begin[b + 1] == pool.begin[b] || c.g[b] > g) continue;
-    const double cost = group_cost(*pr.cost, MicroShape::uniform(1, (*pr.buckets)[b]), c.g[b], pr.layout.sp);
-    if (!found || c.g[b] < best.group || (c.g[b] == best.group && cost < best.cost)) {
-      const SlotItem pad = padded_repeat(pool, b);
-      best.cost = cost, best.begin = pad.begin, best.count = best.own = pad.count, best.bucket = pad.bucket;
-      best.group = uint8_t(c.g[b]), best.padded = pad.padded;
-      found = true;
-    }
-  }
-  if (!found) throw ConfigError("balanced: no sample fits a free block of " + std::to_string(g) + " ranks");
-  return best;
+  auto cost_of = [&](size_t b) {
+    return group_cost(*pr.cost, MicroShape::uniform(1, (*pr.buckets)[b]), c.g[b], pr.layout.sp);
+  };
+  bool fits = false;
+  for (size_t b = 0; b < c.g.size() && !fits; ++b) fits = pool.begin[b + 1] > pool.begin[b] && c.g[b] <= g;
+  if (!fits) throw ConfigError("balanced: no sample fits a free block of " + std::to_string(g) + " ranks");
+  // Smallest group first, then the cheapest; ties to the first bucket.
+  const size_t b = padding_bucket(
+      pool, [&](size_t x) { return c.g[x] <= g; },
+      [&](size_t x, size_t y) { return c.g[x] != c.g[y] ? c.g[x] < c.g[y] : cost_of(x) < cost_of(y); });
+  const SlotItem pad = padded_repeat(pool, b);
+  GroupItem out;
+  out.cost = cost_of(b), out.begin = pad.begin, out.count = out.own = pad.count, out.bucket = pad.bucket;
+  out.group = uint8_t(c.g[b]), out.padded = pad.padded;
+  return out;
 }
 
 }  // namespace adaptiveload

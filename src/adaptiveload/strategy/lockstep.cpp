@@ -134,21 +134,25 @@ Plan plan_lockstep(const PlanProblem& pr, const std::vector<int64_t>& batch_of_b
   // loader with that global batch would use), so the epoch has the target's step count.
   std::vector<int64_t> size(batch_of_bucket);
   const uint64_t target = pr.target_steps();
-  for (int pass = 0; pass < 64 && target > 0; ++pass) {
+  bool shrinkable = false;
+  auto slots_of = [&] {  // slots of W batches at the current sizes
     uint64_t n_batches = 0;
-    bool shrinkable = false;
+    shrinkable = false;
     for (size_t b = 0; b < size.size(); ++b) {
       const uint64_t n = pool.begin[b + 1] - pool.begin[b], B = uint64_t(std::max<int64_t>(size[b], 1));
       n_batches += (n + B - 1) / B;
       shrinkable = shrinkable || (n > 1 && B > 1);
     }
-    const uint64_t slots = (n_batches + uint64_t(W) - 1) / uint64_t(W);
-    if (slots >= target || !shrinkable) break;
+    return (n_batches + uint64_t(W) - 1) / uint64_t(W);
+  };
+  shrink_to_steps(target, slots_of(), 64, [&](uint64_t slots) -> std::optional<uint64_t> {
+    if (!shrinkable) return std::nullopt;
     // At least 5% smaller each pass: the partial last batch of each bucket makes the count
     // grow slower than 1 / B.
     const double f = std::min(0.95, double(slots) / double(target));
     for (int64_t& B : size) B = std::max<int64_t>(1, std::min<int64_t>(B - 1, int64_t(std::floor(double(B) * f))));
-  }
+    return slots_of();
+  });
   std::vector<SlotItem> batches;
   for (size_t b = 0; b < pr.buckets->size(); ++b) {
     const uint64_t B = uint64_t(std::max<int64_t>(size[b], 1));

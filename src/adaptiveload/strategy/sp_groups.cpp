@@ -281,15 +281,16 @@ Plan micro_once(const PlanProblem& pr, const BucketedPool& pool, const GroupBuck
   for (size_t b : ones) cut_bucket(items, c, pr, b, next[b], pool.begin[b + 1], batch_for(c, b, tau));
   std::stable_sort(items.begin() + long(first_rest), items.end(), [](const GroupItem& a, const GroupItem& b) { return a.cost > b.cost; });
   // A count that is not a multiple of W: split the largest micro-batches, else pad.
-  while ((items.size() - first_rest) % W != 0) {
+  const uint64_t missing = split_to_multiple(items.size() - first_rest, W, [&](uint64_t) -> uint64_t {
     size_t best = SIZE_MAX;
     for (size_t n = first_rest; n < items.size(); ++n)
       if (items[n].count > 1 && (best == SIZE_MAX || items[n].count > items[best].count)) best = n;
-    if (best == SIZE_MAX) break;
+    if (best == SIZE_MAX) return 0;
     const GroupItem moved = split_half(items[best], pr);
     items.insert(items.begin() + long(best) + 1, moved);
-  }
-  while ((items.size() - first_rest) % W != 0) items.push_back(group_padding(pr, pool, c, 1));
+    return 1;
+  });
+  for (uint64_t k = 0; k < missing; ++k) items.push_back(group_padding(pr, pool, c, 1));
   for (size_t n = first_rest; n < items.size(); n += W) {
     slots.emplace_back(W);
     for (uint64_t r = 0; r < W; ++r) slots.back()[r] = uint32_t(n + r);
@@ -326,13 +327,14 @@ Plan plan_micro(const PlanProblem& pr, const BucketedPool& pool, const GroupBuck
   // of wide slots held to tau, until the step count is kept (or nothing splits further).
   double fill_cap = 1e300;
   Plan p = micro_once(pr, pool, c, K, tau, fill_cap);
-  for (int pass = 0; pass < 8 && p.num_steps() < K; ++pass) {
+  shrink_to_steps(K, p.num_steps(), 8, [&](uint64_t have) -> std::optional<uint64_t> {
     fill_cap = tau;
-    tau *= std::max(0.25, 0.9 * double(p.num_steps()) / double(K));
+    tau *= std::max(0.25, 0.9 * double(have) / double(K));
     Plan q = micro_once(pr, pool, c, K, tau, fill_cap);
-    if (q.num_steps() <= p.num_steps()) break;
+    if (q.num_steps() <= have) return std::nullopt;
     p = std::move(q);
-  }
+    return p.num_steps();
+  });
   return p;
 }
 

@@ -39,11 +39,43 @@ SlotItem padded_repeat(const BucketedPool& pool, size_t bucket) {
 }
 
 size_t cheapest_bucket(const BucketedPool& pool, const std::vector<Ticks>& cost) {
+  return padding_bucket(
+      pool, [](size_t) { return true; },
+      [&](size_t a, size_t b) { return cost[a] != cost[b] ? cost[a] < cost[b] : a > b; });
+}
+
+size_t padding_bucket(const BucketedPool& pool, const std::function<bool(size_t b)>& allowed,
+                      const std::function<bool(size_t a, size_t b)>& pads_before) {
   size_t best = SIZE_MAX;
   for (size_t b = 0; b + 1 < pool.begin.size(); ++b)
-    if (pool.begin[b + 1] > pool.begin[b] && (best == SIZE_MAX || cost[b] <= cost[best])) best = b;
-  if (best == SIZE_MAX) throw std::logic_error("cheapest_bucket: the pool is empty");
+    if (pool.begin[b + 1] > pool.begin[b] && allowed(b) &&
+        (best == SIZE_MAX || pads_before(b, best)))
+      best = b;
+  if (best == SIZE_MAX) throw std::logic_error("padding_bucket: no bucket with samples may pad");
   return best;
+}
+
+uint64_t split_to_multiple(uint64_t count, uint64_t W,
+                           const std::function<uint64_t(uint64_t missing)>& split) {
+  uint64_t missing = (W - count % W) % W;
+  while (missing > 0) {
+    const uint64_t added = split(missing);
+    if (added == 0) break;
+    if (added > missing)
+      throw std::logic_error("split_to_multiple: split added more than was missing");
+    missing -= added;
+  }
+  return missing;
+}
+
+uint64_t shrink_to_steps(uint64_t target, uint64_t have, int max_passes,
+                         const std::function<std::optional<uint64_t>(uint64_t have)>& shrink) {
+  for (int pass = 0; pass < max_passes && have < target; ++pass) {
+    const std::optional<uint64_t> next = shrink(have);
+    if (!next) break;
+    have = *next;
+  }
+  return have;
 }
 
 }  // namespace adaptiveload

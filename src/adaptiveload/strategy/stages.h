@@ -1,9 +1,11 @@
 #pragma once
 // Small stages the strategies share (balanced in both sync modes, balanced on
 // sequence-parallel groups, the bucket loaders), one copy each: the tick type every decision
-// is made in, the generator of each purpose, a micro-batch's weight in the global batch, and
-// the end-of-epoch padding.
+// is made in, the generator of each purpose, a micro-batch's weight in the global batch, the
+// end-of-epoch padding, the split to a multiple of W and the shrink to the step count.
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <vector>
 
 #include "adaptiveload/strategy/strategy.h"
@@ -37,5 +39,25 @@ SlotItem padded_repeat(const BucketedPool& pool, size_t bucket);
 // The bucket that pads: of those with samples in the pool, the one of least cost[b] (ticks),
 // ties to the highest index. Throws std::logic_error on an empty pool.
 size_t cheapest_bucket(const BucketedPool& pool, const std::vector<Ticks>& cost);
+// The bucket that pads, by the caller's order: of the buckets with samples in the pool and
+// allowed(b), the first in index order that no other precedes (pads_before(a, b): a pads
+// rather than b; a strict weak order). cheapest_bucket is this with (cost, highest index).
+// Throws std::logic_error when no bucket qualifies.
+size_t padding_bucket(const BucketedPool& pool, const std::function<bool(size_t b)>& allowed,
+                      const std::function<bool(size_t a, size_t b)>& pads_before);
+
+// A micro-batch count made a multiple of W by splits: while some are missing, split(missing)
+// splits micro-batches into more (at most `missing` more) and returns how many it added, 0
+// when none can be split. Returns the number still missing, for the caller to pad or drop.
+// Throws std::logic_error when split adds more than it was asked for.
+uint64_t split_to_multiple(uint64_t count, uint64_t W,
+                           const std::function<uint64_t(uint64_t missing)>& split);
+
+// Smaller micro-batches until the global batch's step count is met: from `have` steps, while
+// have < target and at most max_passes times, shrink(have) cuts smaller and returns the step
+// count it reaches, or nullopt when nothing shrinks further (or shrinking no longer helps).
+// Returns the last count reached.
+uint64_t shrink_to_steps(uint64_t target, uint64_t have, int max_passes,
+                         const std::function<std::optional<uint64_t>(uint64_t have)>& shrink);
 
 }  // namespace adaptiveload
