@@ -224,5 +224,17 @@ TEST(ShrinkToSteps, ShrinksUntilTheStepCountIsMet) {
               have);
 }
 
+TEST(BucketGroups, GroupsOfOneAreNoGroups) {
+  PlanProblem pr;
+  set_bucket_groups(pr, {1, 2, 1});
+  EXPECT_EQ(pr.bucket_group, (std::vector<uint8_t>{1, 2, 1}));
+  EXPECT_EQ(pr.group(1), 2);
+  set_bucket_groups(pr, {1, 1, 1});  // clears what was set
+  EXPECT_TRUE(pr.bucket_group.empty());
+  EXPECT_EQ(pr.group(1), 1);
+  set_bucket_groups(pr, {});
+  EXPECT_TRUE(pr.bucket_group.empty());
+}
+
 }  // namespace
 }  // namespace adaptiveload

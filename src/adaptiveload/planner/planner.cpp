@@ -5,6 +5,7 @@
 
 #include "adaptiveload/cost/cost_variants.h"
 #include "adaptiveload/strategy/group_search.h"
+#include "adaptiveload/strategy/stages.h"
 #include "adaptiveload/util/error.h"
 #include "adaptiveload/util/format.h"
 
@@ -100,7 +101,7 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
   for (uint32_t id : pool_) live_[bucketing_.sample_bucket[id]] = 1;
   for (size_t b = 0; b < buckets.size(); ++b)
     if (!live_[b] || too_big[b]) group[b] = 1;
-  if (std::any_of(group.begin(), group.end(), [](uint8_t g) { return g > 1; })) base_.bucket_group = group;
+  set_bucket_groups(base_, group);
   base_.fixed_batch = resolve_fixed(fixed_error_);
   sync_ = opt_.sync.value_or(sharded_ ? SyncMode::kMicro : SyncMode::kStep);
   base_.layout = layout(cfg_.world_size);
@@ -137,8 +138,7 @@ PlanProblem Planner::problem(int world_size, int64_t epoch, uint64_t segment, st
                           "); resume on a world size that the group sizes (--sp-sizes) divide");
     for (size_t b = 0; b < group.size(); ++b)
       if (!live_[b]) group[b] = 1;
-    pr.bucket_group.clear();
-    if (std::any_of(group.begin(), group.end(), [](uint8_t g) { return g > 1; })) pr.bucket_group = group;
+    set_bucket_groups(pr, group);
   }
   return pr;
 }

@@ -14,6 +14,14 @@ Ticks to_ticks(double seconds) {
   return std::max<Ticks>(1, std::llround(t));
 }
 
+void set_bucket_groups(PlanProblem& pr, const std::vector<uint8_t>& group) {
+  if (std::any_of(group.begin(), group.end(), [](uint8_t g) { return g > 1; })) {
+    pr.bucket_group = group;
+  } else {
+    pr.bucket_group.clear();
+  }
+}
+
 Rng problem_rng(const PlanProblem& pr, uint64_t purpose) {
   return Rng::for_segment(pr.seed, uint64_t(pr.epoch), pr.segment, purpose);
 }

@@ -24,6 +24,11 @@ constexpr Ticks kMaxTicks = Ticks(1) << 60;
 // 2^60 ns on and for a time that is not a number.
 Ticks to_ticks(double seconds);
 
+// Bucket b's samples on sequence-parallel groups of group[b] ranks, or no groups at all when
+// every group is of 1: a group of 1 is a rank, and the problem then takes balanced's plain
+// path (PlanProblem::group reads an empty list as 1 for every bucket).
+void set_bucket_groups(PlanProblem& pr, const std::vector<uint8_t>& group);
+
 // The generator of one purpose for the problem's seed, epoch and segment.
 Rng problem_rng(const PlanProblem& pr, uint64_t purpose);  // purpose: an RngPurpose
 
