@@ -236,5 +236,21 @@ TEST(BucketGroups, GroupsOfOneAreNoGroups) {
   EXPECT_TRUE(pr.bucket_group.empty());
 }
 
+TEST(BucketGroups, LiveBucketsAndTheirGroupSpan) {
+  const std::vector<uint16_t> sample_bucket = {2, 0, 2, 3, 0};
+  const std::vector<uint8_t> live = live_buckets({0, 2, 4}, sample_bucket, 4);
+  EXPECT_EQ(live, (std::vector<uint8_t>{1, 0, 1, 0}));
+  EXPECT_EQ(live_buckets({}, sample_bucket, 4), (std::vector<uint8_t>(4, 0)));
+  // Only live buckets count: bucket 1's group of 8 and bucket 3's of 1 do not.
+  const GroupSpan s = group_span({2, 8, 4, 1}, live);
+  EXPECT_EQ(s.min, 2);
+  EXPECT_EQ(s.max, 4);
+  const GroupSpan one = group_span({4, 8, 4, 1}, live);
+  EXPECT_EQ(one.min, one.max);
+  // None live: never one group size for all.
+  const GroupSpan none = group_span({1, 1, 1, 1}, std::vector<uint8_t>(4, 0));
+  EXPECT_GT(none.min, none.max);
+}
+
 }  // namespace
 }  // namespace adaptiveload

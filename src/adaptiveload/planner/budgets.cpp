@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "adaptiveload/planner/planner.h"
+#include "adaptiveload/strategy/stages.h"
 #include "adaptiveload/util/error.h"
 #include "adaptiveload/util/format.h"
 
@@ -17,8 +18,7 @@ constexpr int kCompSearchPoints = 32;
 
 void Planner::resolve_budgets() {
   const auto& buckets = bucketing_.buckets;
-  std::vector<int64_t> live(buckets.size(), 0);  // buckets with samples in the pool
-  for (uint32_t id : pool_) live[bucketing_.sample_bucket[id]] = 1;
+  const std::vector<uint8_t> live = live_buckets(pool_, bucketing_.sample_bucket, buckets.size());
 
   // M_mem: the largest token budget for which floor(M/S) samples of every bucket fit memory.
   int64_t M = cfg_.mem_budget_tokens;
@@ -174,8 +174,7 @@ double Planner::auto_step_budget(const CostModel& cost) const {
   // The slowest micro-batch the memory budget admits, i.e. the longest step equal_tokens
   // already runs: balanced keeps every rank busy for up to that long.
   const auto& buckets = bucketing_.buckets;
-  std::vector<uint8_t> live(buckets.size(), 0);
-  for (uint32_t id : pool_) live[bucketing_.sample_bucket[id]] = 1;
+  const std::vector<uint8_t> live = live_buckets(pool_, bucketing_.sample_bucket, buckets.size());
   std::vector<int64_t> B = equal_tokens_batch_sizes(base_);
   const SeqParallel sp = seq_parallel(cfg_.world_size);
   double s = 0;

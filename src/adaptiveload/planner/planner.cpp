@@ -97,8 +97,7 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
   base_.end_policy = cfg_.end_policy;
   base_.max_batch_memory = max_mem;
   // Groups only for the buckets planned: a skipped oversize one keeps no group.
-  live_.assign(buckets.size(), 0);
-  for (uint32_t id : pool_) live_[bucketing_.sample_bucket[id]] = 1;
+  live_ = live_buckets(pool_, bucketing_.sample_bucket, buckets.size());
   for (size_t b = 0; b < buckets.size(); ++b)
     if (!live_[b] || too_big[b]) group[b] = 1;
   set_bucket_groups(base_, group);
@@ -264,11 +263,7 @@ Plan Planner::run(const StrategyEntry& s, const PlanProblem& pr, bool may_pack) 
   if (!pr.bucket_group.empty()) {
     // Groups of different sizes: balanced plans them per sample; the other strategies (and
     // one g for all) run on groups of the largest g, as W / g ranks.
-    int gmax = 1, gmin = 1 << 10;
-    std::vector<uint8_t> live(pr.bucket_group.size(), 0);
-    for (uint32_t id : pr.pool_ids()) live[(*pr.sample_bucket)[id]] = 1;
-    for (size_t b = 0; b < live.size(); ++b)
-      if (live[b]) gmax = std::max(gmax, int(pr.bucket_group[b])), gmin = std::min(gmin, int(pr.bucket_group[b]));
+    const auto [gmin, gmax] = group_span(pr.bucket_group, live_buckets(pr));
     if (!s.mixes_groups()) return run_on_groups(s, pr, gmax);
     if (opt_.sp == SpPolicy::kMin || opt_.sp == SpPolicy::kFixed) return gmin == gmax ? run_on_groups(s, pr, gmax) : s.fn(pr);
     return run_balanced_groups(s, pr);

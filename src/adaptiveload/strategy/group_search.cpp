@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "adaptiveload/strategy/stages.h"
 #include "adaptiveload/util/error.h"
 
 namespace adaptiveload {
@@ -31,8 +32,7 @@ Plan run_on_groups(const GroupSearch& gs, const StrategyEntry& s, const PlanProb
   // The problem's own cost model (an adapted one after online adaptation) on g ranks.
   const GroupCost cost(*pr.cost, g, gs.sp);
   const PlanProblem q = as_groups(gs, pr, g, &cost);
-  std::vector<uint8_t> live(q.max_batch_memory.size(), 0);
-  for (uint32_t id : pr.pool_ids()) live[(*pr.sample_bucket)[id]] = 1;
+  const std::vector<uint8_t> live = live_buckets(pr);
   for (size_t b = 0; b < q.max_batch_memory.size(); ++b)
     if (q.max_batch_memory[b] < 1 && live[b])
       throw ConfigError("a sample of bucket " + buckets[b].name() +
@@ -94,8 +94,7 @@ Plan run_balanced_groups(const GroupSearch& gs, const StrategyEntry& s, const Pl
   const auto& buckets = *gs.buckets;
   const size_t nb = buckets.size();
   const SeqParallel& sp = gs.sp;
-  std::vector<uint8_t> live(nb, 0);
-  for (uint32_t id : pr.pool_ids()) live[(*pr.sample_bucket)[id]] = 1;
+  const std::vector<uint8_t> live = live_buckets(pr);
   std::vector<int> sizes;
   for (int g = 1; g <= kMaxGroup; g *= 2)
     if (sp.allows(g)) sizes.push_back(g);
@@ -142,15 +141,12 @@ Plan run_balanced_groups(const GroupSearch& gs, const StrategyEntry& s, const Pl
   SimEnv env = gs.env;
   env.cost = pr.cost;
   auto plan_with = [&](const std::vector<uint8_t>& g, const std::vector<uint32_t>* sub) {
-    int gmin = kMaxGroup, gmax = 1;
     PlanProblem q = pr;
     if (sub) q.pool_view = sub;
-    for (size_t b = 0; b < nb; ++b) {
-      q.max_batch_memory[b] = gs.max_batch_on(b, g[b]);
-      if (live[b]) gmin = std::min(gmin, int(g[b])), gmax = std::max(gmax, int(g[b]));
-    }
+    for (size_t b = 0; b < nb; ++b) q.max_batch_memory[b] = gs.max_batch_on(b, g[b]);
     q.bucket_group = g;
-    return gmin == gmax ? run_on_groups(gs, s, q, gmax) : s.fn(q);
+    const GroupSpan span = group_span(g, live);
+    return span.min == span.max ? run_on_groups(gs, s, q, span.max) : s.fn(q);
   };
   // A large pool is compared on every k-th of its samples (the global batch is a rate per
   // step, so the sample keeps its shape) and only the chosen candidate is planned in full.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 
 namespace adaptiveload {
@@ -20,6 +21,24 @@ void set_bucket_groups(PlanProblem& pr, const std::vector<uint8_t>& group) {
   } else {
     pr.bucket_group.clear();
   }
+}
+
+std::vector<uint8_t> live_buckets(const std::vector<uint32_t>& ids,
+                                  const std::vector<uint16_t>& sample_bucket, size_t buckets) {
+  std::vector<uint8_t> live(buckets, 0);
+  for (uint32_t id : ids) live[sample_bucket[id]] = 1;
+  return live;
+}
+
+std::vector<uint8_t> live_buckets(const PlanProblem& pr) {
+  return live_buckets(pr.pool_ids(), *pr.sample_bucket, pr.buckets->size());
+}
+
+GroupSpan group_span(const std::vector<uint8_t>& group, const std::vector<uint8_t>& live) {
+  GroupSpan s{std::numeric_limits<int>::max(), 1};
+  for (size_t b = 0; b < live.size(); ++b)
+    if (live[b]) s.min = std::min(s.min, int(group[b])), s.max = std::max(s.max, int(group[b]));
+  return s;
 }
 
 Rng problem_rng(const PlanProblem& pr, uint64_t purpose) {

@@ -29,6 +29,18 @@ Ticks to_ticks(double seconds);
 // path (PlanProblem::group reads an empty list as 1 for every bucket).
 void set_bucket_groups(PlanProblem& pr, const std::vector<uint8_t>& group);
 
+// Per bucket (of `buckets`), 1 when `ids` hold a sample of it (sample_bucket: per sample id).
+std::vector<uint8_t> live_buckets(const std::vector<uint32_t>& ids,
+                                  const std::vector<uint16_t>& sample_bucket, size_t buckets);
+// live_buckets of the problem's pool.
+std::vector<uint8_t> live_buckets(const PlanProblem& pr);
+// The smallest and largest group[b] over the live buckets. With none live, min > max (an
+// empty pool never reads as one group size for all).
+struct GroupSpan {
+  int min, max;
+};
+GroupSpan group_span(const std::vector<uint8_t>& group, const std::vector<uint8_t>& live);
+
 // The generator of one purpose for the problem's seed, epoch and segment.
 Rng problem_rng(const PlanProblem& pr, uint64_t purpose);  // purpose: an RngPurpose
 
