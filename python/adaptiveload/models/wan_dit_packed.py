@@ -41,7 +41,7 @@ class Segments:
         self.cu = packed.cu_seqlens
         self.cu_text = packed.cu_seqlens_text
         self.n = packed.num_samples
-        self.total = int(packed.cu_seqlens[-1])
+        self.total = packed.tokens.shape[0]  # N: cu_seqlens ends there (varlen_attention checks it)
         self.lengths = (self.cu[1:] - self.cu[:-1]).long().to(packed.tokens.device)  # [n]
         self.max_seqlen = packed.max_seqlen
         self.max_seqlen_text = packed.max_seqlen_text
