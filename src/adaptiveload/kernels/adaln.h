@@ -3,15 +3,18 @@
 //   forward:  mean, rstd = stats(x row); xhat = (x - mean) * rstd
 //             n = xhat * w + b          (w = 1, b = 0 when weight / bias are absent)
 //             y = n * (1 + scale) + shift
-//   backward: dshift = sum dy, dscale = sum dy * n            (over the L rows of a sample,
-//             dn = dy * (1 + scale), dxhat = dn * w            or per row when per_token)
+//   backward: dshift = sum dy, dscale = sum dy * n            (over the rows of a sample or
+//             dn = dy * (1 + scale), dxhat = dn * w            segment, or per row when per_token)
 //             dbias = sum dn, dweight = sum dn * xhat         (over all rows)
 //             dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
 //
-// x is [N, D] rows (N = B * L). All arithmetic is fp32 (the reference: fp64); storage is
-// fp32, bf16 or fp16 (or fp64, the reference's only, with fp64 statistics). The struct is plain
-// data, in the style of flash-attention's Flash_fwd_params: a binding fills it from tensors and
-// calls adaln_*_{ref,cpu,cuda}. No torch or CUDA types here. See docs/kernels.md.
+// x is [N, D] rows: N = B * L (B samples of L rows), or n segments of any lengths given by
+// cu_seqlens (a packed batch: segment i is rows cu_seqlens[i] .. cu_seqlens[i + 1] - 1 and
+// uses modulation row i), or per-token modulation (one row each). All arithmetic is fp32 (the
+// reference: fp64); storage is fp32, bf16 or fp16 (or fp64, the reference's only, with fp64
+// statistics). The struct is plain data, in the style of flash-attention's Flash_fwd_params: a
+// binding fills it from tensors and calls adaln_*_{ref,cpu,cuda}. No torch or CUDA types here. See
+// docs/kernels.md.
 #pragma once
 
 #include <cstddef>
@@ -34,12 +37,18 @@ DType adaln_stats_dtype(DType x_dtype);
 
 struct AdalnParams {
   // --- sizes -------------------------------------------------------------------------
-  int64_t rows = 0;             // N = batch * rows_per_sample
+  int64_t rows = 0;             // N = batch * rows_per_sample, or cu_seqlens[batch]
   int64_t dim = 0;              // D, the normalised (last) dimension
-  int64_t batch = 0;            // B; per-sample modulation has B rows
-  int64_t rows_per_sample = 0;  // L; row r belongs to sample r / L
+  int64_t batch = 0;            // B samples or n segments: the rows of [B, D] modulation
+  int64_t rows_per_sample = 0;  // L; row r belongs to sample r / L (0 with cu_seqlens)
   bool per_token = false;       // modulation is [N, D] (true) or [B, D] (false)
   float eps = 1e-6f;
+  // Segments of any lengths (packed samples), instead of B samples of L rows: [batch + 1]
+  // ascending offsets from 0 to rows, int32 or int64 (cu_seqlens_i64), in the memory the
+  // entry point reads (host for the CPU paths, device for CUDA); segment i (possibly empty)
+  // is rows cu_seqlens[i] .. cu_seqlens[i + 1] - 1 and uses modulation row i. nullptr: none.
+  const void* cu_seqlens = nullptr;
+  bool cu_seqlens_i64 = false;
 
   // --- dtypes ------------------------------------------------------------------------
   DType x_dtype = DType::F32;       // x, y, dy, dx
@@ -95,6 +104,20 @@ void validate(const AdalnParams& p);
 void validate(const AdalnParams& p, AdalnPass pass);
 // The same checks, accepting F64 storage too (the reference's).
 void validate_reference(const AdalnParams& p, AdalnPass pass);
+// The values of p.cu_seqlens, which must be readable here (host memory): cu_seqlens[0] = 0,
+// ascending, cu_seqlens[batch] = rows; throws std::invalid_argument naming the first bad
+// entry. validate() cannot read them (a CUDA caller's pointer is a device pointer); the CPU
+// entry points call this too, the CUDA ones leave it to the caller (the torch binding).
+void validate_segments(const AdalnParams& p);
+
+// Offset i (0 <= i <= batch) of p.cu_seqlens (host memory).
+inline int64_t adaln_cu_seqlen(const AdalnParams& p, int64_t i) {
+  return p.cu_seqlens_i64 ? static_cast<const int64_t*>(p.cu_seqlens)[i]
+                          : int64_t(static_cast<const int32_t*>(p.cu_seqlens)[i]);
+}
+// The segment holding row r (0 <= r < rows) of valid host cu_seqlens: the last i with
+// cu_seqlens[i] <= r (empty segments hold no row). Binary search.
+int64_t adaln_segment_of(const AdalnParams& p, int64_t r);
 
 // CPU reference (simple loops, fp64 accumulation): the ground truth. The only entry points
 // that take F64 storage; for F64 x they save and read fp64 mean_f64 / rstd_f64.
@@ -109,6 +132,7 @@ void adaln_fwd_cpu(const AdalnParams& p);
 void adaln_bwd_cpu(const AdalnParams& p);
 
 // Empty inputs: N == 0 writes nothing except the reductions, which are sums over no rows
-// and are set to zero (dscale / dshift [B, D] when per-sample, dweight / dbias [D]).
+// and are set to zero (dscale / dshift [B, D] when per-sample or segmented, dweight / dbias
+// [D]); so are the dscale / dshift rows of an empty segment.
 
 }  // namespace adaptiveload

@@ -99,40 +99,52 @@ void compare_stats(AdalnCheck& out, const Buffer& mean, const Buffer& rstd, cons
 }
 
 // fp32 copies of every input of p and fresh fp32 outputs: the reference run on these is
-// the truth (fp64 math, one rounding to fp32).
-struct F32Problem {
+// the truth (fp64 math, one rounding to fp32). For segments: fp64 copies, the modulation
+// expanded to one row per row of x (per-token), so that the truth does not take the
+// segment path of the reference; segment_sums() then adds dscale / dshift over each
+// segment's rows.
+struct TruthProblem {
   Buffer x, scale, shift, weight, bias, y, mean, rstd, dy, dx, dscale, dshift, dweight, dbias;
   AdalnParams q;
-  explicit F32Problem(const AdalnProblem& pr) {
+  explicit TruthProblem(const AdalnProblem& pr) {
     const AdalnCase& c = pr.c;
-    x = pr.x.as(DType::F32);
-    scale = pr.scale.as(DType::F32);
-    shift = pr.shift.as(DType::F32);
-    weight = pr.weight.as(DType::F32);
-    bias = pr.bias.as(DType::F32);
-    dy = pr.dy.as(DType::F32);
-    mean = pr.mean;
-    rstd = pr.rstd;
-    y = Buffer(DType::F32, pr.y.rows, c.D);
-    dx = Buffer(DType::F32, pr.dx.rows, c.D);
-    dscale = Buffer(DType::F32, pr.dscale.rows, c.D);
-    dshift = Buffer(DType::F32, pr.dshift.rows, c.D);
-    dweight = Buffer(DType::F32, 1, c.D);
-    dbias = Buffer(DType::F32, 1, c.D);
-    q.rows = c.batch * c.L;
+    const bool seg = !c.segments.empty();
+    const DType td = seg ? DType::F64 : DType::F32;
+    const int64_t N = c.rows();
+    x = pr.x.as(td);
+    scale = seg ? per_row(pr.scale, c, td) : pr.scale.as(td);
+    shift = seg ? per_row(pr.shift, c, td) : pr.shift.as(td);
+    weight = pr.weight.as(td);
+    bias = pr.bias.as(td);
+    dy = pr.dy.as(td);
+    mean = pr.mean.as(td);
+    rstd = pr.rstd.as(td);
+    y = Buffer(td, pr.y.rows, c.D);
+    dx = Buffer(td, pr.dx.rows, c.D);
+    dscale = Buffer(td, scale.rows, c.D);
+    dshift = Buffer(td, shift.rows, c.D);
+    dweight = Buffer(td, 1, c.D);
+    dbias = Buffer(td, 1, c.D);
+    q.rows = N;
     q.dim = c.D;
-    q.batch = c.batch;
-    q.rows_per_sample = c.L;
-    q.per_token = c.per_token;
+    q.batch = seg ? N : c.batch;
+    q.rows_per_sample = seg ? 1 : c.L;
+    q.per_token = seg || c.per_token;
     q.eps = c.eps;
+    q.x_dtype = q.mod_dtype = q.weight_dtype = td;
     q.x = x.data();
     q.scale = scale.data();
     q.shift = shift.data();
     q.weight = c.weight ? weight.data() : nullptr;
     q.bias = c.bias ? bias.data() : nullptr;
     q.y = y.data();
-    q.mean = static_cast<float*>(mean.data());
-    q.rstd = static_cast<float*>(rstd.data());
+    if (seg) {
+      q.mean_f64 = static_cast<double*>(mean.data());
+      q.rstd_f64 = static_cast<double*>(rstd.data());
+    } else {
+      q.mean = static_cast<float*>(mean.data());
+      q.rstd = static_cast<float*>(rstd.data());
+    }
     q.dy = dy.data();
     q.dx = dx.data();
     q.dscale = dscale.data();
@@ -140,6 +152,23 @@ struct F32Problem {
     q.dweight = c.weight ? dweight.data() : nullptr;
     q.dbias = c.bias ? dbias.data() : nullptr;
     adaln_set_contiguous_strides(q);
+  }
+  // [rows, D]: row r is b's row of r's segment (c.mod_row_of), in dtype t.
+  static Buffer per_row(const Buffer& b, const AdalnCase& c, DType t) {
+    Buffer out(t, c.rows(), b.cols);
+    const std::vector<int64_t> m = c.mod_row_of();
+    for (int64_t r = 0; r < out.rows; ++r)
+      for (int64_t j = 0; j < b.cols; ++j) out.set(r, j, b.get(m[size_t(r)], j));
+    return out;
+  }
+  // A per-row [rows, D] truth summed over each segment's rows: [segments, D] (0 when empty).
+  static Buffer segment_sums(const Buffer& b, const AdalnCase& c) {
+    Buffer out(b.dtype, c.mod_rows(), b.cols);
+    const std::vector<int64_t> m = c.mod_row_of();
+    for (int64_t r = 0; r < b.rows; ++r)
+      for (int64_t j = 0; j < b.cols; ++j)
+        out.set(m[size_t(r)], j, out.get(m[size_t(r)], j) + b.get(r, j));
+    return out;
   }
 };
 
@@ -151,7 +180,8 @@ double b_at(const AdalnProblem& pr, int64_t j) { return pr.c.bias ? pr.bias.get(
 Buffer unfused_fwd(const AdalnProblem& pr) {
   const AdalnCase& c = pr.c;
   const DType T = c.x_dtype, TM = c.mod_dtype, R = promote(T, TM);
-  const int64_t N = c.batch * c.L, D = c.D;
+  const int64_t N = c.rows(), D = c.D;
+  const std::vector<int64_t> mrow = c.mod_row_of();
   Buffer y(T, N, D);
   for (int64_t r = 0; r < N; ++r) {
     double s = 0, ss = 0;
@@ -159,7 +189,7 @@ Buffer unfused_fwd(const AdalnProblem& pr) {
     const double mean = s / double(D);
     for (int64_t j = 0; j < D; ++j) ss += (pr.x.get(r, j) - mean) * (pr.x.get(r, j) - mean);
     const double rstd = 1.0 / std::sqrt(ss / double(D) + c.eps);
-    const int64_t m = c.per_token ? r : r / c.L;
+    const int64_t m = mrow[size_t(r)];
     for (int64_t j = 0; j < D; ++j) {
       const double ln = round_to(T, (pr.x.get(r, j) - mean) * rstd * w_at(pr, j) + b_at(pr, j));
       const double s1 = round_to(TM, 1.0 + pr.scale.get(m, j));
@@ -178,13 +208,14 @@ struct Grads {
 Grads unfused_bwd(const AdalnProblem& pr) {
   const AdalnCase& c = pr.c;
   const DType T = c.x_dtype, TM = c.mod_dtype, R = promote(T, TM), TW = c.weight_dtype;
-  const int64_t N = c.batch * c.L, D = c.D, mod_rows = c.per_token ? N : c.batch;
+  const int64_t N = c.rows(), D = c.D, mod_rows = c.mod_rows();
+  const std::vector<int64_t> mrow = c.mod_row_of();
   Grads g{Buffer(T, N, D), Buffer(TM, mod_rows, D), Buffer(TM, mod_rows, D), Buffer(TW, 1, D), Buffer(TW, 1, D)};
   std::vector<double> ds(size_t(mod_rows * D), 0.0), dt(ds.size(), 0.0), dw(static_cast<size_t>(D), 0.0), db(static_cast<size_t>(D), 0.0);
   std::vector<double> xh(static_cast<size_t>(D)), dxh(static_cast<size_t>(D));
   for (int64_t r = 0; r < N; ++r) {
     const double mean = pr.mean.get(r, 0), rstd = pr.rstd.get(r, 0);
-    const int64_t m = c.per_token ? r : r / c.L;
+    const int64_t m = mrow[size_t(r)];
     double s1sum = 0, s2sum = 0;
     for (int64_t j = 0; j < D; ++j) {
       xh[j] = (pr.x.get(r, j) - mean) * rstd;
@@ -285,14 +316,52 @@ double atol_fraction(DType t) {
 
 std::string AdalnCase::name() const {
   char s[200];
+  if (!segments.empty()) {  // the segment count, the total and the longest
+    const int64_t longest = *std::max_element(segments.begin(), segments.end());
+    std::snprintf(s, sizeof s, "seg%zu_N%lld_max%lld_%s_D%lld_x%s_m%s%s%s_pad%lld", segments.size(),
+                  (long long)rows(), (long long)longest, seg_i64 ? "i64" : "i32", (long long)D,
+                  dtype_name(x_dtype), dtype_name(mod_dtype), weight ? "_w" : "", bias ? "_b" : "",
+                  (long long)pad);
+    return s;
+  }
   std::snprintf(s, sizeof s, "B%lld_L%lld_D%lld_%s_x%s_m%s%s%s_pad%lld", (long long)batch, (long long)L,
                 (long long)D, per_token ? "tok" : "smp", dtype_name(x_dtype), dtype_name(mod_dtype),
                 weight ? "_w" : "", bias ? "_b" : "", (long long)pad);
   return s;
 }
 
+int64_t AdalnCase::rows() const {
+  if (segments.empty()) return batch * L;
+  int64_t n = 0;
+  for (int64_t len : segments) n += len;
+  return n;
+}
+
+int64_t AdalnCase::mod_rows() const {
+  if (!segments.empty()) return int64_t(segments.size());
+  return per_token ? batch * L : batch;
+}
+
+std::vector<int64_t> AdalnCase::mod_row_of() const {
+  std::vector<int64_t> m;
+  m.reserve(size_t(rows()));
+  if (segments.empty()) {
+    for (int64_t r = 0; r < batch * L; ++r) m.push_back(per_token ? r : r / L);
+    return m;
+  }
+  for (size_t s = 0; s < segments.size(); ++s) m.insert(m.end(), size_t(segments[s]), int64_t(s));
+  return m;
+}
+
 AdalnProblem::AdalnProblem(const AdalnCase& cs) : c(cs) {
-  const int64_t N = c.batch * c.L, D = c.D, S = D + c.pad, mod_rows = c.per_token ? N : c.batch;
+  const int64_t N = c.rows(), D = c.D, S = D + c.pad, mod_rows = c.mod_rows();
+  if (!c.segments.empty()) {
+    int64_t at = 0;
+    cu64.push_back(0);
+    for (int64_t len : c.segments) cu64.push_back(at += len);
+    if (!c.seg_i64) cu32.assign(cu64.begin(), cu64.end());
+    if (!c.seg_i64) cu64.clear();
+  }
   x = Buffer(c.x_dtype, N, D, S);
   fill_uniform(x, c.seed * 16 + 1, -1, 1);
   Buffer off(DType::F32, N, 1);
@@ -328,11 +397,12 @@ AdalnProblem::AdalnProblem(const AdalnCase& cs) : c(cs) {
 
 AdalnParams AdalnCase::shape_params() const {
   AdalnParams p;
-  p.rows = batch * L;
+  p.rows = rows();
   p.dim = D;
-  p.batch = batch;
-  p.rows_per_sample = L;
-  p.per_token = per_token;
+  p.batch = segments.empty() ? batch : int64_t(segments.size());
+  p.rows_per_sample = segments.empty() ? L : 0;
+  p.per_token = per_token && segments.empty();
+  p.cu_seqlens_i64 = seg_i64;
   p.eps = eps;
   p.x_dtype = x_dtype;
   p.mod_dtype = mod_dtype;
@@ -364,13 +434,15 @@ AdalnParams AdalnProblem::params() {
   p.dshift_stride = dshift.stride;
   p.dweight = c.weight ? dweight.data() : nullptr;
   p.dbias = c.bias ? dbias.data() : nullptr;
+  if (!c.segments.empty())
+    p.cu_seqlens = c.seg_i64 ? static_cast<const void*>(cu64.data()) : cu32.data();
   return p;
 }
 
 AdalnCheck check_adaln_fwd(const AdalnCase& c, const AdalnKernel& kernel) {
   AdalnProblem pr(c);
   kernel(pr.params());
-  F32Problem t(pr);
+  TruthProblem t(pr);
   adaln_fwd_ref(t.q);
   const Buffer uy = unfused_fwd(pr);
   AdalnCheck out;
@@ -383,13 +455,16 @@ AdalnCheck check_adaln_bwd(const AdalnCase& c, const AdalnKernel& kernel) {
   AdalnProblem pr(c);
   adaln_fwd_ref(pr.params());  // saved mean / rstd, as the forward leaves them
   kernel(pr.params());
-  F32Problem t(pr);
+  TruthProblem t(pr);
   adaln_bwd_ref(t.q);
   const Grads u = unfused_bwd(pr);
+  const bool seg = !c.segments.empty();
+  const Buffer tds = seg ? TruthProblem::segment_sums(t.dscale, c) : t.dscale;
+  const Buffer tdt = seg ? TruthProblem::segment_sums(t.dshift, c) : t.dshift;
   AdalnCheck out;
   compare(out, "dx", dense(pr.dx), u.dx, t.dx);
-  compare(out, "dscale", dense(pr.dscale), u.dscale, t.dscale);
-  compare(out, "dshift", dense(pr.dshift), u.dshift, t.dshift);
+  compare(out, "dscale", dense(pr.dscale), u.dscale, tds);
+  compare(out, "dshift", dense(pr.dshift), u.dshift, tdt);
   if (c.weight) compare(out, "dweight", pr.dweight, u.dweight, t.dweight);
   if (c.bias) compare(out, "dbias", pr.dbias, u.dbias, t.dbias);
   return out;

@@ -5,9 +5,10 @@
 //   max |kernel - truth| <= 2 * max |unfused - truth| + atol,   atol = a(dtype) * max |truth|
 //
 // where truth is the fp64 reference run on fp32 copies of the inputs (so it carries no
-// 16-bit output rounding) and unfused is the same math done the way eager PyTorch does
-// it: layer_norm rounded to the dtype, then the multiply rounded, then the add rounded
-// (backward: the same graph differentiated, each intermediate rounded).
+// 16-bit output rounding; for segments, on fp64 copies with the per-token modulation the
+// segments expand to, dscale / dshift summed over each segment's rows) and unfused is the same math
+// done the way eager PyTorch does it: layer_norm rounded to the dtype, then the multiply rounded,
+// then the add rounded (backward: the same graph differentiated, each intermediate rounded).
 #pragma once
 
 #include <cstdint>
@@ -42,6 +43,10 @@ void fill_uniform(Buffer& b, uint64_t seed, double lo, double hi);
 struct AdalnCase {
   int64_t batch = 1, L = 1, D = 64;  // rows = batch * L
   bool per_token = false;
+  // Non-empty: a packed batch of segments of these lengths (0 allowed), instead of batch x L
+  // rows: rows = their sum, [segments, D] modulation, cu_seqlens in int64 or int32.
+  std::vector<int64_t> segments;
+  bool seg_i64 = true;
   DType x_dtype = DType::BF16, mod_dtype = DType::F32, weight_dtype = DType::F32;
   bool weight = false, bias = false;
   float eps = 1e-6f;
@@ -49,13 +54,18 @@ struct AdalnCase {
   double x_offset = 0.5;  // rows get a random mean in [-x_offset, x_offset]
   uint64_t seed = 1;
   std::string name() const;
-  AdalnParams shape_params() const;  // shape, dtypes and eps; no tensors
+  AdalnParams shape_params() const;         // shape, dtypes and eps; no tensors (cu_seqlens null)
+  int64_t rows() const;                     // batch * L, or the segments' total
+  int64_t mod_rows() const;                 // rows of scale / shift
+  std::vector<int64_t> mod_row_of() const;  // [rows]: the modulation row of each row
 };
 
 // All host tensors of one case and the params wired to them.
 struct AdalnProblem {
   AdalnCase c;
   Buffer x, scale, shift, weight, bias, y, mean, rstd, dy, dx, dscale, dshift, dweight, dbias;
+  std::vector<int64_t> cu64;  // cu_seqlens [segments + 1] (c.seg_i64), else cu32
+  std::vector<int32_t> cu32;
   explicit AdalnProblem(const AdalnCase& c);
   AdalnParams params();  // pointers into this problem's buffers (host memory)
 };

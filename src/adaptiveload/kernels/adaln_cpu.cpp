@@ -8,8 +8,8 @@
 // Backward reductions (dscale / dshift over the rows of a sample, dweight / dbias over all
 // rows) are accumulated per chunk of rows in fp32 by the row kernels, written to one partial
 // row per chunk, and summed in chunk order by a finalize step here. Chunks depend only on
-// (N, D, L), never on the thread count or timing, so the results are bit-identical for any
-// OMP_NUM_THREADS.
+// (N, D, L) or the segments, never on the thread count or timing, so the results are
+// bit-identical for any OMP_NUM_THREADS.
 #include <omp.h>
 
 #include <algorithm>
@@ -97,12 +97,22 @@ void bwd(const AdalnParams& p, const RowKernels& k) {
   sh.mod_partials = !p.per_token && (p.dscale != nullptr || p.dshift != nullptr);
   sh.wb_partials = p.dweight != nullptr || p.dbias != nullptr;
 
-  // Chunks never straddle a sample, so a chunk's dscale / dshift partial has one owner.
-  sh.C = chunk_rows(D);
-  sh.L = p.per_token ? N : p.rows_per_sample;
+  // Chunks never straddle a sample (segment), so a chunk's dscale / dshift partial has one
+  // owner: group g's rows in chunks of C from its first row (a per-sample batch is the case
+  // of uniform segments; per-token, one group of all rows).
+  const int64_t C = chunk_rows(D);
   const int64_t groups = p.per_token ? (N > 0 ? 1 : 0) : p.batch;
-  sh.cps = sh.L > 0 ? (sh.L + sh.C - 1) / sh.C : 0;  // chunks per sample (group)
-  const int64_t K = groups * sh.cps;
+  std::vector<int64_t> group_chunks(size_t(groups + 1), 0);
+  std::vector<adaln_cpu::Chunk> chunks;
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t g0 = p.per_token ? 0 : adaln_cpu::segment_begin(p, g);
+    const int64_t g1 = p.per_token ? N : adaln_cpu::segment_begin(p, g + 1);
+    for (int64_t r = g0; r < g1; r += C) chunks.push_back({g, r, std::min(r + C, g1)});
+    group_chunks[size_t(g + 1)] = int64_t(chunks.size());
+  }
+  sh.chunks = chunks.data();
+  sh.group_chunks = group_chunks.data();
+  const int64_t K = int64_t(chunks.size());
   // Partial sums [slot][K][D]: slot 0 dscale, 1 dshift, 2 dweight, 3 dbias.
   const int64_t nslots = sh.wb_partials ? 4 : (sh.mod_partials ? 2 : 0);
   std::vector<float> part(size_t(nslots * K * D));
@@ -131,15 +141,17 @@ void bwd(const AdalnParams& p, const RowKernels& k) {
     }
     for (int64_t j = 0; j < D; ++j) out[j] = from_float<TO>(s[j]);
   };
-  // dscale / dshift row b ([B, D], mod_dtype) from sample b's chunks.
+  // dscale / dshift row b ([B, D], mod_dtype) from sample (segment) b's chunks; zero for an
+  // empty segment.
   auto fin_mod = [&](const float* slot, void* out, int64_t stride, int64_t b) {
     if (out == nullptr) return;
+    const int64_t k0 = group_chunks[size_t(b)], nk = group_chunks[size_t(b + 1)] - k0;
     if (p.mod_dtype == DType::F32)
-      finalize(slot, b * sh.cps, sh.cps, static_cast<float*>(out) + b * stride);
+      finalize(slot, k0, nk, static_cast<float*>(out) + b * stride);
     else if (p.mod_dtype == DType::BF16)
-      finalize(slot, b * sh.cps, sh.cps, static_cast<bf16_t*>(out) + b * stride);
+      finalize(slot, k0, nk, static_cast<bf16_t*>(out) + b * stride);
     else
-      finalize(slot, b * sh.cps, sh.cps, static_cast<f16_t*>(out) + b * stride);
+      finalize(slot, k0, nk, static_cast<f16_t*>(out) + b * stride);
   };
   if (!p.per_token) {
 #pragma omp parallel for schedule(static) if (p.batch * D > 16384)
@@ -167,6 +179,7 @@ void bwd(const AdalnParams& p, const RowKernels& k) {
 
 void adaln_fwd_cpu(const AdalnParams& p, CpuSimd path) {
   validate(p, AdalnPass::Fwd);
+  validate_segments(p);
   const RowKernels& k = kernels_for(path);
   if (p.rows == 0) return;
   fwd(p, k);
@@ -174,6 +187,7 @@ void adaln_fwd_cpu(const AdalnParams& p, CpuSimd path) {
 
 void adaln_bwd_cpu(const AdalnParams& p, CpuSimd path) {
   validate(p, AdalnPass::Bwd);
+  validate_segments(p);
   bwd(p, kernels_for(path));
 }
 

@@ -16,6 +16,17 @@ namespace adaln_cpu {
 // with zeros to round_up(D, kMaxLanes) + kMaxLanes, enough for a full-width load at any j < D.
 constexpr int64_t kMaxLanes = 16;
 
+// The sample or segment of [B, D] modulation that rows belong to: segment s is rows
+// [segment_begin(s), segment_begin(s + 1)), B uniform samples of L rows or, with cu_seqlens,
+// n segments of any lengths (a per-sample batch is the special case of uniform segments).
+inline int64_t segment_begin(const AdalnParams& p, int64_t s) {
+  return p.cu_seqlens ? adaln_cu_seqlen(p, s) : s * p.rows_per_sample;
+}
+// The segment holding row r (0 <= r < rows; empty segments hold none).
+inline int64_t segment_of(const AdalnParams& p, int64_t r) {
+  return p.cu_seqlens ? adaln_segment_of(p, r) : r / p.rows_per_sample;
+}
+
 // Read-only inputs of one forward call, shared by all threads.
 struct FwdShared {
   const AdalnParams* p = nullptr;
@@ -24,19 +35,25 @@ struct FwdShared {
   bool affine = false;       // weight or bias present
 };
 
+// A chunk of the backward: rows [r0, r1) of one group (a sample or segment; all rows when
+// per_token), whose reductions over rows it sums into one partial row per reduction.
+struct Chunk {
+  int64_t group = 0, r0 = 0, r1 = 0;
+};
+
 // One backward call: inputs, the chunk partition and the partial-sum rows it writes.
-// Chunk k covers rows [grp * L + (k % cps) * C, min(+C, (grp + 1) * L)), grp = k / cps.
+// Group g's rows are cut into chunks of C rows from its first row; its chunks are
+// [group_chunks[g], group_chunks[g + 1]) (none for an empty segment).
 struct BwdShared {
   const AdalnParams* p = nullptr;
   const float* w = nullptr;  // as in FwdShared
   const float* b = nullptr;
   bool has_w = false, affine = false;
-  bool mod_partials = false;  // per-sample dscale / dshift wanted: write ps, pt
-  bool wb_partials = false;   // dweight / dbias wanted: write pw, pb
-  int64_t C = 0;              // rows per chunk
-  int64_t L = 0;              // rows per group (a sample; all rows when per_token)
-  int64_t cps = 0;            // chunks per group
-  float* ps = nullptr;        // [K, D] fp32 partials of dscale, dshift, dweight, dbias
+  bool mod_partials = false;              // per-sample dscale / dshift wanted: write ps, pt
+  bool wb_partials = false;               // dweight / dbias wanted: write pw, pb
+  const Chunk* chunks = nullptr;          // [K]
+  const int64_t* group_chunks = nullptr;  // [groups + 1]
+  float* ps = nullptr;                    // [K, D] fp32 partials of dscale, dshift, dweight, dbias
   float* pt = nullptr;
   float* pw = nullptr;
   float* pb = nullptr;

@@ -105,7 +105,8 @@ AL_ROWS_TARGET void fwd_rows_t(const FwdShared& sh, int64_t r0, int64_t r1) {
   const V one = S::set1(1.f);
   const size_t n_buf = static_cast<size_t>(Dp);
   std::vector<float> buf(n_buf), A(n_buf), B(n_buf);
-  int64_t cached = -1;  // sample whose folded modulation is in A, B
+  int64_t cached = -1;         // sample (segment) whose folded modulation is in A, B
+  int64_t b = -1, b_end = r0;  // the sample (segment) of row r and its end row
   for (int64_t r = r0; r < r1; ++r) {
     float m, c, rstd;
     row_stats<S>(x + r * p.x_stride, buf.data(), D, p.eps, m, c, rstd);
@@ -115,7 +116,10 @@ AL_ROWS_TARGET void fwd_rows_t(const FwdShared& sh, int64_t r0, int64_t r1) {
     const bool nt_ok = aligned_for_stream<S>(yr);
     const V vm = S::set1(m), vc = S::set1(c), vr = S::set1(rstd);
     if (!p.per_token) {
-      const int64_t b = r / p.rows_per_sample;
+      while (r >= b_end) {  // the next non-empty segment (a search at the range's first row)
+        b = b < 0 ? segment_of(p, r) : b + 1;
+        b_end = segment_begin(p, b + 1);
+      }
       if (b != cached) {  // y = xhat * A + B with A = w (1 + s), B = b (1 + s) + t
         for (int64_t j = 0; j < D; j += W) {
           const int n = int(std::min<int64_t>(W, D - j));
@@ -180,9 +184,7 @@ AL_ROWS_TARGET void bwd_chunks_t(const BwdShared& sh, int64_t k0, int64_t k1) {
   float* ab = as + 3 * Dp;
   int64_t cached = -1;
   for (int64_t k = k0; k < k1; ++k) {
-    const int64_t grp = k / sh.cps;
-    const int64_t r0 = grp * sh.L + (k % sh.cps) * sh.C;
-    const int64_t r1 = std::min(r0 + sh.C, (grp + 1) * sh.L);
+    const int64_t grp = sh.chunks[k].group, r0 = sh.chunks[k].r0, r1 = sh.chunks[k].r1;
     std::fill(acc.begin(), acc.end(), 0.f);
     if (!p.per_token && grp != cached) {
       for (int64_t j = 0; j < D; j += W) {

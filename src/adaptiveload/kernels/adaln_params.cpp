@@ -72,7 +72,20 @@ void check_common(const AdalnParams& p, bool allow_f64 = false) {
     s << "(" << p.eps << ") must be finite and >= 0";
     fail("eps", s.str());
   }
-  if (!p.per_token) {
+  if (p.cu_seqlens != nullptr) {
+    if (p.per_token)
+      fail("cu_seqlens",
+           "is set but per_token is true; segments index [n, D] modulation (one row a "
+           "segment), per-token modulation has a row for every row of x: set one of them");
+    if (p.rows_per_sample != 0)
+      fail("rows_per_sample", "(" + num(p.rows_per_sample) +
+                                  ") must be 0 with cu_seqlens (segment i is rows cu_seqlens[i] "
+                                  ".. cu_seqlens[i + 1] - 1, of any length)");
+    if (p.batch < 0) fail("batch", "(" + num(p.batch) + ") must be >= 0 (the number of segments)");
+    if (p.rows > 0 && p.batch == 0)
+      fail("batch", "is 0 but rows is " + num(p.rows) +
+                        "; with cu_seqlens, batch is the number of segments, which cover the rows");
+  } else if (!p.per_token) {
     if (p.batch < 0) fail("batch", "(" + num(p.batch) + ") must be >= 0");
     if (p.rows_per_sample < 0)
       fail("rows_per_sample", "(" + num(p.rows_per_sample) + ") must be >= 0");
@@ -137,5 +150,35 @@ void validate(const AdalnParams& p) {
 void validate(const AdalnParams& p, AdalnPass pass) { validate_pass(p, pass, false); }
 
 void validate_reference(const AdalnParams& p, AdalnPass pass) { validate_pass(p, pass, true); }
+
+void validate_segments(const AdalnParams& p) {
+  if (p.cu_seqlens == nullptr) return;
+  const int64_t n = p.batch;
+  auto at = [&](int64_t i) { return "cu_seqlens[" + num(i) + "]"; };
+  if (adaln_cu_seqlen(p, 0) != 0)
+    fail(at(0),
+         "(" + num(adaln_cu_seqlen(p, 0)) + ") must be 0: the first segment starts at row 0");
+  for (int64_t i = 1; i <= n; ++i) {
+    const int64_t a = adaln_cu_seqlen(p, i - 1), b = adaln_cu_seqlen(p, i);
+    if (b < a)
+      fail(at(i), "(" + num(b) + ") < " + at(i - 1) + " (" + num(a) +
+                      "): segment offsets must ascend (equal offsets make an empty segment)");
+  }
+  if (adaln_cu_seqlen(p, n) != p.rows)
+    fail(at(n), "(" + num(adaln_cu_seqlen(p, n)) + ") must equal rows (" + num(p.rows) +
+                    "): the segments cover every row of x");
+}
+
+int64_t adaln_segment_of(const AdalnParams& p, int64_t r) {
+  int64_t lo = 0, hi = p.batch - 1;  // the answer is in [lo, hi]
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (adaln_cu_seqlen(p, mid) <= r)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
 
 }  // namespace adaptiveload

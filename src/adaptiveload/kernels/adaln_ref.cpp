@@ -63,13 +63,17 @@ void load_stats(const AdalnParams& p, int64_t r, double& mean, double& rstd) {
   rstd = f64 ? p.rstd_f64[r] : p.rstd[r];
 }
 
-// Row of the modulation tensor that row r of x uses.
-int64_t mod_row(const AdalnParams& p, int64_t r) { return p.per_token ? r : r / p.rows_per_sample; }
+// Row of the modulation tensor that row r of x uses: its own, its sample's or its segment's.
+int64_t mod_row(const AdalnParams& p, int64_t r) {
+  if (p.per_token) return r;
+  return p.cu_seqlens ? adaln_segment_of(p, r) : r / p.rows_per_sample;
+}
 
 }  // namespace
 
 void adaln_fwd_ref(const AdalnParams& p) {
   validate_reference(p, AdalnPass::Fwd);
+  validate_segments(p);
   const int64_t D = p.dim;
   for (int64_t r = 0; r < p.rows; ++r) {
     const int64_t xo = r * p.x_stride;
@@ -97,9 +101,10 @@ void adaln_fwd_ref(const AdalnParams& p) {
 
 void adaln_bwd_ref(const AdalnParams& p) {
   validate_reference(p, AdalnPass::Bwd);
+  validate_segments(p);
   const int64_t D = p.dim;
   const int64_t mod_rows = p.per_token ? p.rows : p.batch;
-  // Per-sample sums over rows; per-token rows are written directly.
+  // Per-sample (per-segment) sums over rows; per-token rows are written directly.
   std::vector<double> dscale(p.per_token ? 0 : size_t(mod_rows * D), 0.0);
   std::vector<double> dshift(dscale.size(), 0.0);
   std::vector<double> dweight(static_cast<size_t>(D), 0.0), dbias(static_cast<size_t>(D), 0.0);
