@@ -9,6 +9,7 @@
 
 #include "adaln_bwd_kernels.cuh"
 #include "adaln_launch.cuh"
+#include "adaln_seg_kernels.cuh"
 #include "adaln_static_switch.h"
 
 namespace adaptiveload {
@@ -18,6 +19,7 @@ namespace adaln_cuda {
 // make_layout gives the affine backward two vectors a thread instead).
 template <typename T, typename TM, typename Fn>
 void visit_bwd_kernel(const KernelVariant& v, Fn&& fn) {
+  if (v.family == KernelFamily::Seg) return fn(adaln_bwd_seg_kernel<T, TM>);  // affine at run time
   AL_BOOL_SWITCH(v.affine, AFFINE, [&] {
     if (v.family == KernelFamily::Loop) return fn(adaln_bwd_loop_kernel<T, TM, AFFINE>);
     AL_BOOL_SWITCH(v.sample_teams, ST, [&] {

@@ -166,7 +166,7 @@ AdalnCudaBwdPlan adaln_bwd_cuda_plan(const AdalnParams& p) {
     r.finalize_mode = lp.fin.mode;
     r.finalize_segments = lp.fin.nseg;
     r.finalize_blocks = lp.fin.ntiles * lp.fin.nseg;
-    r.partial_bytes = 2 * 2 * c.chunks * p.dim * int64_t(sizeof(float));
+    r.partial_bytes = 2 * 2 * adaln_cuda::partial_rows(p, c) * p.dim * int64_t(sizeof(float));
   }
   return r;
 }

@@ -7,6 +7,11 @@
 // stream; they throw std::invalid_argument for bad params (validate() plus the limits
 // below) and std::runtime_error when a launch fails.
 //
+// Segments (p.cu_seqlens, a device pointer): the kernels read the offsets on the device and
+// never check them (that would synchronise): the caller makes sure they ascend from 0 to rows
+// (the torch binding checks them); with bad offsets the results are wrong, but no read or
+// write leaves the tensors and every launch ends.
+//
 // Limits of the CUDA path: mod_dtype is F32 or equal to x_dtype (weight_dtype may be any);
 // dim <= adaln_cuda_max_dim() (2^31 - 9: 32-bit columns; rows wider than 8192 take looped
 // kernels). Any int64 row count (grid-stride loops), any strides >= dim and any element-
@@ -55,10 +60,12 @@ void adaln_bwd_cuda(const AdalnParams& p, void* stream);
 struct AdalnCudaBwdPlan {
   int team = 0;                   // threads a row
   int vectors_per_thread = 0;     // 0: the looped kernels (D > 8192)
-  int64_t chunks = 0;             // chunks of rows: two fp32 [D] partial rows each
+  int64_t chunks = 0;             // chunks of rows: two fp32 [D] partial rows each (with
+                                  // segments, one pair a piece: chunks + segments - 1 at most)
   int64_t rows_per_chunk = 0;     // at most (the last chunk of a sample may be short)
   int64_t blocks = 0;             // backward kernel blocks
-  int finalize_mode = -1;         // 0 sum over chunks, 1 per-sample, 2 split samples; -1 none
+  int finalize_mode = -1;         // 0 sum over chunks, 1 per-sample, 2 split samples,
+                                  // 3 segments (cu_seqlens); -1 none
   int64_t finalize_segments = 0;  // row segments of the finalize (blocks: x column tiles)
   int64_t finalize_blocks = 0;    // 0 when no finalize runs
   int64_t partial_bytes = 0;      // workspace traffic of the partial rows (written + read)

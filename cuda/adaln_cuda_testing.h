@@ -58,6 +58,9 @@ class DeviceMirror {
     dp.shift = mirror(hp.shift, span(mod_rows, hp.shift_stride, D), em, false);
     dp.weight = mirror(hp.weight, size_t(D), ew, false);
     dp.bias = mirror(hp.bias, size_t(D), ew, false);
+    shift_ = 0;  // offsets stay aligned
+    dp.cu_seqlens = mirror(hp.cu_seqlens, size_t(hp.batch + 1), hp.cu_seqlens_i64 ? 8 : 4, false);
+    shift_ = shift;
     dp.mean = static_cast<float*>(mirror(hp.mean, size_t(N), 4, !bwd));
     dp.rstd = static_cast<float*>(mirror(hp.rstd, size_t(N), 4, !bwd));
     if (!bwd) {

@@ -216,6 +216,12 @@ __device__ __forceinline__ void team_sum(float (&v)[N], int ts, float (*red)[32]
   }
 }
 
+// Offset i (0 <= i <= n) of the device cu_seqlens (segments), int32 or int64.
+__device__ __forceinline__ int64_t cu_at(const AdalnParams& p, int64_t i) {
+  if (p.cu_seqlens_i64) return int64_t(__ldg(static_cast<const long long*>(p.cu_seqlens) + i));
+  return int64_t(__ldg(static_cast<const int*>(p.cu_seqlens) + i));
+}
+
 // The finalize's tickets start at zero: block 0 of the backward kernel, which runs before
 // the finalize on the same stream, clears them (the workspace comes uninitialised).
 __device__ __forceinline__ void zero_tickets(const Args& a) {

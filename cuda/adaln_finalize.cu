@@ -35,13 +35,20 @@ namespace {
 //               sum_b (1 + s_b) S2_b;
 //   kFinSplit   per-sample, many chunks a sample (few samples): segment s = chunks
 //               [j span, (j + 1) span) of sample s / nsg (j = s % nsg); the last block then
-//               does the kFinSamples work over the segments (nsg rows a sample).
+//               does the kFinSamples work over the segments (nsg rows a sample);
+//   kFinSegments cu_seqlens: segment s = cu_seqlens segments [s span, (s + 1) span), in
+//               order; segment g's partial slots, [k0 + g, k1 + g] for its chunks k0 .. k1
+//               (adaln_seg_kernels.cuh), are summed by the block's 16 phases into dshift =
+//               S1, dscale = w S2 + b S1, and (1 + scale_g) S1, (1 + scale_g) S2 added up
+//               over the segments for dbias, dweight.
 
 struct FinArgs {
   AdalnParams p;
   FinPlan f;
   int64_t K, cps, groups;  // chunks, chunks a sample, samples (1 per-token)
-  const float *p1, *p2;    // [K, D] chunk partials S1, S2
+  int64_t chunk_rows;      // kFinSegments: rows a chunk (the segment kernels' grid)
+  int64_t slots;           // rows of p1, p2
+  const float *p1, *p2;    // [slots, D] chunk (piece) partials S1, S2
   float *q1, *q2;          // [nseg, D] segment sums (nseg > 1)
   unsigned* ticket;        // [ntiles], zeroed by the backward kernel (nseg > 1)
 };
@@ -105,6 +112,44 @@ __device__ __forceinline__ void fin_samples(const FinArgs& f, const float* a, co
   fin_combine(sm, m1, m2, t1, t2);
 }
 
+// Segments [g0, g1) of cu_seqlens: each one's slots summed in slot order by the block's 16
+// phases (fin_rows), its dshift and dscale written, and (1 + scale_g) S1_g, (1 + scale_g) S2_g
+// added up into t1, t2 in segment order. An empty segment has no slots (zero). The slots are
+// clamped to [0, slots): offsets that are not valid give wrong sums, never a bad read.
+__device__ __forceinline__ void fin_segments(const FinArgs& f, int64_t g0, int64_t g1, int64_t j,
+                                             float (*sm)[16][33], float& t1, float& t2) {
+  const AdalnParams& p = f.p;
+  const int64_t D = p.dim;
+  const bool total = p.dweight || p.dbias;
+  float w = 1.f, bb = 0.f;
+  if (j < D) {
+    if (p.weight) w = ld_any(p.weight, p.weight_dtype, j);
+    if (p.bias) bb = ld_any(p.bias, p.weight_dtype, j);
+  }
+  float m1 = 0.f, m2 = 0.f;
+  for (int64_t g = g0; g < g1; ++g) {  // uniform per block
+    const int64_t b0 = cu_at(p, g), b1 = cu_at(p, g + 1);
+    int64_t k0 = 0, k1 = 0;
+    if (b1 > b0 && b0 >= 0) {
+      k0 = min64(b0 / f.chunk_rows + g, f.slots);
+      k1 = min64((b1 - 1) / f.chunk_rows + g + 1, f.slots);
+    }
+    float s1, s2;
+    fin_rows(f.p1, f.p2, k0, k1, D, j, sm, s1, s2);
+    if (threadIdx.y == 0 && j < D) {
+      if (p.dshift) st_any(p.dshift, p.mod_dtype, g * p.dshift_stride + j, s1);
+      if (p.dscale) st_any(p.dscale, p.mod_dtype, g * p.dscale_stride + j, w * s2 + bb * s1);
+    }
+    if (total && j < D) {
+      const float sc = 1.f + ld_any(p.scale, p.mod_dtype, g * p.scale_stride + j);
+      m1 += sc * s1;
+      m2 += sc * s2;
+    }
+  }
+  t1 = m1;
+  t2 = m2;
+}
+
 __global__ void __launch_bounds__(kFinalizeThreads) adaln_finalize_kernel(const FinArgs f) {
   __shared__ float sm[2][16][33];
   __shared__ int last;
@@ -114,6 +159,9 @@ __global__ void __launch_bounds__(kFinalizeThreads) adaln_finalize_kernel(const 
   float t1, t2;  // this segment's dbias, dweight sums (kFinSplit: its raw S1, S2)
   if (pl.mode == kFinRows) {
     fin_rows(f.p1, f.p2, s * pl.span, min64(f.K, (s + 1) * pl.span), D, j, sm, t1, t2);
+  } else if (pl.mode == kFinSegments) {
+    fin_segments(f, s * pl.span, min64(p.batch, (s + 1) * pl.span), j, sm, t1, t2);
+    if (!p.dweight && !p.dbias) return;
   } else if (pl.mode == kFinSamples) {
     fin_samples(f, f.p1, f.p2, f.cps, s * pl.span, min64(f.groups, (s + 1) * pl.span), j, sm, t1,
                 t2);
@@ -153,6 +201,8 @@ void launch_finalize(const Args& a, const FinPlan& f, cudaStream_t st) {
                    a.c.chunks,
                    a.c.chunks_per_group,
                    p.per_token ? 1 : p.batch,
+                   a.c.chunk_rows,
+                   partial_rows(p, a.c),
                    ws + a.off_t,
                    ws + a.off_s,
                    ws + q,

@@ -7,6 +7,7 @@
 
 #include "adaln_fwd_kernels.cuh"
 #include "adaln_launch.cuh"
+#include "adaln_seg_kernels.cuh"
 #include "adaln_static_switch.h"
 
 namespace adaptiveload {
@@ -16,6 +17,7 @@ namespace adaln_cuda {
 template <typename T, typename TM, typename Fn>
 void visit_fwd_kernel(const KernelVariant& v, Fn&& fn) {
   if (v.family == KernelFamily::Loop) return fn(adaln_fwd_loop_kernel<T, TM>);
+  if (v.family == KernelFamily::Seg) return fn(adaln_fwd_seg_kernel<T, TM>);
   AL_BOOL_SWITCH(v.sample_teams, ST, [&] {
     if (v.family == KernelFamily::Wide) return fn(adaln_fwd_wide_kernel<T, TM, ST>);
     AL_VPT_SWITCH(v.vectors_per_thread, VPT, [&] { fn(adaln_fwd_kernel<T, TM, VPT, ST>); });

@@ -38,6 +38,11 @@ KernelVariant kernel_variant(const Cfg& c, bool bwd, bool affine) {
   v.backward = bwd;
   v.affine = bwd && affine;
   v.vectors_per_thread = c.vectors_per_thread;
+  if (c.segments) {  // affine or not at run time: one kernel a dtype pair
+    v.family = KernelFamily::Seg;
+    v.affine = false;
+    return v;
+  }
   if (c.vectors_per_thread == 0) {
     v.family = KernelFamily::Loop;
     return v;
@@ -54,6 +59,8 @@ int launch_bound(const KernelVariant& v) {
 int block_threads(const Cfg& c) { return c.team_size * c.teams_per_block; }
 
 size_t dynamic_smem(const AdalnParams& p, const Cfg& c, bool bwd) {
+  if (bwd && c.segments && c.teams_per_block > 1)
+    return size_t(c.teams_per_block) * size_t(p.dim) * sizeof(float);
   if (!bwd || c.vectors_per_thread == 0) return 0;
   const size_t teams = size_t(c.teams_per_block);
   const size_t rows =
@@ -77,7 +84,15 @@ Cfg make_layout(const AdalnParams& p, bool bwd) {
   Cfg c;
   const int64_t nvec = (p.dim + kEpv - 1) / kEpv;
   const bool affine = p.weight || p.bias;
-  if (nvec > int64_t(kWideTeam)) {  // looped kernels: one team of kMaxTeam a block
+  if (p.cu_seqlens) {
+    // The segment kernels: a team of up to 512 threads a row looping over its vectors, so
+    // that one vector a thread covers D <= 4096 (held in registers); beyond, the team is
+    // the block (the backward's accumulators past the first vector rely on that).
+    c.segments = true;
+    c.vectors_per_thread = 0;
+    c.team_size = nvec <= 32 ? pow2_ceil(int(std::max<int64_t>(nvec, 1)))
+                             : int(std::min<int64_t>(kMaxTeam, (nvec + 31) / 32 * 32));
+  } else if (nvec > int64_t(kWideTeam)) {  // looped kernels: one team of kMaxTeam a block
     c.team_size = kMaxTeam;
     c.vectors_per_thread = 0;
   } else if (nvec > int64_t(kMaxTeam) && !(bwd && affine)) {
@@ -114,9 +129,10 @@ constexpr int64_t kPartialShare = 8;
 void make_chunks(const AdalnParams& p, int64_t G, bool bwd, Cfg& c) {
   const int64_t N = p.rows;
   const int64_t teams = c.teams_per_block;
+  const bool one_group = p.per_token || c.segments;  // segments: one grid of chunks
   c.max_blocks = std::max<int64_t>(G, 1);
-  c.group_rows = p.per_token ? N : p.rows_per_sample;
-  c.groups = p.per_token ? (N > 0 ? 1 : 0) : p.batch;
+  c.group_rows = one_group ? N : p.rows_per_sample;
+  c.groups = one_group ? (N > 0 ? 1 : 0) : p.batch;
   const int64_t L = c.group_rows;
   int64_t R = std::clamp<int64_t>(cdiv(N, c.max_blocks * teams), 1, 256);
   if (bwd && N > 0) {
@@ -127,7 +143,7 @@ void make_chunks(const AdalnParams& p, int64_t G, bool bwd, Cfg& c) {
     R = std::clamp<int64_t>(std::max(R, cdiv(std::min(cmin, spread), teams)), 1, 256);
   }
   c.samples_per_chunk = 0;
-  if (!p.per_token && c.vectors_per_thread > 0 && L >= 1 && L < teams * R) {
+  if (!one_group && c.vectors_per_thread > 0 && L >= 1 && L < teams * R) {
     // Samples shorter than the chunk wanted: chunks of whole samples, one team a sample,
     // instead of chunks cut at every sample (idle teams, a pair of partial rows a sample).
     const int64_t per_team = std::clamp<int64_t>(cdiv(R, L), 1, std::max<int64_t>(1, 256 / L));
@@ -263,6 +279,13 @@ FinPlan fin_plan(const AdalnParams& p, const Cfg& c) {
     const int64_t hi = std::max<int64_t>(1, std::min<int64_t>({cdiv(rows, 16), most, 65535}));
     return std::clamp<int64_t>(std::max(want, cdiv(rows, 256)), 1, hi);
   };
+  if (c.segments) {  // whole segments a finalize segment, as kFinSamples
+    const int64_t n = p.batch, slots = partial_rows(p, c);
+    f.mode = kFinSegments;
+    f.span = std::max<int64_t>(1, cdiv(n, segments(slots, n)));
+    f.nseg = n > 0 ? cdiv(n, f.span) : 1;
+    return f;
+  }
   if (p.per_token || c.samples_per_chunk > 0) {  // sample teams: dscale / dshift written already
     f.mode = kFinRows;
     f.span = std::max<int64_t>(1, cdiv(K, segments(K, K)));
@@ -294,15 +317,19 @@ int64_t ws_layout(const AdalnParams& p, const Cfg& c, const FinPlan& f, Args& a)
   const bool total = p.dweight || p.dbias;
   if (!(p.per_token || c.samples_per_chunk > 0 ? total : (total || p.dscale || p.dshift))) return 0;
   int64_t n = 0;
-  const int64_t slot = c.chunks * p.dim;
+  const int64_t slot = partial_rows(p, c) * p.dim;
   a.off_t = n, n += slot;
   a.off_s = n, n += slot;
-  if (f.nseg > 1 && (f.mode != kFinSamples || total)) {
+  if (f.nseg > 1 && ((f.mode != kFinSamples && f.mode != kFinSegments) || total)) {
     a.off_q = n, n += 2 * f.nseg * p.dim;
     a.off_k = n, n += f.ntiles;  // unsigned, one a float slot
     a.ntk = f.ntiles;
   }
   return n;
+}
+
+int64_t partial_rows(const AdalnParams& p, const Cfg& c) {
+  return c.segments && c.chunks > 0 ? c.chunks + p.batch - 1 : c.chunks;
 }
 
 LaunchPlan plan_launch(const AdalnParams& p, bool bwd, const DeviceProps& dev) {

@@ -58,6 +58,10 @@ struct Cfg {
   // writes each sample's dscale / dshift from the team's registers and keeps one pair of
   // partial rows a chunk for dweight / dbias. 0: chunks of rows (above).
   int64_t samples_per_chunk = 0;
+  // Segments (cu_seqlens): the segment kernels (adaln_seg_kernels.cuh), one group of all rows
+  // in chunks of chunk_rows, each chunk walked piece by piece (its runs of rows in one
+  // segment); team_size threads a row looping over its vectors (vectors_per_thread 0).
+  bool segments = false;
 };
 
 // The kernels' parameters (forward and backward kernels alike).
@@ -75,17 +79,17 @@ struct Args {
 
 // The kernel families (one .cuh each): rows in one team's registers (adaln_*_kernel), one
 // vector a thread in teams of up to kWideTeam (adaln_*_wide_kernel), rows looped over by
-// a block (adaln_*_loop_kernel).
-enum class KernelFamily : int { Rows = 0, Wide = 1, Loop = 2 };
+// a block (adaln_*_loop_kernel), segments of any lengths (adaln_*_seg_kernel).
+enum class KernelFamily : int { Rows = 0, Wide = 1, Loop = 2, Seg = 3 };
 
 // One kernel instantiation, less its dtypes: what kernel_variant picks for a Cfg and what
 // visit_fwd_kernel / visit_bwd_kernel (adaln_{fwd,bwd}_launch_template.cuh) turn into a kernel.
 struct KernelVariant {
   bool backward = false;
   KernelFamily family = KernelFamily::Rows;
-  int vectors_per_thread = 1;  // Rows: 1 or 2; Wide: 1; Loop: 0
+  int vectors_per_thread = 1;  // Rows: 1 or 2; Wide: 1; Loop, Seg: 0
   bool sample_teams = false;   // Rows, Wide: Cfg::samples_per_chunk > 0
-  bool affine = false;         // backward Rows, Loop: weight or bias given
+  bool affine = false;         // backward Rows, Loop: weight or bias given (Seg: at run time)
 };
 bool operator==(const KernelVariant& a, const KernelVariant& b);
 
@@ -96,7 +100,8 @@ int launch_bound(const KernelVariant& v);
 // Threads a block, and dynamic shared memory of the backward kernels (the teams' partial
 // rows: [rpb][D] when rpb > 1, with sample teams and dweight / dbias two a team
 // [rpb][2][D], up to 64 KiB at D = 8192, one team a block; the wide kernels' accumulators
-// [2][8][ts]); 0 for the forward and the looped kernels.
+// [2][8][ts]; the segment kernels' teams' sums [rpb][D] when rpb > 1, at most 8 KiB); 0 for
+// the forward and the looped kernels.
 int block_threads(const Cfg& c);
 size_t dynamic_smem(const AdalnParams& p, const Cfg& c, bool bwd);
 // Blocks of the launched grid: every chunk, at most the resident blocks.
@@ -133,8 +138,10 @@ RowMap row_map(const AdalnParams& p, const Cfg& c, bool bwd);
 //   kFinRows    per-token (or sample teams): segment s = chunk rows [s span, (s + 1) span);
 //   kFinSamples per-sample, few chunks a sample: segment s = samples [s span, (s + 1) span);
 //   kFinSplit   per-sample, many chunks a sample (few samples): segment s = chunks
-//               [j span, (j + 1) span) of sample s / nsg (j = s % nsg).
-enum FinMode : int { kFinRows = 0, kFinSamples = 1, kFinSplit = 2 };
+//               [j span, (j + 1) span) of sample s / nsg (j = s % nsg);
+//   kFinSegments cu_seqlens: segment s = cu_seqlens segments [s span, (s + 1) span), each
+//               one's partial slots (found from cu_seqlens) summed by the block's 16 phases.
+enum FinMode : int { kFinRows = 0, kFinSamples = 1, kFinSplit = 2, kFinSegments = 3 };
 struct FinPlan {
   int mode = kFinRows;
   int64_t ntiles = 0;  // column tiles of 32 (grid x)
@@ -146,6 +153,9 @@ FinPlan fin_plan(const AdalnParams& p, const Cfg& c);
 
 // Workspace slot offsets (floats) into a; returns the total floats.
 int64_t ws_layout(const AdalnParams& p, const Cfg& c, const FinPlan& f, Args& a);
+// Partial rows of each of the backward's two accumulators ([K, D] slots): one a chunk, or
+// with segments one a piece, chunks + n - 1 at most (the segment kernels' slot k + s).
+int64_t partial_rows(const AdalnParams& p, const Cfg& c);
 
 // Everything a call launches: kernel arguments (row map and workspace slots filled in),
 // the kernel variant and the finalize plan.

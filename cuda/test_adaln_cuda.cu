@@ -510,6 +510,83 @@ void test_sample_teams() {
   AL_CHECK(pl.samples_per_chunk > 0 && pl.blocks > 1, big.name() << ": " << pl.blocks << " blocks");
 }
 
+// Segment-indexed modulation (cu_seqlens, the segment kernels): against the fp64 reference
+// run per token on the modulation the segments expand to, dscale / dshift summed per segment
+// (adaln_check). Segments of length 0 (first, between, last), 1 and many; n = 1; D from 1 to
+// 16,384 incl. primes (one vector a thread up to 4096, then the block's team looping, the
+// backward's sums past the first vector in the workspace); int32 and int64 offsets; small D
+// (many teams a block: the teams' sums combined through shared memory). Then on one
+// emulated SM (every block walks many chunks, long segments over many chunks, chunks of
+// many pieces), the finalize's segments and tickets (many segments), and run-to-run bits.
+void test_segments() {
+  std::vector<AdalnCase> cs;
+  for (const AdalnCase& c : combos())
+    if (!c.per_token) cs.push_back(c);
+  const std::vector<std::vector<int64_t>> shapes = {
+      {23}, {0, 5, 0, 1, 30, 0}, {1, 1, 1, 1, 1, 1, 1, 1, 1}, {3, 0, 1, 90, 2, 41}};
+  const std::vector<int64_t> dims =
+      g_small
+          ? std::vector<int64_t>{13, 1536, 16384}
+          : std::vector<int64_t>{1, 2, 7, 13, 64, 127, 257, 1023, 1536, 4099, 8191, 12289, 16384};
+  uint64_t seed = 2500;
+  auto check = [&](const AdalnCase& c) {
+    auto r = adaln_check::check_adaln_fwd(c, run_fwd_cuda);
+    AL_CHECK(r.ok, c.name() << "\n" << r.report);
+    r = adaln_check::check_adaln_bwd(c, run_bwd_cuda);
+    AL_CHECK(r.ok, c.name() << "\n" << r.report);
+  };
+  auto seg = [&](size_t combo, std::vector<int64_t> lens, int64_t D, bool i64) {
+    AdalnCase c = shaped(cs[combo % cs.size()], 1, 1, D, seed++);
+    c.segments = std::move(lens);
+    c.seg_i64 = i64;
+    return c;
+  };
+  for (size_t i = 0; i < dims.size(); ++i)
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      if ((g_small && k != (i + 1) % shapes.size()) || (dims[i] > 4099 && k == 3)) continue;
+      check(seg(i * 4 + k, shapes[k], dims[i], (i + k) % 2 == 0));
+    }
+  // The plan: the segment kernels' finalize, and a workspace of chunks + n - 1 slot pairs.
+  const AdalnCase pc = seg(1, {0, 40, 0, 300, 5}, 1536, true);
+  AdalnParams pp = plan_params(pc);
+  pp.cu_seqlens = &pp;  // a non-null pointer: the plan never reads the offsets
+  const AdalnCudaBwdPlan pl = adaln_bwd_cuda_plan(pp);
+  AL_CHECK(pl.finalize_mode == 3 && pl.partial_bytes == 2 * 2 * (pl.chunks + 4) * 1536 * 4,
+           "segments: finalize mode " << pl.finalize_mode << ", " << pl.chunks << " chunks, "
+                                      << pl.partial_bytes << " partial bytes");
+  if (g_small) return;
+  // The finalize cut into segments (many cu_seqlens segments, dweight / dbias: tickets).
+  std::vector<int64_t> many;
+  for (int i = 0; i < 300; ++i) many.push_back(i % 7 == 3 ? 0 : 1 + i % 5);
+  check(seg(1, many, 64, true));
+  check(seg(4, many, 33, false));
+#ifdef __CUDA_EMU__
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  cuda_emu::set_sms(1);
+#endif
+  // One SM: a block walks many chunks; segments over many chunks and chunks of many pieces.
+  check(seg(5, {700, 0, 3, 1, 1, 400, 0}, 64, true));
+  check(seg(3, {1, 600, 2, 0, 250}, 1500, false));
+  check(seg(1, {0, 90, 1, 40}, 6000, true));
+  check(seg(7, {30, 0, 17}, 12289, true));
+#ifdef __CUDA_EMU__
+  cuda_emu::set_sms(sms);
+#endif
+  // Run to run: the same bits.
+  const AdalnCase dc = seg(3, {0, 411, 1, 0, 900, 2, 300}, 1536, true);
+  std::vector<unsigned char> first;
+  for (int run = 0; run < 2; ++run) {
+    AdalnProblem pr(dc);
+    run_fwd_cuda(pr.params());
+    run_bwd_cuda(pr.params());
+    if (run == 0)
+      first = outputs(pr);
+    else
+      AL_CHECK(outputs(pr) == first, dc.name() << ": run 1 differs from run 0");
+  }
+}
+
 // A CUDA error left pending by earlier work is reported as such, not as an adaLN launch
 // failure, and does not fail the next call.
 void test_pending_error() {
@@ -558,6 +635,7 @@ const CudaTest kTests[] = {
     {"finalize", test_finalize, true},
     {"partial_traffic", test_partial_traffic, true},
     {"sample_teams", test_sample_teams, true},
+    {"segments", test_segments, true},
     {"pending_error", test_pending_error, true},
 };
 

@@ -266,3 +266,70 @@ TEST(AdalnLaunchPlan, CudaLimits) {
   p.dim = max_dim() + 1;
   EXPECT_THROW(check_cuda_limits(p), std::invalid_argument);
 }
+
+// Segments (cu_seqlens): the segment kernels over one grid of chunks, whatever the offsets
+// (the plan never reads them): a team of up to 512 threads looping over its vectors, more
+// than one team a block only when each thread has one vector (the backward's sums past the
+// first vector are the piece's workspace rows, written by one team), chunks covering every
+// row, chunks + n - 1 partial slot pairs, the kFinSegments finalize.
+TEST(AdalnLaunchPlan, SegmentPlansKeepTheSegmentKernelsInvariants) {
+  static const int64_t cu_dummy[1] = {0};
+  int plans = 0;
+  for (int64_t sms : {0, 1, 132})
+    for (int64_t N : {0, 1, 37, 5000, 70000})
+      for (int64_t n : {1, 5, 300})
+        for (int64_t D : {1, 7, 8, 9, 64, 255, 257, 1536, 4096, 4097, 8192, 12289, 16384})
+          for (int mode = 0; mode < 8; ++mode) {
+            const bool bwd = mode & 1, affine = mode & 2, reduce = mode & 4;
+            if (!bwd && reduce) continue;
+            AdalnParams p = shape(1, N, D, false, bwd, affine, reduce);
+            p.batch = n;
+            p.rows_per_sample = 0;
+            p.cu_seqlens = cu_dummy;
+            FakeDevice dev;
+            dev.sms = sms;
+            const LaunchPlan lp = plan_launch(p, bwd, dev.props());
+            const Cfg& c = lp.args.c;
+            SCOPED_TRACE(name(p, bwd) + " n=" + std::to_string(n) + " sms=" + std::to_string(sms));
+            ++plans;
+            EXPECT_TRUE(c.segments);
+            EXPECT_EQ(lp.variant.family, KernelFamily::Seg);
+            EXPECT_LE(block_threads(c), launch_bound(lp.variant));
+            const int64_t nvec = (D + kEpv - 1) / kEpv;
+            int64_t team = 1;  // a power of two up to a warp, then warps up to 512
+            while (team < nvec && team < 32) team <<= 1;
+            if (nvec > 32) team = std::min<int64_t>(512, (nvec + 31) / 32 * 32);
+            EXPECT_EQ(c.team_size, team);
+            if (c.teams_per_block > 1) {
+              EXPECT_LE(lp.args.m.count, c.team_size);
+            }
+            EXPECT_LE(dynamic_smem(p, c, bwd), size_t(8 * 1024));
+            EXPECT_EQ(c.chunk_rows, c.teams_per_block * c.rows_per_team);
+            EXPECT_GE(c.chunks * c.chunk_rows, N);
+            EXPECT_LT((c.chunks - 1) * c.chunk_rows, std::max<int64_t>(N, 1));
+            if (N > 0) {
+              EXPECT_LE(grid_blocks(c), c.chunks);
+            }
+            const Args& a = lp.args;
+            if (!bwd || !reduce) {
+              EXPECT_EQ(lp.workspace_floats, 0);
+              continue;
+            }
+            EXPECT_EQ(lp.fin.mode, kFinSegments);
+            EXPECT_GE(lp.fin.nseg, 1);
+            EXPECT_LE(lp.fin.nseg, n);
+            EXPECT_GE(lp.fin.nseg * lp.fin.span, n);
+            const int64_t slots = N > 0 ? c.chunks + n - 1 : 0;
+            EXPECT_EQ(partial_rows(p, c), slots);
+            ASSERT_EQ(a.off_t, 0);
+            EXPECT_EQ(a.off_s, slots * D);
+            int64_t end = a.off_s + slots * D;
+            if (a.off_q >= 0) {
+              EXPECT_TRUE(affine);  // segment rows only to add dweight / dbias
+              EXPECT_EQ(a.off_q, end);
+              end = a.off_q + 2 * lp.fin.nseg * D + lp.fin.ntiles;
+            }
+            EXPECT_EQ(lp.workspace_floats, end);
+          }
+  EXPECT_GT(plans, 2000);
+}
