@@ -10,7 +10,8 @@ from .ops import fused_adaln
 class AdaLayerNormModulate(torch.nn.Module):
     """adaLN of a DiT block: LayerNorm(x) * (1 + scale) + shift, fused.
 
-    forward(x, shift, scale): shapes as in adaptiveload.fused_adaln. With
+    forward(x, shift, scale, cu_seqlens=None): shapes as in adaptiveload.fused_adaln (with
+    cu_seqlens, x [N, D] is a packed batch and shift / scale [n, D] one row a segment). With
     elementwise_affine=True the LayerNorm has a learnable weight (ones) and bias (zeros)
     applied before the modulation, as in CogVideoX; Wan 2.1 uses elementwise_affine=False.
     """
@@ -35,7 +36,9 @@ class AdaLayerNormModulate(torch.nn.Module):
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
 
-    def forward(self, x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, cu_seqlens: Optional[torch.Tensor] = None
+    ) -> torch.Tensor:
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"AdaLayerNormModulate: x must be a torch.Tensor, got {type(x).__name__}")
         if x.dim() == 0 or x.shape[-1] != self.dim:
@@ -43,7 +46,7 @@ class AdaLayerNormModulate(torch.nn.Module):
                 f"AdaLayerNormModulate(dim={self.dim}): x has shape {list(x.shape)}; "
                 f"its last dimension must be {self.dim}"
             )
-        return fused_adaln(x, shift, scale, self.weight, self.bias, self.eps)
+        return fused_adaln(x, shift, scale, self.weight, self.bias, self.eps, cu_seqlens)
 
     def extra_repr(self) -> str:
         return f"{self.dim}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"

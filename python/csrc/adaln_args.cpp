@@ -74,11 +74,38 @@ void check_vector(const at::Tensor& x, const c10::optional<at::Tensor>& t, const
   to_dtype(*t, arg);
 }
 
+// Segments: x [N, D] packed, cu_seqlens [n + 1] int32 / int64 on x's device, scale and
+// shift [n, D].
+void check_segments(const at::Tensor& x, const at::Tensor& cu, at::IntArrayRef s,
+                    AdalnLayout& lay) {
+  TORCH_CHECK_VALUE(cu.scalar_type() == at::kInt || cu.scalar_type() == at::kLong, kOp,
+                    ": cu_seqlens has dtype ", dtype_str(cu.scalar_type()),
+                    "; it must be int32 or int64 (the segments' row offsets)");
+  TORCH_CHECK(cu.device() == x.device(), kOp, ": cu_seqlens is on ", cu.device(), " but x is on ",
+              x.device(), "; move cu_seqlens to x's device");
+  TORCH_CHECK_VALUE(cu.dim() == 1 && cu.size(0) >= 1, kOp, ": cu_seqlens has shape ",
+                    shape(cu.sizes()),
+                    "; it must be [n + 1]: the offsets 0 = cu_seqlens[0] <= ... <= cu_seqlens[n] "
+                    "= N of n segments");
+  TORCH_CHECK_VALUE(x.dim() == 2, kOp, ": x has shape ", shape(x.sizes()),
+                    " but cu_seqlens is given; a packed batch is [N, D] (the segments' rows one "
+                    "after another: x.flatten(0, -2))");
+  const int64_t n = cu.size(0) - 1, D = x.size(-1);
+  TORCH_CHECK_VALUE(s.size() == 2 && s[0] == n && s[1] == D, kOp, ": scale and shift have shape ",
+                    shape(s), " but cu_seqlens has ", n + 1, " offsets (", n,
+                    " segments); they must be [n, D] = [", n, ", ", D,
+                    "]: one modulation row a segment");
+  lay.batch = n, lay.rows_per_sample = 0, lay.per_token = false;
+  lay.segments = true;
+  lay.cu_seqlens_i64 = cu.scalar_type() == at::kLong;
+}
+
 }  // namespace
 
 AdalnLayout adaln_check_inputs(const at::Tensor& x, const at::Tensor& shift,
                                const at::Tensor& scale, const c10::optional<at::Tensor>& weight,
-                               const c10::optional<at::Tensor>& bias, double eps) {
+                               const c10::optional<at::Tensor>& bias, double eps,
+                               const c10::optional<at::Tensor>& cu_seqlens) {
   TORCH_CHECK_VALUE(x.dim() == 2 || x.dim() == 3, kOp, ": x has shape ", shape(x.sizes()),
                     "; it must be [B, L, D] or [N, D]");
   AdalnLayout lay;
@@ -94,7 +121,9 @@ AdalnLayout adaln_check_inputs(const at::Tensor& x, const at::Tensor& shift,
   lay.dim = D;
   lay.rows = D > 0 ? x.numel() / D : (x.dim() == 3 ? x.size(0) * x.size(1) : x.size(0));
   const auto s = scale.sizes();
-  if (x.dim() == 3) {
+  if (cu_seqlens.has_value() && cu_seqlens->defined()) {
+    check_segments(x, *cu_seqlens, s, lay);
+  } else if (x.dim() == 3) {
     const int64_t B = x.size(0), L = x.size(1);
     lay.batch = B;
     lay.rows_per_sample = L;
@@ -118,7 +147,8 @@ AdalnLayout adaln_check_inputs(const at::Tensor& x, const at::Tensor& shift,
     } else {
       TORCH_CHECK_VALUE(false, kOp, ": scale and shift have shape ", shape(s), " but x is ",
                         shape(x.sizes()), "; for x of shape [N, D] they must be [1, D] = [1, ", D,
-                        "] or [N, D] = [", N, ", ", D, "]");
+                        "] or [N, D] = [", N, ", ", D,
+                        "], or [n, D] with cu_seqlens [n + 1] (one row a segment of x)");
     }
   }
   lay.mod_dtype = to_dtype(scale, "scale");
@@ -162,6 +192,21 @@ void adaln_check_bwd_inputs(const AdalnLayout& lay, const at::Tensor& dy, const 
   }
 }
 
+void adaln_check_cu_seqlens_values(const AdalnLayout& lay, const at::Tensor& cu_seqlens) {
+  const at::Tensor h = cu_seqlens.to(at::kCPU, at::kLong).contiguous();
+  const int64_t* v = h.data_ptr<int64_t>();
+  const int64_t n = h.numel() - 1;
+  TORCH_CHECK_VALUE(v[0] == 0, kOp, ": cu_seqlens[0] is ", v[0],
+                    "; the offsets must start at 0 (segment i is rows cu_seqlens[i] .. "
+                    "cu_seqlens[i + 1] - 1 of x)");
+  for (int64_t i = 1; i <= n; ++i)
+    TORCH_CHECK_VALUE(v[i] >= v[i - 1], kOp, ": cu_seqlens[", i, "] = ", v[i], " < cu_seqlens[",
+                      i - 1, "] = ", v[i - 1],
+                      "; the offsets must ascend (a repeated offset is an empty segment)");
+  TORCH_CHECK_VALUE(v[n] == lay.rows, kOp, ": cu_seqlens[", n, "] (the last offset) is ", v[n],
+                    " but x has ", lay.rows, " rows; the segments must cover x: cu_seqlens[n] = N");
+}
+
 void set_stats_ptrs(AdalnParams& p, const at::Tensor& mean, const at::Tensor& rstd) {
   // The backward reads them only; the struct has one pointer type for both passes.
   if (adaln_stats_dtype(p.x_dtype) == DType::F64) {
@@ -180,6 +225,7 @@ AdalnParams adaln_params(const AdalnLayout& lay, double eps) {
   p.batch = lay.batch;
   p.rows_per_sample = lay.rows_per_sample;
   p.per_token = lay.per_token;
+  p.cu_seqlens_i64 = lay.cu_seqlens_i64;
   p.eps = float(eps);
   p.x_dtype = lay.x_dtype;
   p.mod_dtype = lay.mod_dtype;

@@ -13,21 +13,31 @@ namespace py {
 
 // How x and the modulation line up. x is [B, L, D] or [N, D]; shift and scale have one
 // shape, [B, D] or [B, 1, D] (per sample) or [B, L, D] (per token) for 3-D x, [1, D] (one
-// sample of N rows) or [N, D] (per row) for 2-D x.
+// sample of N rows) or [N, D] (per row) for 2-D x; with cu_seqlens [n + 1] (segments of a
+// packed x [N, D]) [n, D].
 struct AdalnLayout {
   int64_t rows = 0;             // N = B * L
   int64_t dim = 0;              // D
-  int64_t batch = 0;            // B
-  int64_t rows_per_sample = 0;  // L
+  int64_t batch = 0;            // B, or n segments
+  int64_t rows_per_sample = 0;  // L (0 with segments)
   bool per_token = false;
+  bool segments = false;  // cu_seqlens given
+  bool cu_seqlens_i64 = false;
   DType x_dtype = DType::F32, mod_dtype = DType::F32, weight_dtype = DType::F32;
 };
 
-// Checks the forward's inputs; throws c10::ValueError (Python ValueError) for shapes and
-// dtypes, c10::Error (RuntimeError) for devices. Works on meta tensors.
+// Checks the forward's inputs (cu_seqlens: its dtype, device and length, not its values);
+// throws c10::ValueError (Python ValueError) for shapes and dtypes, c10::Error
+// (RuntimeError) for devices. Works on meta tensors.
 AdalnLayout adaln_check_inputs(const at::Tensor& x, const at::Tensor& shift,
                                const at::Tensor& scale, const c10::optional<at::Tensor>& weight,
-                               const c10::optional<at::Tensor>& bias, double eps);
+                               const c10::optional<at::Tensor>& bias, double eps,
+                               const c10::optional<at::Tensor>& cu_seqlens);
+
+// Checks the values of cu_seqlens: cu_seqlens[0] = 0, ascending, cu_seqlens[n] = N (rows of
+// x); c10::ValueError naming the first bad entry. Reads them: one small copy to the host
+// for a CUDA tensor (a synchronisation). Not for meta / fake tensors.
+void adaln_check_cu_seqlens_values(const AdalnLayout& lay, const at::Tensor& cu_seqlens);
 
 // Checks the backward's extra inputs (dy like x; mean, rstd of x.shape[:-1] in
 // adaln_stats_scalar_type: float64 for float64 x, else float32).
@@ -43,7 +53,8 @@ inline at::ScalarType adaln_stats_scalar_type(const AdalnLayout& lay) {
 // adaln_stats_scalar_type (the forward's outputs, or checked by adaln_check_bwd_inputs).
 void set_stats_ptrs(AdalnParams& p, const at::Tensor& mean, const at::Tensor& rstd);
 
-// Sizes, dtypes and eps of `lay` in a params struct with contiguous strides; pointers null.
+// Sizes, dtypes and eps of `lay` in a params struct with contiguous strides; pointers null
+// (cu_seqlens too: the kernel files point it at their contiguous copy).
 AdalnParams adaln_params(const AdalnLayout& lay, double eps);
 
 // at::Tensor -> pointer, or nullptr for an absent optional tensor.

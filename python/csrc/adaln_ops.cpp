@@ -2,9 +2,10 @@
 // adaln_ops_cuda.cpp, the autograd kernel in adaln_autograd.cpp; the fake (meta) kernel is
 // registered from Python (adaptiveload/_fake.py, torch.library.register_fake), which works
 // with symbolic shapes under torch.compile and serves meta tensors too.
-//   torch.ops.adaptiveload.adaln_fwd(x, shift, scale, weight, bias, eps) -> (y, mean, rstd)
-//   torch.ops.adaptiveload.adaln_bwd(dy, x, scale, weight, bias, mean, rstd, output_mask)
-//       -> (dx, dshift, dscale, dweight, dbias)
+//   torch.ops.adaptiveload.adaln_fwd(x, shift, scale, weight, bias, eps, cu_seqlens=None)
+//       -> (y, mean, rstd)
+//   torch.ops.adaptiveload.adaln_bwd(dy, x, scale, weight, bias, mean, rstd, output_mask,
+//       cu_seqlens=None) -> (dx, dshift, dscale, dweight, dbias)
 #include "adaln_ops.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -17,21 +18,23 @@ namespace py {
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> call_adaln_fwd(
     const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale,
-    const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias, double eps) {
+    const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias, double eps,
+    const c10::optional<at::Tensor>& cu_seqlens) {
   static auto op = c10::Dispatcher::singleton()
                        .findSchemaOrThrow("adaptiveload::adaln_fwd", "")
                        .typed<AdalnFwdSig>();
-  return op.call(x, shift, scale, weight, bias, eps);
+  return op.call(x, shift, scale, weight, bias, eps, cu_seqlens);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> call_adaln_bwd(
     const at::Tensor& dy, const at::Tensor& x, const at::Tensor& scale,
     const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias,
-    const at::Tensor& mean, const at::Tensor& rstd, std::array<bool, 4> mask) {
+    const at::Tensor& mean, const at::Tensor& rstd, std::array<bool, 4> mask,
+    const c10::optional<at::Tensor>& cu_seqlens) {
   static auto op = c10::Dispatcher::singleton()
                        .findSchemaOrThrow("adaptiveload::adaln_bwd", "")
                        .typed<AdalnBwdSig>();
-  return op.call(dy, x, scale, weight, bias, mean, rstd, mask);
+  return op.call(dy, x, scale, weight, bias, mean, rstd, mask, cu_seqlens);
 }
 
 AdalnFwdOut adaln_fwd_outputs(const at::Tensor& x, at::ScalarType stats_dtype) {
@@ -74,16 +77,19 @@ namespace {
 std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_fwd_cpu_kernel(
     const at::Tensor& x_in, const at::Tensor& shift_in, const at::Tensor& scale_in,
     const c10::optional<at::Tensor>& weight_in, const c10::optional<at::Tensor>& bias_in,
-    double eps) {
-  const AdalnLayout lay = adaln_check_inputs(x_in, shift_in, scale_in, weight_in, bias_in, eps);
+    double eps, const c10::optional<at::Tensor>& cu_in) {
+  const AdalnLayout lay =
+      adaln_check_inputs(x_in, shift_in, scale_in, weight_in, bias_in, eps, cu_in);
+  if (lay.segments) adaln_check_cu_seqlens_values(lay, *cu_in);
   // Non-contiguous inputs are copied, not rejected (no copy when already contiguous).
   const at::Tensor x = x_in.contiguous(), shift = shift_in.contiguous(),
                    scale = scale_in.contiguous();
   const auto weight = contiguous_or_none(weight_in), bias = contiguous_or_none(bias_in);
+  const auto cu = contiguous_or_none(cu_in);
   AdalnFwdOut o = adaln_fwd_outputs(x, adaln_stats_scalar_type(lay));
   AdalnParams p = adaln_params(lay, eps);
   p.x = x.data_ptr(), p.shift = shift.data_ptr(), p.scale = scale.data_ptr();
-  p.weight = ptr_or_null(weight), p.bias = ptr_or_null(bias);
+  p.weight = ptr_or_null(weight), p.bias = ptr_or_null(bias), p.cu_seqlens = ptr_or_null(cu);
   p.y = o.y.data_ptr();
   set_stats_ptrs(p, o.mean, o.rstd);
   run_kernel("fused_adaln", [&] { adaln_uses_f64(lay) ? adaln_fwd_ref(p) : adaln_fwd_cpu(p); });
@@ -93,17 +99,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> adaln_fwd_cpu_kernel(
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> adaln_bwd_cpu_kernel(
     const at::Tensor& dy_in, const at::Tensor& x_in, const at::Tensor& scale_in,
     const c10::optional<at::Tensor>& weight_in, const c10::optional<at::Tensor>& bias_in,
-    const at::Tensor& mean_in, const at::Tensor& rstd_in, std::array<bool, 4> mask) {
+    const at::Tensor& mean_in, const at::Tensor& rstd_in, std::array<bool, 4> mask,
+    const c10::optional<at::Tensor>& cu_in) {
   // The layout check takes scale as both modulation tensors: shift is not needed backward.
-  const AdalnLayout lay = adaln_check_inputs(x_in, scale_in, scale_in, weight_in, bias_in, 0.0);
+  const AdalnLayout lay =
+      adaln_check_inputs(x_in, scale_in, scale_in, weight_in, bias_in, 0.0, cu_in);
   adaln_check_bwd_inputs(lay, dy_in, x_in, mean_in, rstd_in);
+  if (lay.segments) adaln_check_cu_seqlens_values(lay, *cu_in);
   const at::Tensor dy = dy_in.contiguous(), x = x_in.contiguous(), scale = scale_in.contiguous();
   const at::Tensor mean = mean_in.contiguous(), rstd = rstd_in.contiguous();
   const auto weight = contiguous_or_none(weight_in), bias = contiguous_or_none(bias_in);
+  const auto cu = contiguous_or_none(cu_in);
   AdalnBwdOut o = adaln_bwd_outputs(x, scale, weight, bias, mask);
   AdalnParams p = adaln_params(lay, 0.0);
   p.x = x.data_ptr(), p.scale = scale.data_ptr();
-  p.weight = ptr_or_null(weight), p.bias = ptr_or_null(bias);
+  p.weight = ptr_or_null(weight), p.bias = ptr_or_null(bias), p.cu_seqlens = ptr_or_null(cu);
   set_stats_ptrs(p, mean, rstd);
   p.dy = dy.data_ptr(), p.dx = o.dx.data_ptr();
   set_bwd_output_ptrs(p, o);
@@ -118,13 +128,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> adaln_bwd
 
 TORCH_LIBRARY(adaptiveload, m) {
   m.def(
-      "adaln_fwd(Tensor x, Tensor shift, Tensor scale, Tensor? weight, Tensor? bias, float eps) "
-      "-> (Tensor y, Tensor mean, Tensor rstd)");
+      "adaln_fwd(Tensor x, Tensor shift, Tensor scale, Tensor? weight, Tensor? bias, float eps, "
+      "Tensor? cu_seqlens=None) -> (Tensor y, Tensor mean, Tensor rstd)");
   m.def(
       "adaln_bwd(Tensor dy, Tensor x, Tensor scale, Tensor? weight, Tensor? bias, Tensor mean, "
-      "Tensor rstd, bool[4] output_mask) -> (Tensor dx, Tensor dshift, Tensor dscale, Tensor "
-      "dweight, "
-      "Tensor dbias)");
+      "Tensor rstd, bool[4] output_mask, Tensor? cu_seqlens=None) -> (Tensor dx, Tensor dshift, "
+      "Tensor dscale, Tensor dweight, Tensor dbias)");
 }
 
 TORCH_LIBRARY_IMPL(adaptiveload, CPU, m) {

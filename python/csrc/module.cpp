@@ -51,20 +51,24 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def(
       "_adaln_check_fwd",
       [](const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale,
-         const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias,
-         double eps) { al::py::adaln_check_inputs(x, shift, scale, weight, bias, eps); },
+         const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias, double eps,
+         const c10::optional<at::Tensor>& cu_seqlens) {
+        al::py::adaln_check_inputs(x, shift, scale, weight, bias, eps, cu_seqlens);
+      },
       pybind11::arg("x"), pybind11::arg("shift"), pybind11::arg("scale"), pybind11::arg("weight"),
-      pybind11::arg("bias"), pybind11::arg("eps"));
+      pybind11::arg("bias"), pybind11::arg("eps"), pybind11::arg("cu_seqlens") = pybind11::none());
   m.def(
       "_adaln_check_bwd",
       [](const at::Tensor& dy, const at::Tensor& x, const at::Tensor& scale,
          const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias,
-         const at::Tensor& mean, const at::Tensor& rstd) {
-        const auto lay = al::py::adaln_check_inputs(x, scale, scale, weight, bias, 0.0);
+         const at::Tensor& mean, const at::Tensor& rstd,
+         const c10::optional<at::Tensor>& cu_seqlens) {
+        const auto lay = al::py::adaln_check_inputs(x, scale, scale, weight, bias, 0.0, cu_seqlens);
         al::py::adaln_check_bwd_inputs(lay, dy, x, mean, rstd);
       },
       pybind11::arg("dy"), pybind11::arg("x"), pybind11::arg("scale"), pybind11::arg("weight"),
-      pybind11::arg("bias"), pybind11::arg("mean"), pybind11::arg("rstd"));
+      pybind11::arg("bias"), pybind11::arg("mean"), pybind11::arg("rstd"),
+      pybind11::arg("cu_seqlens") = pybind11::none());
 #ifdef AL_WITH_CUDA
   m.attr("with_cuda") = true;
 #else
