@@ -15,7 +15,12 @@
 //   bench_adaln_cpu --quick         Wan 1.3B 480p, B = 1, bf16 only
 //   bench_adaln_cpu --shapes=wan1.3b-480p,image --batches=1 --dtypes=bf16 --reps=7
 //   --paths=avx512,avx2 times only those paths (a path this CPU lacks is reported, skipped);
-//   --max-gb=N skips configurations whose tensors need more than N GiB (default 8).
+//   --max-gb=N skips configurations whose tensors need more than N GiB (default 8);
+//   --layouts=sample,seg: the modulation per sample (B samples of L rows, [B, D]) and / or
+//   per segment (the same B * L rows as a packed batch cut into --segments=n segments of
+//   mixed lengths, one of them empty, cu_seqlens, [n, D]; default 8), each beside the copy;
+//   a seg line also prints the bytes of the six [N, D] fp32 modulation tensors of a Wan
+//   block that per-token modulation would materialise, against the six [n, D].
 #include <omp.h>
 
 #include <algorithm>
@@ -24,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "adaptiveload/kernels/adaln.h"
@@ -126,6 +132,26 @@ void parallel_copy(void* dst, const void* src, size_t bytes) {
   }
 }
 
+// n segment lengths summing to N, mixed (weights 1 .. 8 from a fixed hash), the second
+// one empty: a packed batch of clips and images of different sizes.
+std::vector<int64_t> segment_offsets(int64_t N, int64_t n) {
+  std::vector<double> w(static_cast<size_t>(n));
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint64_t z = uint64_t(i + 1) * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 29)) * 0xbf58476d1ce4e5b9ull;
+    w[size_t(i)] = (n > 1 && i == 1) ? 0.0 : double(1 + (z >> 61));
+    total += w[size_t(i)];
+  }
+  std::vector<int64_t> cu(size_t(n + 1), 0);
+  double acc = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    acc += w[size_t(i)];
+    cu[size_t(i + 1)] = i + 1 == n ? N : int64_t(double(N) * acc / total);
+  }
+  return cu;
+}
+
 bool run_checks(const std::vector<CpuSimd>& paths) {
   using adaln_check::AdalnCase;
   bool ok = true;
@@ -151,6 +177,20 @@ bool run_checks(const std::vector<CpuSimd>& paths) {
           if (!b.ok) std::printf("%s", b.report.c_str());
           ok = ok && f.ok && b.ok;
         }
+  for (CpuSimd path : paths)  // segments: empty, one row, long ones
+    for (DType xt : {DType::BF16, DType::F32}) {
+      AdalnCase c;
+      c.segments = {0, 1, 300, 17, 0, 285};
+      c.D = 1536;
+      c.x_dtype = xt;
+      const auto f =
+          adaln_check::check_adaln_fwd(c, [&](const AdalnParams& p) { adaln_fwd_cpu(p, path); });
+      const auto b =
+          adaln_check::check_adaln_bwd(c, [&](const AdalnParams& p) { adaln_bwd_cpu(p, path); });
+      std::printf("check %-6s %-40s fwd %s  bwd %s\n", cpu_simd_name(path), c.name().c_str(),
+                  f.ok ? "ok" : "FAIL", b.ok ? "ok" : "FAIL");
+      ok = ok && f.ok && b.ok;
+    }
   return ok;
 }
 
@@ -161,6 +201,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> dtypes = {"bf16", "f32"}, modes = {"fwd", "bwd"};
   std::vector<std::string> path_names = {"avx512", "avx2", "scalar"};
   std::vector<int64_t> batches = {1, 4};
+  std::vector<std::string> layouts = {"sample"};
+  int64_t nseg = 8;
   int reps = 5;
   double max_gb = 8;
   for (int i = 1; i < argc; ++i) {
@@ -187,12 +229,16 @@ int main(int argc, char** argv) {
       reps = std::max(1, std::atoi(val("--reps=").c_str()));
     } else if (!val("--max-gb=").empty()) {
       max_gb = std::atof(val("--max-gb=").c_str());
+    } else if (!val("--layouts=").empty()) {
+      layouts = split(val("--layouts="));
+    } else if (!val("--segments=").empty()) {
+      nseg = std::max<int64_t>(1, std::atoll(val("--segments=").c_str()));
     } else {
-      std::fprintf(
-          stderr,
-          "usage: %s [--quick] [--shapes=a,b] [--batches=1,4] [--dtypes=bf16,f16,f32] "
-          "[--modes=fwd,bwd] [--paths=avx512,avx2,scalar] [--reps=N] [--max-gb=N]\n  shapes:",
-          argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--quick] [--shapes=a,b] [--batches=1,4] [--dtypes=bf16,f16,f32] "
+                   "[--modes=fwd,bwd] [--paths=avx512,avx2,scalar] [--reps=N] [--max-gb=N] "
+                   "[--layouts=sample,seg] [--segments=n]\n  shapes:",
+                   argv[0]);
       for (const Shape& s : kShapes) std::fprintf(stderr, " %s", s.name);
       std::fprintf(stderr, "\n");
       return 2;
@@ -216,12 +262,15 @@ int main(int argc, char** argv) {
   for (CpuSimd s : paths) std::printf(" %s", cpu_simd_name(s));
   std::printf("; dispatched: %s (best on this CPU %s, AL_SIMD=%s)\n", cpu_simd_name(dispatched),
               cpu_simd_name(cpu_simd_best()), al_simd ? al_simd : "unset");
+  std::vector<std::pair<std::string, std::string>> runs;  // (layout, dtype)
+  for (const std::string& lay : layouts)
+    for (const std::string& dn : dtypes) runs.emplace_back(lay, dn);
   if (!run_checks(paths)) {
     std::printf("CHECK FAILED\n");
     return 1;
   }
-  std::printf("# %-13s %2s %8s %5s %-4s %-3s %8s", "shape", "B", "rows", "D", "type", "mod",
-              "copyGB/s");
+  std::printf("# %-13s %2s %8s %5s %-4s %-3s %-6s %8s", "shape", "B", "rows", "D", "type", "mod",
+              "layout", "copyGB/s");
   for (CpuSimd s : paths)
     std::printf(" | %9s %7s %5s", (std::string(cpu_simd_name(s)) + " ms").c_str(), "GB/s", "copy");
   std::printf(" | dispatched  vs-fastest\n");
@@ -235,31 +284,45 @@ int main(int argc, char** argv) {
       return 2;
     }
     for (int64_t B : batches)
-      for (const std::string& dn : dtypes) {
+      for (const auto& [lay, dn] : runs) {
         const DType t = dn == "f32" ? DType::F32 : dn == "f16" ? DType::F16 : DType::BF16;
         const int64_t N = B * sh->L, D = sh->D, count = N * D;
         const size_t es = dtype_size(t), tbytes = size_t(count) * es;
+        const bool seg = lay == "seg";
+        const std::vector<int64_t> cu = segment_offsets(N, nseg);
+        const int64_t mrows = seg ? nseg : B;  // rows of the modulation
+        if (seg && dn == dtypes.front())
+          std::printf(
+              "# %s B=%lld as %lld segments: six fp32 modulation tensors per token %.1f MiB, "
+              "per segment %.1f KiB\n",
+              sh->name, (long long)B, (long long)nseg, 6.0 * double(N * D) * 4 / (1 << 20),
+              6.0 * double(nseg * D) * 4 / 1024);
         for (const std::string& mode : modes) {
           const bool bwd = mode == "bwd";
           const double need_gb = double(tbytes) * (bwd ? 3 : 2) / (1 << 30);
           if (need_gb > max_gb) {
             std::printf(
-                "  %-13s %2lld %8lld %5lld %-4s %-3s skipped: needs %.1f GiB > --max-gb=%.0f\n",
+                "  %-13s %2lld %8lld %5lld %-4s %-3s %-6s skipped: needs %.1f GiB > "
+                "--max-gb=%.0f\n",
                 sh->name, (long long)B, (long long)N, (long long)D, dn.c_str(), mode.c_str(),
-                need_gb, max_gb);
+                lay.c_str(), need_gb, max_gb);
             continue;
           }
-          Mem x(tbytes), out(tbytes), scale(size_t(B * D) * 4), shift(size_t(B * D) * 4);
+          Mem x(tbytes), out(tbytes), scale(size_t(mrows * D) * 4), shift(size_t(mrows * D) * 4);
           Mem mean(size_t(N) * 4), rstd(size_t(N) * 4);
           fill(x.p, t, count, 1, -2.f, 2.f);
           fill(out.p, t, count, 2, 0.f, 0.f);
-          fill(scale.p, DType::F32, B * D, 3, -0.5f, 0.5f);
-          fill(shift.p, DType::F32, B * D, 4, -0.5f, 0.5f);
+          fill(scale.p, DType::F32, mrows * D, 3, -0.5f, 0.5f);
+          fill(shift.p, DType::F32, mrows * D, 4, -0.5f, 0.5f);
           AdalnParams p;
           p.rows = N;
           p.dim = D;
-          p.batch = B;
-          p.rows_per_sample = sh->L;
+          p.batch = mrows;
+          p.rows_per_sample = seg ? 0 : sh->L;
+          if (seg) {
+            p.cu_seqlens = cu.data();
+            p.cu_seqlens_i64 = true;
+          }
           p.x_dtype = t;
           p.mod_dtype = DType::F32;  // Wan keeps its modulation in fp32
           p.x = x.p;
@@ -273,7 +336,7 @@ int main(int argc, char** argv) {
           const double copy_ms =
               time_ms([&] { parallel_copy(out.p, x.p, tbytes); }, reps).median_ms;
           const double copy_gbps = 2.0 * double(tbytes) / (copy_ms * 1e6);
-          Mem dy(bwd ? tbytes : 1), ds(size_t(B * D) * 4), dt(size_t(B * D) * 4);
+          Mem dy(bwd ? tbytes : 1), ds(size_t(mrows * D) * 4), dt(size_t(mrows * D) * 4);
           if (bwd) {
             fill(dy.p, t, count, 5, -1.f, 1.f);
             p.dy = dy.p;
@@ -282,8 +345,8 @@ int main(int argc, char** argv) {
             p.dshift = dt.p;
           }
           const size_t moved = (bwd ? 3 : 2) * tbytes;
-          std::printf("  %-13s %2lld %8lld %5lld %-4s %-3s %8.2f", sh->name, (long long)B,
-                      (long long)N, (long long)D, dn.c_str(), mode.c_str(), copy_gbps);
+          std::printf("  %-13s %2lld %8lld %5lld %-4s %-3s %-6s %8.2f", sh->name, (long long)B,
+                      (long long)N, (long long)D, dn.c_str(), mode.c_str(), lay.c_str(), copy_gbps);
           std::vector<double> ms(paths.size());
           for (size_t k = 0; k < paths.size(); ++k) {
             const CpuSimd path = paths[k];
@@ -297,12 +360,14 @@ int main(int argc, char** argv) {
             std::snprintf(
                 line, sizeof line,
                 "{\"bench\":\"adaln_cpu\",\"shape\":\"%s\",\"B\":%lld,\"rows\":%lld,\"D\":%lld,"
-                "\"dtype\":\"%s\",\"mod_dtype\":\"f32\",\"mode\":\"%s\",\"simd\":\"%s\","
+                "\"dtype\":\"%s\",\"mod_dtype\":\"f32\",\"layout\":\"%s\",\"segments\":%lld,"
+                "\"mode\":\"%s\",\"simd\":\"%s\","
                 "\"dispatched\":\"%s\",\"ms\":%.4f,\"gbps\":%.3f,\"copy_gbps\":%.3f,"
                 "\"frac_copy\":%.4f,\"ms_min\":%.4f,\"threads\":%d,\"reps\":%d}",
-                sh->name, (long long)B, (long long)N, (long long)D, dn.c_str(), mode.c_str(),
-                cpu_simd_name(path), cpu_simd_name(dispatched), ms[k], gbps, copy_gbps, frac,
-                tk.min_ms, omp_get_max_threads(), reps);
+                sh->name, (long long)B, (long long)N, (long long)D, dn.c_str(), lay.c_str(),
+                (long long)(seg ? nseg : 0), mode.c_str(), cpu_simd_name(path),
+                cpu_simd_name(dispatched), ms[k], gbps, copy_gbps, frac, tk.min_ms,
+                omp_get_max_threads(), reps);
             json.push_back(line);
           }
           // The dispatched path's time over the fastest path's (1.00: dispatch picked the best).
