@@ -512,10 +512,11 @@ void test_sample_teams() {
 
 // Segment-indexed modulation (cu_seqlens, the segment kernels): against the fp64 reference
 // run per token on the modulation the segments expand to, dscale / dshift summed per segment
-// (adaln_check). Segments of length 0 (first, between, last), 1 and many; n = 1; D from 1 to
-// 16,384 incl. primes (one vector a thread up to 4096, then the block's team looping, the
-// backward's sums past the first vector in the workspace); int32 and int64 offsets; small D
-// (many teams a block: the teams' sums combined through shared memory). Then on one
+// (adaln_check). Segments of length 0 (first, between, last; all of them), 1 and many;
+// n = 1; D from 1 to 16,384 incl. primes (one vector a thread up to 4096, then the block's
+// team looping, the backward's sums past the first vector in the workspace); int32 and
+// int64 offsets; small D (many teams a block: the teams' sums combined through shared
+// memory). Then on one
 // emulated SM (every block walks many chunks, long segments over many chunks, chunks of
 // many pieces), the finalize's segments and tickets (many segments), and run-to-run bits.
 void test_segments() {
@@ -554,6 +555,7 @@ void test_segments() {
   AL_CHECK(pl.finalize_mode == 3 && pl.partial_bytes == 2 * 2 * (pl.chunks + 4) * 1536 * 4,
            "segments: finalize mode " << pl.finalize_mode << ", " << pl.chunks << " chunks, "
                                       << pl.partial_bytes << " partial bytes");
+  check(seg(1, {0, 0, 0}, 40, true));  // no rows: every segment's dscale / dshift zero
   if (g_small) return;
   // The finalize cut into segments (many cu_seqlens segments, dweight / dbias: tickets).
   std::vector<int64_t> many;
