@@ -249,6 +249,20 @@ def _fp64_case(layout, affine=True, seed=2):
     return [t.requires_grad_() for t in ts], cu
 
 
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_opcheck_both_ops_with_inputs_that_require_grad(layout):
+    """Every layout (not only segments): adaln_fwd with differentiable inputs, and adaln_bwd,
+    whose inputs (dy, x, scale, weight, bias, mean, rstd) all require grad: opcheck's AOT
+    dispatch tests differentiate through it (the double backward)."""
+    ts, cu = _fp64_case(layout)
+    ts = [t.detach().float().requires_grad_() for t in ts]
+    torch.library.opcheck(torch.ops.adaptiveload.adaln_fwd.default, (*ts, EPS, cu))
+    x, shift, scale, w, b = (t.detach() for t in ts)
+    y, mean, rstd = torch.ops.adaptiveload.adaln_fwd(x, shift, scale, w, b, EPS, cu)
+    args = [t.requires_grad_() for t in (torch.randn_like(y), x, scale, w, b, mean, rstd)]
+    torch.library.opcheck(torch.ops.adaptiveload.adaln_bwd.default, (*args, [True] * 4, cu))
+
+
 @pytest.mark.parametrize("affine", [False, True], ids=["plain", "affine"])
 def test_gradcheck_fp64_segments(affine):
     ts, cu = _fp64_case("segments", affine)
@@ -268,7 +282,8 @@ def test_gradient_penalty_fp32_matches_eager(layout):
     again, against the same with eager PyTorch."""
     x_shape, m_shape, lens = LAYOUTS[layout]
     g = torch.Generator().manual_seed(5)
-    x0, shift0, scale0 = torch.randn(x_shape, generator=g), torch.randn(m_shape, generator=g), torch.randn(m_shape, generator=g)
+    x0 = torch.randn(x_shape, generator=g)
+    shift0, scale0 = torch.randn(m_shape, generator=g), torch.randn(m_shape, generator=g)
     w0, b0 = 1 + 0.3 * torch.randn(8, generator=g), 0.2 * torch.randn(8, generator=g)
     cu = offsets(lens) if lens else None
 
@@ -334,7 +349,10 @@ def test_compile_fullgraph_matches_eager():
 
 def test_compile_dynamic_segment_counts():
     torch._dynamo.reset()
-    f = torch.compile(lambda x, s, c, cu: adaptiveload.fused_adaln(x, s, c, cu_seqlens=cu), fullgraph=True, dynamic=True)
+    def f_eager(x, s, c, cu):
+        return adaptiveload.fused_adaln(x, s, c, cu_seqlens=cu)
+
+    f = torch.compile(f_eager, fullgraph=True, dynamic=True)
     for lens in ([3, 4], [0, 5, 2, 9], [1, 1, 1, 1, 1, 30]):
         x, shift, scale, _, _, cu = make(lens, 24, seed=len(lens))
         torch.testing.assert_close(f(x, shift, scale, cu), adaptiveload.fused_adaln(x, shift, scale, cu_seqlens=cu))
