@@ -42,13 +42,14 @@ struct StepInfo {
   uint32_t padded = 0;   // padded repeats in the step, beside `samples`
 };
 
-// Counts `count` samples of `tokens` tokens each into a step: as padded repeats or as trained.
-inline void add_to_step(StepInfo& s, uint32_t count, int64_t tokens, bool padded) {
+// Counts a micro-batch of `count` samples and `tokens` video tokens in all into a step: as
+// padded repeats or as trained.
+inline void add_to_step(StepInfo& s, uint32_t count, uint64_t tokens, bool padded) {
   if (padded) {
     s.padded += count;
   } else {
     s.samples += count;
-    s.tokens += uint64_t(tokens) * count;
+    s.tokens += tokens;
   }
 }
 

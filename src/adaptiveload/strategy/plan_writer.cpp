@@ -21,16 +21,6 @@ Plan empty_plan(const PlanProblem& pr, const char* name) {
   return plan;
 }
 
-void PlanProblem::shape(const Plan& plan, const MicroBatch& mb, MicroShape& out) const {
-  out.clear();
-  if (mb.bucket != kPackedBucket) {
-    out.add((*buckets)[mb.bucket], mb.count);
-    return;
-  }
-  const uint32_t* ids = plan.ids(mb);
-  for (uint32_t k = 0; k < mb.count; ++k) out.add((*buckets)[(*sample_bucket)[ids[k]]]);
-}
-
 int64_t PlanProblem::tokens(const Plan& plan, const MicroBatch& mb) const {
   if (mb.bucket != kPackedBucket) return int64_t(mb.count) * tokens(mb.bucket);
   int64_t n = 0;
@@ -49,12 +39,7 @@ void total_steps(const PlanProblem& pr, Plan& plan) {
       for (uint64_t m = plan.rank_begin[t * W + r]; m < plan.rank_begin[t * W + r + 1]; ++m) {
         if (r % uint64_t(plan.group(m)) != 0) continue;  // listed again on the group's other ranks
         const MicroBatch& mb = plan.micro_batches[m];
-        if (mb.bucket == kPackedBucket) {
-          if (mb.padded) plan.steps[t].padded += mb.count;
-          else plan.steps[t].samples += mb.count, plan.steps[t].tokens += uint64_t(pr.tokens(plan, mb));
-        } else {
-          add_to_step(plan.steps[t], mb.count, pr.tokens(mb.bucket), mb.padded);
-        }
+        add_to_step(plan.steps[t], mb.count, mb.padded ? 0 : uint64_t(pr.tokens(plan, mb)), mb.padded);
         if (mb.padded) plan.padded_samples += mb.count;
       }
 }

@@ -72,9 +72,6 @@ struct PlanProblem {
   // Video tokens of micro-batch mb of `plan`: its count times its bucket's, or for a packed
   // micro-batch (kPackedBucket) the sum over its samples' buckets.
   int64_t tokens(const Plan& plan, const MicroBatch& mb) const;
-  // The shape of micro-batch mb of `plan` (into `out`, cleared first), as the cost models
-  // price it: mb.count samples of mb.bucket, or a pack's samples by their buckets.
-  void shape(const Plan& plan, const MicroBatch& mb, MicroShape& out) const;
   // Global steps this problem's pool should take under the global batch (0 for kFree): the
   // pool's samples (or tokens) over the target, rounded, at least 1.
   uint64_t target_steps() const;
