@@ -213,6 +213,13 @@ class WanDiT(nn.Module):
         for b in self.blocks:
             b.use_fused = on
 
+    def run_block(self, fn, *args):
+        """fn(*args) for one block: under activation checkpointing when it is on and the model
+        is training (the unpacked, sequence-parallel and packed forwards all run blocks so)."""
+        if self.checkpointing and self.training:
+            return torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)
+        return fn(*args)
+
     def embed_time(self, t, device):
         """t [B] -> (emb [B, D], e [B, 6, D]), fp32 whatever the autocast."""
         with torch.autocast(device_type=device.type, enabled=False):
@@ -244,10 +251,7 @@ class WanDiT(nn.Module):
         emb, e = self.embed_time(t, x.device)
         context = self.text_embedding(context)
         for block in self.blocks:
-            if self.checkpointing and self.training:
-                tokens = torch.utils.checkpoint.checkpoint(block, tokens, e, context, rope, use_reentrant=False)
-            else:
-                tokens = block(tokens, e, context, rope)
+            tokens = self.run_block(block, tokens, e, context, rope)
         out = self.head_fwd(tokens, emb)  # [B, S, C*pt*ph*pw]
         out = out.view(B, *grid, C, pt, ph, pw).permute(0, 4, 1, 5, 2, 6, 3, 7)
         return out.reshape(B, C, f, h, w)
@@ -277,11 +281,7 @@ class WanDiT(nn.Module):
         emb, e = self.embed_time(t, x.device)
         context = self.text_embedding(context)
         for block in self.blocks:
-            if self.checkpointing and self.training:
-                tokens = torch.utils.checkpoint.checkpoint(block, tokens, e, context, rope, sp, S,
-                                                           use_reentrant=False)
-            else:
-                tokens = block(tokens, e, context, rope, sp, S)
+            tokens = self.run_block(block, tokens, e, context, rope, sp, S)
         return self.head_fwd(tokens, emb)
 
 

@@ -135,11 +135,7 @@ def forward_packed(model: WanDiT, packed) -> torch.Tensor:
     emb, e = model.embed_time(packed.timesteps, device)  # [n or N, D], [n or N, 6, D]
     context = model.text_embedding(packed.text)  # [T, D]
     for block in model.blocks:
-        if model.checkpointing and model.training:
-            tokens = torch.utils.checkpoint.checkpoint(_block, block, tokens, e, context, rope, seg,
-                                                       use_reentrant=False)
-        else:
-            tokens = _block(block, tokens, e, context, rope, seg)
+        tokens = model.run_block(_block, block, tokens, e, context, rope, seg)
     hm = (model.head_modulation.float() + emb[:, None]).unbind(1)
     return model.head(seg.modulate(tokens, hm[0], hm[1], c.eps, model.fused))
 
