@@ -213,8 +213,6 @@ Plan Planner::run_on_groups(const StrategyEntry& s, const PlanProblem& pr, int g
 namespace {
 // Pools up to this size are also planned bucketed under --packing on (Planner::run).
 constexpr size_t kBucketedCheckSamples = 2'000'000;
-// The share of throughput holding the global batch may cost (strategy/packing.cpp's kHoldCost).
-constexpr double kPackHoldCost = 0.05;
 
 std::string packing_with_groups(const StrategyEntry& s) {
   return "packing (" + std::string(s.name) + ", --packing on) plans every sample on one GPU, but samples here need "

@@ -40,8 +40,6 @@ constexpr int kPackCandidates = 4;
 // form one load class (wider classes: steps nearer the global batch, a little slower).
 constexpr double kLoadClasses[] = {0.01, 0.03, 0.1};
 constexpr double kStratified = -1, kSlotsByLoad = -2;  // the other layouts' tags
-// The share of the epoch that holding the global batch may cost (else the fastest layout).
-constexpr double kHoldCost = 0.05;
 
 std::vector<Ticks> per_sample_ticks(const PlanProblem& pr) {
   std::vector<Ticks> per(pr.buckets->size());
@@ -473,8 +471,8 @@ Plan plan_balanced_packed(const PlanProblem& pr) {
     }
   }
   if (!fastest.deal) throw std::logic_error("balanced: packing found no room for a sample");
-  // The batch is held where that costs at most kHoldCost of the epoch; else the fastest.
-  const Pick& pick = held.deal && double(held.epoch) <= (1 + kHoldCost) * double(fastest.epoch) ? held : fastest;
+  // The batch is held where that costs at most kPackHoldCost of the epoch; else the fastest.
+  const Pick& pick = held.deal && double(held.epoch) <= (1 + kPackHoldCost) * double(fastest.epoch) ? held : fastest;
   Deal& best = *pick.deal;
   std::vector<uint32_t>& bin_of = best.bin_of;
   const std::vector<uint32_t>& bin_count = best.bin_count;

@@ -24,6 +24,9 @@ enum class BatchKind : uint8_t { kFree = 0, kSamples = 1, kTokens = 2 };
 // for samples:N) per step within kMaxBatchDev of their mean, and at most kMaxUnmixed of the
 // steps without an image, or without a clip, where the pool has one of them for every step.
 constexpr double kMaxBatchDev = 0.10;
+// Packed balanced holds the global batch where that costs at most this share of the epoch
+// (between its layouts, strategy/packing.cpp, and against its bucketed plan, Planner::run).
+constexpr double kPackHoldCost = 0.05;
 constexpr double kMaxUnmixed = 0.05;
 constexpr uint8_t kHoldBatch = 1, kHoldMix = 2;
 
