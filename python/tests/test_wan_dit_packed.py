@@ -203,3 +203,36 @@ def test_torch_compile():
     outs = unpack(step(packed), packed)
     sum((y * wi).sum() for y, wi in zip(outs, w)).backward()
     check_equal(ref, ([y.detach() for y in outs], grads(model)))
+
+
+def test_fused_modulation_reads_segments(monkeypatch):
+    """With the fused kernel, every modulation site of a per-sample pack hands the kernel the
+    samples' rows [n, D] and the pack's cu_seqlens (the kernel reads row i on sample i's rows),
+    never per-token copies [N, D]; per-token timesteps pass [N, D] rows without offsets."""
+    from adaptiveload.models import wan_dit_packed
+
+    calls = []
+    real = wan_dit_packed.fused_adaln
+
+    def spy(x, shift, scale, **kw):
+        calls.append((x.shape[0], shift.shape[0], scale.shape[0], kw.get("cu_seqlens")))
+        return real(x, shift, scale, **kw)
+
+    monkeypatch.setattr(wan_dit_packed, "fused_adaln", spy)
+    model = make_model(fused=True).eval()
+    lat, t, ctx, _ = make_inputs(4, seed=3)
+    packed = pack(lat, model.c.patch, timesteps=t, text=ctx)
+    with torch.no_grad():
+        forward_packed(model, packed)
+    N, n = int(packed.cu_seqlens[-1]), 4
+    assert len(calls) == 2 * len(model.blocks) + 1  # norm1 and norm3 of every block, and the head
+    for rows, ns, nc, cu in calls:
+        assert (rows, ns, nc) == (N, n, n)
+        assert cu is not None and torch.equal(cu, packed.cu_seqlens)
+
+    calls.clear()
+    lengths = (packed.cu_seqlens[1:] - packed.cu_seqlens[:-1]).long()
+    per_token = pack(lat, model.c.patch, timesteps=torch.repeat_interleave(t, lengths), text=ctx)
+    with torch.no_grad():
+        forward_packed(model, per_token)
+    assert calls and all((rows, ns, nc, cu) == (N, N, N, None) for rows, ns, nc, cu in calls)

@@ -15,10 +15,11 @@ per sample [n] or per token [N] (Wan 2.2 style, e.g. a clean first frame). Outpu
 parameter's gradient equal the model run sample by sample within fp32 rounding
 (python/tests/test_wan_dit_packed.py). WanDiT.forward is not changed by this module.
 
-The per-sample modulation rows reach the tokens in one place, Segments.modulate: today they
-are expanded to per-token rows [N, D] (repeat_interleave over the segment lengths) and run
-through the eager path or fused_adaln's per-row mode; the segment-indexed kernel
-(fused_adaln(..., cu_seqlens=)) replaces that expansion there.
+The per-sample modulation rows reach the normalised tokens in one place, Segments.modulate:
+with the fused kernel (model.fused) shift / scale [n, D] go to fused_adaln(..., cu_seqlens=)
+as they are, and the kernel reads row i on sample i's rows, so no per-token copy is made;
+the eager path expands them to [N, D] (repeat_interleave over the segment lengths). The
+gates (e[2], e[5]) are expanded per token in both.
 """
 from typing import List, Optional, Sequence
 
@@ -55,12 +56,10 @@ class Segments:
                  fused: bool) -> torch.Tensor:
         """The packed adaLN site: LayerNorm(x) * (1 + scale) + shift with x [N, D] and each
         sample's shift / scale [n, D] fp32 on its rows (or per token [N, D])."""
-        # SEGMENT-INDEXED KERNEL SWITCH-OVER: the one place per-sample rows become per-token rows.
-        # With fused_adaln(x, shift, scale, eps=eps, cu_seqlens=self.cu) (issue 26, item 1) the
-        # fused branch takes shift / scale [n, D] as they are and the two [N, D] fp32 copies go.
-        shift, scale = self.rows(shift), self.rows(scale)
         if fused:
-            return fused_adaln(x, shift, scale, eps=eps)
+            # The kernel reads each sample's row where its segment is: no [N, D] copies.
+            return fused_adaln(x, shift, scale, eps=eps, cu_seqlens=None if self.per_token else self.cu)
+        shift, scale = self.rows(shift), self.rows(scale)
         y = F.layer_norm(x.float(), (x.shape[-1],), eps=eps)  # as Block.modulate: fp32 norm and modulation
         return (y * (1 + scale) + shift).type_as(x)
 
