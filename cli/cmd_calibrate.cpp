@@ -141,11 +141,13 @@ int run_calibrate(CalibrateCommand& c) {
       throw ConfigError(py.path + " cannot import the adaptiveload package; " + setup_hint());
     return rc;
   }
-  std::vector<Measurement> pts = read_measurements(c.measurements);
+  std::vector<Measurement> pts, held;
+  for (const Measurement& m : read_measurements(c.measurements)) (m.held_out ? held : pts).push_back(m);
   CalibrationFit f = fit_calibration(pts);
+  const HeldOutErrors h = held_out_errors(f, held);
   std::ofstream o(c.out);
   if (!o) throw InputError(c.out, "cannot open for writing");
-  o << profile_json(f, pts, c.model, c.device) << "\n";
+  o << profile_json(f, pts, c.model, c.device, h) << "\n";
   if (!o) throw InputError(c.out, "write failed (disk full?)");
   printf(
       "fitted %zu measurements: seconds per sample = %.4g*S + %.4g*S^2 + %.4g; overhead %.4g s; "
@@ -153,6 +155,9 @@ int run_calibrate(CalibrateCommand& c) {
       f.points, f.a, f.b, f.c0, f.overhead_s, f.half_efficiency_tokens);
   printf("fit error of the micro-batch time: median %.1f%%, max %.1f%%\n", 100 * f.median_rel_error,
          100 * f.max_rel_error);
+  if (h.points)
+    printf("held-out error (%zu measurements marked held_out, not fitted): median %.1f%%, max %.1f%%\n", h.points,
+           100 * h.median_rel_error, 100 * h.max_rel_error);
   printf("best single exponent (the paper's B x S^p): p = %.3f, error median %.1f%%, max %.1f%%\n",
          f.power_p, 100 * f.power_median_rel_error, 100 * f.power_max_rel_error);
   if (f.has_memory)
@@ -173,7 +178,8 @@ std::shared_ptr<Command> add_calibrate_command(CLI::App& app) {
   c->app
       ->add_option("--measurements", c->measurements,
                    "JSONL of measured micro-batches "
-                   "{\"tokens\":S,\"batch\":B,\"time_s\":T,\"peak_bytes\":M}; "
+                   "{\"tokens\":S,\"batch\":B,\"time_s\":T,\"peak_bytes\":M}; lines with "
+                   "\"held_out\":true are not fitted, and the fit's errors on them are reported; "
                    "without it, measures first with `python -m adaptiveload.calibrate` (needs "
                    "PyTorch and the "
                    "package; the Python is $AL_PYTHON, else the project's .venv, else python3)")

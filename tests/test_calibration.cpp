@@ -51,6 +51,28 @@ TEST(Calibration, NoisyMeasurementsReportTheirError) {
   EXPECT_LT(f.max_rel_error, 0.12);
 }
 
+TEST(Calibration, HeldOutShapesAreErrorsOfPrediction) {
+  // Fit on the S <= 32760 shapes, predict the two longest: with exact measurements the model
+  // extrapolates them within rounding; with one held-out point 30% off, its error is that.
+  auto pts = synthetic(1.75e-5, 1.94e-9, 1.3e-3, 3e-3, 2048, 0.0);
+  std::vector<Measurement> fit, held;
+  for (const Measurement& p : pts) (p.tokens <= 32760 ? fit : held).push_back(p);
+  ASSERT_EQ(held.size(), 6u);
+  CalibrationFit f = fit_calibration(fit);
+  HeldOutErrors h = held_out_errors(f, held);
+  EXPECT_EQ(h.points, 6u);
+  EXPECT_LT(h.max_rel_error, 0.01);
+  EXPECT_LE(h.median_rel_error, h.max_rel_error);
+  for (const Measurement& p : held)
+    EXPECT_NEAR(observation_time(f, {{{p.tokens, p.batch}}, p.time_s}), p.time_s, 0.01 * p.time_s);
+  held[2].time_s *= 1.3;
+  h = held_out_errors(f, held);
+  EXPECT_NEAR(h.max_rel_error, 0.3 / 1.3, 0.01);
+  EXPECT_LT(h.median_rel_error, 0.01);
+  EXPECT_EQ(held_out_errors(f, {}).points, 0u);
+  EXPECT_THROW(held_out_errors(f, {{100, 0, 0.1, -1}}), ConfigError);
+}
+
 TEST(Calibration, ProfileRoundTripsIntoTheProfileCostModel) {
   auto pts = synthetic(1.75e-5, 1.94e-9, 1.3e-3, 3e-3, 2048, 0.0);
   CalibrationFit f = fit_calibration(pts);

@@ -218,3 +218,29 @@ TEST(Cli, CalibrateFitsMeasurementsAndPlanUsesTheProfile) {
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("not valid JSON"), std::string::npos) << r.err;
 }
+
+TEST(Cli, CalibrateReportsHeldOutMeasurementsWithoutFittingThem) {
+  // Exact points of one model, plus two held-out lines: one on the model (error ~0), one 50%
+  // off. Fitted, the bad line would pull the fit off the exact points; held out, the fit stays
+  // exact and reports the bad line's error as the held-out max.
+  auto line = [](int S, int B, double scale, bool held) {
+    const double t = 1.75e-5 * S + 1.94e-9 * double(S) * S + 1.3e-3;
+    return "{\"tokens\":" + std::to_string(S) + ",\"batch\":" + std::to_string(B) + ",\"time_s\":" +
+           std::to_string(scale * (3e-3 + t * (B + 2048.0 / S))) + (held ? ",\"held_out\":true" : "") + "}\n";
+  };
+  std::string pts;
+  for (int S : {1560, 9360, 32760, 75600})
+    for (int B : {1, 2}) pts += line(S, B, 1.0, false);
+  pts += line(18564, 1, 1.0, true) + line(48000, 2, 1.5, true);
+  const std::string m = write_temp("held_points.jsonl", pts);
+  const std::string prof = ::testing::TempDir() + "cli_held_profile.json";
+  CliRun r = run("calibrate --measurements " + m + " --out " + prof);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("fitted 8 measurements"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fit error of the micro-batch time: median 0.0%, max 0.0%"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("held-out error (2 measurements marked held_out, not fitted): median 16.7%, max 33.3%"),
+            std::string::npos)
+      << r.out;
+  const std::string profile = adaptiveload::test::read_text(prof);
+  EXPECT_NE(profile.find("\"held_out_points\": 2"), std::string::npos) << profile;
+}

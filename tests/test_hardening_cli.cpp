@@ -147,7 +147,7 @@ TEST(HardeningCli, HelpListsPresetsAndTheFootnoteExplainsEveryColumn) {
   ASSERT_EQ(r.code, 0);
   for (const char* name :
        {"wan2.1-1.3b", "wan2.1-14b", "hunyuanvideo", "cogvideox-2b", "cogvideox-5b", "opensora-1.2",
-        "tiny-dit", "h200", "h100", "a100", "cpu", "cogvideox, tiny, wan"})
+        "tiny-dit", "h200", "h100", "a100", "cpu", "cogvideox, mini, tiny, wan"})
     EXPECT_NE(r.out.find(name), std::string::npos) << name;
   r = run("demo");
   ASSERT_EQ(r.code, 0) << r.err;

@@ -30,6 +30,16 @@ SHAPES = {
     "wan2.1-1.3b": [(1, 480, 832), (17, 480, 832), (33, 480, 832), (49, 480, 832), (81, 480, 832),
                     (1, 720, 1280), (33, 720, 1280), (81, 720, 1280)],
     "tiny": [(1, 32, 48), (1, 96, 160), (5, 96, 160), (9, 96, 160), (17, 64, 112), (17, 96, 160)],
+    # The tiny model on the `mini` grid (the CPU miniature where attention dominates long
+    # clips): images to 33-frame clips, landscape and square.
+    "mini": [(1, 128, 224), (5, 128, 224), (9, 128, 224), (17, 128, 224), (33, 128, 224), (1, 176, 176),
+             (33, 176, 176)],
+}
+# Shapes a sweep measures but does not fit (--held-out): the fit's errors on them are errors of
+# prediction, on frame counts and aspect ratios it never saw.
+HELD_OUT = {
+    "mini": [(13, 128, 224), (25, 128, 224), (21, 176, 176), (29, 224, 128), (1, 128, 176), (9, 128, 176),
+             (17, 176, 128)],
 }
 
 
@@ -40,7 +50,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="planner model preset recorded in the profile (default: the config's)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--device-name", help="device name recorded in the profile (default: detected)")
+    p.add_argument("--sweep", choices=sorted(SHAPES), help="the shapes to measure (default: the config's; mini: "
+                   "the tiny model on the mini grid)")
+    p.add_argument("--held-out", action="store_true", help="also measure the sweep's held-out shapes, not fitted, "
+                   "and report the fit's errors on them")
     p.add_argument("--max-batch", type=int, default=8)
+    p.add_argument("--max-tokens", type=int, help="largest batch x tokens measured (a micro-batch's memory "
+                   "budget, e.g. train_dit's --mem-budget); default: no bound but --max-batch")
+    p.add_argument("--clock", default="wall", choices=["wall", "thread"], help="CPU timing: wall clock, or this "
+                   "thread's CPU time (steadier on a shared machine; use it with --threads 1)")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
     p.add_argument("--reps", type=int, default=3, help="timed repetitions per point (the fastest is kept)")
     p.add_argument("--memory-fraction", type=float, default=0.85, help="stop before this share of device memory")
     p.add_argument("--checkpointing", action="store_true")
@@ -72,7 +91,13 @@ def check_args(p: argparse.ArgumentParser, args) -> torch.device:
                     f"cuda:0..cuda:{torch.cuda.device_count() - 1}")
     elif device.type != "cpu":
         p.error(f"--device {args.device}: only cpu and cuda[:N] are supported")
-    for name, v in (("--max-batch", args.max_batch), ("--reps", args.reps), ("--layers", args.layers)):
+    if args.held_out and (args.sweep or args.config) not in HELD_OUT:
+        p.error(f"--held-out: the {args.sweep or args.config} sweep has no held-out shapes (sweeps with them: "
+                f"{', '.join(sorted(HELD_OUT))})")
+    if (args.sweep or args.config) not in SHAPES:
+        p.error(f"--config {args.config} has no sweep of its own; choose one with --sweep ({', '.join(sorted(SHAPES))})")
+    for name, v in (("--max-batch", args.max_batch), ("--reps", args.reps), ("--layers", args.layers),
+                    ("--max-tokens", args.max_tokens), ("--threads", args.threads)):
         if v is not None and v < 1:
             p.error(f"{name} must be >= 1, got {v}")
     if not (0 < args.memory_fraction <= 1):  # False for NaN
@@ -84,14 +109,21 @@ def check_args(p: argparse.ArgumentParser, args) -> torch.device:
     return device
 
 
-def fit(points, model: str, device_name: str):
+def fit(points, model: str, device_name: str, held_out=()):
     """(profile JSON, summary) of the core's fit to measurements [{tokens, batch, time_s,
     peak_bytes}]: seconds per sample a*S + b*S^2 + c0, micro-batch overhead, small-batch
-    efficiency, memory M_static + B(m0 + m1 S) when peak_bytes are given. Raises TypeError /
-    ValueError naming the point and field of a malformed measurement."""
+    efficiency, memory M_static + B(m0 + m1 S) when peak_bytes are given. `held_out`
+    measurements are not fitted; the summary's held_out_median_rel_error and
+    held_out_max_rel_error are the fit's errors on them. Raises TypeError / ValueError naming
+    the point and field of a malformed measurement."""
+    return _C.fit_profile(_checked(points, "measurement"), model, device_name,
+                          _checked(held_out, "held-out measurement"))
+
+
+def _checked(points, what: str):
     checked = []
     for i, pt in enumerate(points):
-        where = f"calibrate.fit: measurement {i}"
+        where = f"calibrate.fit: {what} {i}"
         if not isinstance(pt, Mapping):
             raise TypeError(f"{where} must be a dict with tokens, batch, time_s (and peak_bytes), got "
                             f"{type(pt).__name__}")
@@ -105,10 +137,10 @@ def fit(points, model: str, device_name: str):
             "time_s": _checks.real(pt["time_s"], f"{where}: time_s", 0.0, 1e9, lo_open=True),
             "peak_bytes": None if peak is None else _checks.real(peak, f"{where}: peak_bytes", 0.0, 1e18),
         })
-    return _C.fit_profile(checked, model, device_name)
+    return checked
 
 
-def measure(model, c, shape, batch, device, reps):
+def measure(model, c, shape, batch, device, reps, clock="wall"):
     frames, height, width = shape
     f = 1 + (frames - 1) // 4
     x0 = torch.randn(batch, c.in_channels, f, height // 8, width // 8, device=device)
@@ -121,7 +153,7 @@ def measure(model, c, shape, batch, device, reps):
             torch.cuda.reset_peak_memory_stats()
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
-        t0 = time.perf_counter()
+        t0 = time.thread_time() if clock == "thread" else time.perf_counter()
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
             loss = wan_dit.flow_matching_loss(model, x0, ctx).mean()
         loss.backward()
@@ -131,7 +163,7 @@ def measure(model, c, shape, batch, device, reps):
             b.synchronize()
             dt = a.elapsed_time(b) / 1000.0
         else:
-            dt = time.perf_counter() - t0
+            dt = (time.thread_time() if clock == "thread" else time.perf_counter()) - t0
         if i > 0:
             times.append(dt)
     peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else None
@@ -144,30 +176,29 @@ def is_oom(e: BaseException) -> bool:
     return isinstance(e, getattr(torch.cuda, "OutOfMemoryError", ())) or "out of memory" in str(e)
 
 
-def main(argv=None):
-    p = parser()
-    args = p.parse_args(argv)
-    device = check_args(p, args)
-    c = wan_dit.config(args.config, args.layers)
-    torch.manual_seed(0)
-    model = wan_dit.WanDiT(c, fused_adaln=args.fused, checkpointing=args.checkpointing).to(device)
+def sweep(model, c, shapes, device, max_batch: int, reps: int, max_tokens=None, clock="wall",
+          memory_fraction: float = 0.85, label: str = ""):
+    """Measures forward + backward of `model` on each (frames, height, width) shape at batch
+    sizes 1, 2, 4, ... up to max_batch (and batch x tokens up to max_tokens), stopping a
+    shape's sweep before a batch predicted to exceed memory_fraction of the GPU or at an
+    out-of-memory error; prints each point. Returns the measurements."""
     total = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
     points = []
-    shapes = SHAPES[args.config]
     for si, shape in enumerate(shapes):
         batch = 1
         prev = None
-        while batch <= args.max_batch:
+        tokens = (1 + (shape[0] - 1) // 4) * (shape[1] // 16) * (shape[2] // 16)
+        while batch <= max_batch and (max_tokens is None or batch == 1 or batch * tokens <= max_tokens):
             if total and prev and prev["peak_bytes"]:
                 # Activations grow linearly in B: extrapolate from the last point.
                 static = torch.cuda.memory_allocated()
                 predicted = static + (prev["peak_bytes"] - static) * batch / prev["batch"]
-                if predicted > args.memory_fraction * total:
+                if predicted > memory_fraction * total:
                     print(f"  {shape} B={batch}: skipped, predicted {predicted / 1e9:.1f} GB > "
-                          f"{args.memory_fraction:.0%} of {total / 1e9:.1f} GB", flush=True)
+                          f"{memory_fraction:.0%} of {total / 1e9:.1f} GB", flush=True)
                     break
             try:
-                pt = measure(model, c, shape, batch, device, args.reps)
+                pt = measure(model, c, shape, batch, device, reps, clock)
             except RuntimeError as e:
                 if not is_oom(e):
                     raise
@@ -176,17 +207,36 @@ def main(argv=None):
                 break
             points.append(pt)
             mem = f", peak {pt['peak_bytes'] / 1e9:.2f} GB" if pt["peak_bytes"] else ""
-            print(f"[{si + 1}/{len(shapes)}] frames {shape[0]:3d} {shape[1]}x{shape[2]} S={pt['tokens']:6d} "
+            print(f"{label}[{si + 1}/{len(shapes)}] frames {shape[0]:3d} {shape[1]}x{shape[2]} S={pt['tokens']:6d} "
                   f"B={batch}: {pt['time_s'] * 1000:9.2f} ms{mem}", flush=True)
             prev = pt
             batch *= 2
+    return points
+
+
+def main(argv=None):
+    p = parser()
+    args = p.parse_args(argv)
+    device = check_args(p, args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    c = wan_dit.config(args.config, args.layers)
+    torch.manual_seed(0)
+    model = wan_dit.WanDiT(c, fused_adaln=args.fused, checkpointing=args.checkpointing).to(device)
+    name_of_sweep = args.sweep or args.config
+    opts = dict(max_batch=args.max_batch, reps=args.reps, max_tokens=args.max_tokens, clock=args.clock,
+                memory_fraction=args.memory_fraction)
+    points = sweep(model, c, SHAPES[name_of_sweep], device, **opts)
+    held = sweep(model, c, HELD_OUT[name_of_sweep], device, label="held out ", **opts) if args.held_out else []
     if args.measurements_out:
         with open(args.measurements_out, "w") as f:
             for pt in points:
                 f.write(json.dumps(pt) + "\n")
+            for pt in held:
+                f.write(json.dumps(dict(pt, held_out=True)) + "\n")
     name = args.device_name or (torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu")
     try:
-        profile, summary = fit(points, args.model or c.preset, name)
+        profile, summary = fit(points, args.model or c.preset, name, held)
     except ValueError as e:  # too few usable measurements (every shape out of memory, say)
         print(f"adaptiveload calibrate: error: cannot fit the {len(points)} measurement(s): {e}", file=sys.stderr)
         return None
@@ -198,6 +248,10 @@ def main(argv=None):
     print(f"fit error: median {100 * summary['median_rel_error']:.1f}%, max {100 * summary['max_rel_error']:.1f}%; "
           f"best single exponent p = {summary['power_p']:.3f} (error median "
           f"{100 * summary['power_median_rel_error']:.1f}%, max {100 * summary['power_max_rel_error']:.1f}%)")
+    if held:
+        print(f"held-out error ({summary['held_out_points']} measurements of {len(HELD_OUT[name_of_sweep])} shapes "
+              f"not fitted): median {100 * summary['held_out_median_rel_error']:.1f}%, max "
+              f"{100 * summary['held_out_max_rel_error']:.1f}%")
     print(f"wrote {args.out}")
     return summary
 

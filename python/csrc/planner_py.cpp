@@ -394,17 +394,24 @@ void bind_planner(pb::module_& m) {
       "returns the report ('' when there are none).");
   m.def(
       "fit_profile",
-      [](const std::vector<pb::dict>& points, const std::string& model, const std::string& device) {
-        std::vector<Measurement> pts;
-        for (const pb::dict& d : points) {
-          Measurement x;
-          x.tokens = d["tokens"].cast<int64_t>();
-          x.batch = d["batch"].cast<int64_t>();
-          x.time_s = d["time_s"].cast<double>();
-          x.peak_bytes = d.contains("peak_bytes") && !d["peak_bytes"].is_none() ? d["peak_bytes"].cast<double>() : -1;
-          pts.push_back(x);
-        }
+      [](const std::vector<pb::dict>& points, const std::string& model, const std::string& device,
+         const std::vector<pb::dict>& held_out) {
+        auto measurements = [](const std::vector<pb::dict>& dicts) {
+          std::vector<Measurement> pts;
+          for (const pb::dict& d : dicts) {
+            Measurement x;
+            x.tokens = d["tokens"].cast<int64_t>();
+            x.batch = d["batch"].cast<int64_t>();
+            x.time_s = d["time_s"].cast<double>();
+            x.peak_bytes =
+                d.contains("peak_bytes") && !d["peak_bytes"].is_none() ? d["peak_bytes"].cast<double>() : -1;
+            pts.push_back(x);
+          }
+          return pts;
+        };
+        const std::vector<Measurement> pts = measurements(points);
         CalibrationFit f = fit_calibration(pts);
+        const HeldOutErrors h = held_out_errors(f, measurements(held_out));
         pb::dict s;
         s["points"] = f.points, s["a"] = f.a, s["b"] = f.b, s["c0"] = f.c0, s["overhead_s"] = f.overhead_s;
         s["half_efficiency_tokens"] = f.half_efficiency_tokens;
@@ -412,11 +419,14 @@ void bind_planner(pb::module_& m) {
         s["power_p"] = f.power_p, s["power_k"] = f.power_k;
         s["power_median_rel_error"] = f.power_median_rel_error, s["power_max_rel_error"] = f.power_max_rel_error;
         s["has_memory"] = f.has_memory, s["static_bytes"] = f.static_bytes, s["m0"] = f.m0, s["m1"] = f.m1;
-        return pb::make_tuple(profile_json(f, pts, model, device), s);
+        s["held_out_points"] = h.points, s["held_out_median_rel_error"] = h.median_rel_error;
+        s["held_out_max_rel_error"] = h.max_rel_error;
+        return pb::make_tuple(profile_json(f, pts, model, device, h), s);
       },
-      pb::arg("points"), pb::arg("model"), pb::arg("device"),
+      pb::arg("points"), pb::arg("model"), pb::arg("device"), pb::arg("held_out") = std::vector<pb::dict>{},
       "Fits the cost and memory models to measurements [{tokens, batch, time_s, peak_bytes}] and returns "
-      "(profile_json, summary).");
+      "(profile_json, summary); `held_out` measurements are not fitted: the summary's held_out_median_rel_error "
+      "and held_out_max_rel_error are the fit's errors on them (0 points: both 0).");
   m.def(
       "fit_observations",
       [](const pb::list& observations, double overhead_s, double half_efficiency_tokens) {

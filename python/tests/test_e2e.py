@@ -162,6 +162,29 @@ def test_calibration_fit_recovers_a_known_model(tmp_path):
     cli_plans_with(prof)
 
 
+def test_calibration_reports_held_out_measurements_without_fitting_them():
+    """Held-out measurements (shapes the sweep measures but does not fit) are errors of
+    prediction: exact points of a known model predict an unseen shape within rounding, and a
+    held-out point 30% off is reported as 0.3 / 1.3 without pulling the fit."""
+    def seconds(S, B):
+        return 2e-3 + (2e-5 * S + 1e-7 * S * S + 5e-4) * (B + 64.0 / S)
+
+    fitted = [{"tokens": S, "batch": B, "time_s": seconds(S, B)} for S in TINY_TOKENS[:-1] for B in TINY_BATCHES]
+    S = TINY_TOKENS[-1]
+    held = [{"tokens": S, "batch": B, "time_s": seconds(S, B)} for B in TINY_BATCHES]
+    profile, summary = calibrate.fit(fitted, "tiny-dit", "cpu", held)
+    assert summary["points"] == len(fitted) and summary["held_out_points"] == 3
+    assert summary["held_out_max_rel_error"] < 0.01, summary
+    assert json.loads(profile)["fit"]["held_out_points"] == 3
+    held[1] = dict(held[1], time_s=1.3 * held[1]["time_s"])
+    _, off = calibrate.fit(fitted, "tiny-dit", "cpu", held)
+    assert abs(off["held_out_max_rel_error"] - 0.3 / 1.3) < 0.01 and off["held_out_median_rel_error"] < 0.01, off
+    assert (off["a"], off["b"]) == (summary["a"], summary["b"])  # not fitted
+    assert calibrate.fit(fitted, "tiny-dit", "cpu")[1]["held_out_points"] == 0
+    with pytest.raises(ValueError, match="held-out measurement 0 has no time_s"):
+        calibrate.fit(fitted, "tiny-dit", "cpu", [{"tokens": 10, "batch": 1}])
+
+
 def test_calibration_on_cpu_measures_the_sweep_and_writes_a_usable_profile(tmp_path):
     """The real measuring run. Its timings are whatever this machine gives under its load, so
     it asserts the work done (every point of the sweep, measured once) and a usable profile,

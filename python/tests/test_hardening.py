@@ -598,6 +598,9 @@ def test_calibrate_without_cuda_is_a_clear_error():
     (["--device", "cpu", "--memory-fraction", "nan"], "--memory-fraction must be in"),
     (["--device", "cpu", "--memory-fraction", "1.5"], "--memory-fraction must be in"),
     (["--device", "cpu", "--out", "/nonexistent/dir/profile.json"], "--out /nonexistent/dir/profile.json: cannot"),
+    (["--device", "cpu", "--held-out"], "--held-out: the tiny sweep has no held-out shapes"),
+    (["--device", "cpu", "--max-tokens", "0"], "--max-tokens must be >= 1"),
+    (["--device", "cpu", "--threads", "0"], "--threads must be >= 1"),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
 def test_calibrate_checks_its_options_before_measuring(args, pattern, capsys):
     from adaptiveload import calibrate

@@ -104,19 +104,6 @@ double pack_tokens(const ObservedMicroBatch& mb) {
   return n;
 }
 
-double observation_time(const CalibrationFit& f, const Observation& o) {
-  double t = 0;
-  for (const ObservedMicroBatch& mb : o.micro_batches) {
-    if (mb.parts.size() == 1) {
-      t += model_time(f, double(mb.parts[0].first), double(mb.parts[0].second));
-      continue;
-    }
-    double w = 0;
-    for (auto [S, B] : mb.parts) w += (f.a * double(S) + f.b * double(S) * double(S) + f.c0) * double(B);
-    t += f.overhead_s + w * (1.0 + f.half_efficiency_tokens / pack_tokens(mb));
-  }
-  return t;
-}
 
 // The time part of the fit: N_half from 0 and a geometric grid; for each, a linear NNLS fit
 // of (a, b, c0, overhead) on relative error (rows scaled by 1 / T).
@@ -200,6 +187,33 @@ CalibrationFit fit_time(const std::vector<Observation>& obs, double fixed_overhe
 CalibrationFit fit_observations(const std::vector<Observation>& obs, double fixed_overhead_s,
                                 double fixed_half_efficiency_tokens) {
   return fit_time(obs, fixed_overhead_s, fixed_half_efficiency_tokens);
+}
+
+double observation_time(const CalibrationFit& f, const Observation& o) {
+  double t = 0;
+  for (const ObservedMicroBatch& mb : o.micro_batches) {
+    if (mb.parts.size() == 1) {
+      t += model_time(f, double(mb.parts[0].first), double(mb.parts[0].second));
+      continue;
+    }
+    double w = 0;
+    for (auto [S, B] : mb.parts) w += (f.a * double(S) + f.b * double(S) * double(S) + f.c0) * double(B);
+    t += f.overhead_s + w * (1.0 + f.half_efficiency_tokens / pack_tokens(mb));
+  }
+  return t;
+}
+
+HeldOutErrors held_out_errors(const CalibrationFit& fit, const std::vector<Measurement>& pts) {
+  HeldOutErrors h;
+  std::vector<double> pred;
+  for (const auto& p : pts) {
+    if (p.tokens <= 0 || p.batch <= 0 || !(p.time_s > 0) || !std::isfinite(p.time_s))
+      throw ConfigError("calibration: a held-out measurement needs tokens > 0, batch > 0 and time_s > 0");
+    pred.push_back(observation_time(fit, {{{p.tokens, p.batch}}, p.time_s}));
+  }
+  h.points = pts.size();
+  if (!pts.empty()) errors(pts, pred, h.median_rel_error, h.max_rel_error);
+  return h;
 }
 
 std::string cost_json(const CalibrationFit& f) {
@@ -298,6 +312,7 @@ std::vector<Measurement> read_measurements(const std::string& path) {
       m.batch = count("batch");
       m.time_s = j.at("time_s").get<double>();
       m.peak_bytes = j.contains("peak_bytes") && !j["peak_bytes"].is_null() ? j["peak_bytes"].get<double>() : -1;
+      m.held_out = j.contains("held_out") && j["held_out"].get<bool>();
       if (m.tokens <= 0 || m.batch <= 0 || !(m.time_s > 0))
         throw InputError(where, "tokens and batch must be positive and time_s > 0");
       out.push_back(m);
@@ -309,7 +324,7 @@ std::vector<Measurement> read_measurements(const std::string& path) {
 }
 
 std::string profile_json(const CalibrationFit& f, const std::vector<Measurement>& points, const std::string& model,
-                         const std::string& device) {
+                         const std::string& device, const HeldOutErrors& held) {
   using json = nlohmann::json;
   json j;
   j["format"] = "adaptiveload-profile";
@@ -326,6 +341,11 @@ std::string profile_json(const CalibrationFit& f, const std::vector<Measurement>
               {"power_k", f.power_k},
               {"power_median_rel_error", f.power_median_rel_error},
               {"power_max_rel_error", f.power_max_rel_error}};
+  if (held.points) {
+    j["fit"]["held_out_points"] = held.points;
+    j["fit"]["held_out_median_rel_error"] = held.median_rel_error;
+    j["fit"]["held_out_max_rel_error"] = held.max_rel_error;
+  }
   j["points"] = json::array();
   for (const auto& p : points) {
     json q = {{"tokens", p.tokens}, {"batch", p.batch}, {"time_s", p.time_s}};

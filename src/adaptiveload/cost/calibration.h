@@ -15,6 +15,7 @@ struct Measurement {
   int64_t batch = 0;        // B
   double time_s = 0;        // forward + backward of the micro-batch
   double peak_bytes = -1;   // peak memory of the step; < 0 when not measured (CPU)
+  bool held_out = false;    // measured to test the fit, not fitted ("held_out": true in JSONL)
 };
 
 struct CalibrationFit {
@@ -53,6 +54,17 @@ struct Observation {
 CalibrationFit fit_observations(const std::vector<Observation>& obs, double fixed_overhead_s = -1,
                                 double fixed_half_efficiency_tokens = -1);
 
+// The fitted model's seconds for an observation (its micro-batches' times summed; a pack
+// priced as one micro-batch, as above).
+double observation_time(const CalibrationFit& fit, const Observation& obs);
+// The fit's relative errors on measurements it was not fitted on (shapes held out of the
+// sweep): how well the model predicts, where the fit errors say how well it fits.
+struct HeldOutErrors {
+  size_t points = 0;
+  double median_rel_error = 0, max_rel_error = 0;
+};
+// Throws ConfigError on a measurement without tokens, batch and time > 0.
+HeldOutErrors held_out_errors(const CalibrationFit& fit, const std::vector<Measurement>& pts);
 // The compact cost object of a fit, for PlanState::segment_costs.
 std::string cost_json(const CalibrationFit& fit);
 
@@ -60,11 +72,13 @@ std::string cost_json(const CalibrationFit& fit);
 // Throws ConfigError when the points cannot determine the model (fewer than 3 distinct S).
 CalibrationFit fit_calibration(const std::vector<Measurement>& points);
 
-// Reads measurements as JSONL lines {"tokens":S,"batch":B,"time_s":T,"peak_bytes":M}.
+// Reads measurements as JSONL lines {"tokens":S,"batch":B,"time_s":T,"peak_bytes":M}, with
+// "held_out":true on those not to be fitted.
 std::vector<Measurement> read_measurements(const std::string& path);
 
-// The profile JSON (with the points, the fit errors and `meta` fields such as model/device).
+// The profile JSON (with the points, the fit errors, the held-out errors when `held` has
+// points, and `meta` fields such as model/device).
 std::string profile_json(const CalibrationFit& fit, const std::vector<Measurement>& points,
-                         const std::string& model, const std::string& device);
+                         const std::string& model, const std::string& device, const HeldOutErrors& held = {});
 
 }  // namespace adaptiveload
