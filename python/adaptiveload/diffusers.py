@@ -42,7 +42,8 @@ from torch import nn
 
 from .ops import fused_adaln
 
-__all__ = ["use_fused_adaln", "restore_eager_adaln", "is_fused", "UnrecognisedWanModelError", "KNOWN_SOURCES"]
+__all__ = ["use_fused_adaln", "restore_eager_adaln", "is_fused", "packed_forward", "UnrecognisedWanModelError",
+           "UnsupportedWanModelError", "KNOWN_SOURCES"]
 
 # sha256 (first 16 hex digits) of inspect.getsource of each method, dedented -> the diffusers
 # versions whose source it is. A version is added here after its tests pass against it.
@@ -50,11 +51,22 @@ KNOWN_SOURCES: Dict[str, Dict[str, str]] = {
     "WanTransformerBlock.forward": {"e3f915b69532cdf6": "0.42.1"},
     "WanTransformer3DModel.forward": {"63d2ad3896ba5f5b": "0.42.1"},
     "FP32LayerNorm.forward": {"eeccdd19b7e90032": "0.42.1"},
+    # what packed_forward (diffusers_packed.py) also reproduces or relies on
+    "WanAttnProcessor.__call__": {"6bfcee2af4a77d09": "0.42.1"},
+    "WanAttention.forward": {"a8981ab4ef376ff2": "0.42.1"},
+    "WanTimeTextImageEmbedding.forward": {"4e1287c165e31a70": "0.42.1"},
+    "WanRotaryPosEmbed.forward": {"a088608f1576237e": "0.42.1"},
+    "transformer_wan._get_qkv_projections": {"657bbdb508a6c612": "0.42.1"},
 }
 
 
 class UnrecognisedWanModelError(RuntimeError):
     """The model or the installed diffusers is not one whose adaLN sites this module knows."""
+
+
+class UnsupportedWanModelError(UnrecognisedWanModelError):
+    """A Wan model this module knows, with a feature packed_forward does not support (image
+    conditioning, hooks on the modules it does not call, ...)."""
 
 
 def _source_hash(fn) -> Optional[str]:
@@ -65,47 +77,63 @@ def _source_hash(fn) -> Optional[str]:
     return hashlib.sha256(src.encode()).hexdigest()[:16]
 
 
-def _refuse(where: str, what: str) -> UnrecognisedWanModelError:
+# Per public function, what a refusal says: what it recognises, and what to do instead.
+_REFUSALS = {
+    "use_fused_adaln": ("whose adaLN sites adaptiveload recognises", "so patching could compute something else; "
+                        "nothing was changed. Use the diffusers version in requirements/python.txt, or leave the "
+                        "model unpatched."),
+    "packed_forward": ("whose computation adaptiveload's packed forward reproduces", "so a packed forward could "
+                       "compute something else; nothing was run or changed. Use the diffusers version in "
+                       "requirements/python.txt, or run the model's own forward sample by sample."),
+}
+
+
+def _refuse(where: str, what: str, api: str) -> UnrecognisedWanModelError:
     known = sorted({v for hashes in KNOWN_SOURCES.values() for v in hashes.values()})
+    recognised, tail = _REFUSALS[api]
     return UnrecognisedWanModelError(
-        f"adaptiveload.diffusers.use_fused_adaln: {where}: {what}. With diffusers {diffusers.__version__} "
-        f"installed, this is not a Wan model whose adaLN sites adaptiveload recognises (recognised: diffusers "
-        f"{', '.join(known)}, WanTransformer3DModel as it defines it), so patching could compute something else; "
-        "nothing was changed. Use the diffusers version in requirements/python.txt, or leave the model unpatched.")
+        f"adaptiveload.diffusers.{api}: {where}: {what}. With diffusers {diffusers.__version__} installed, this "
+        f"is not a Wan model {recognised} (recognised: diffusers {', '.join(known)}, WanTransformer3DModel as it "
+        f"defines it), {tail}")
 
 
 def _type_name(cls) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _check_method(cls, key: str, where: str) -> None:
-    # key "Class.method" in KNOWN_SOURCES; cls the instance's type (may be a subclass)
-    fn = getattr(cls, key.split(".")[1])
+def _check_source(fn, name: str, key: str, where: str, api: str) -> None:
+    # fn's source must hash to one of KNOWN_SOURCES[key]; name says which function fn is
     digest = _source_hash(fn)
     if digest not in KNOWN_SOURCES[key]:
-        raise _refuse(where, f"{_type_name(cls)}.{fn.__name__} (from module {getattr(fn, '__module__', '?')}) has "
-                      f"source sha256 {digest}, not a known {key} ({', '.join(sorted(KNOWN_SOURCES[key]))})")
+        raise _refuse(where, f"{name} (from module {getattr(fn, '__module__', '?')}) has source sha256 {digest}, "
+                      f"not a known {key} ({', '.join(sorted(KNOWN_SOURCES[key]))})", api)
 
 
-def _check_plain_norm(norm: Any, dim: int, affine: bool, where: str) -> None:
+def _check_method(cls, key: str, where: str, api: str) -> None:
+    # key "Class.method" in KNOWN_SOURCES; cls the instance's type (may be a subclass)
+    fn = getattr(cls, key.split(".")[1])
+    _check_source(fn, f"{_type_name(cls)}.{fn.__name__}", key, where, api)
+
+
+def _check_plain_norm(norm: Any, dim: int, affine: bool, where: str, api: str) -> None:
     if not isinstance(norm, FP32LayerNorm):
-        raise _refuse(where, f"expected diffusers FP32LayerNorm, got {_type_name(type(norm))}")
-    _check_method(type(norm), "FP32LayerNorm.forward", where)
+        raise _refuse(where, f"expected diffusers FP32LayerNorm, got {_type_name(type(norm))}", api)
+    _check_method(type(norm), "FP32LayerNorm.forward", where, api)
     if tuple(norm.normalized_shape) != (dim,):
-        raise _refuse(where, f"normalized_shape is {tuple(norm.normalized_shape)}, expected ({dim},)")
+        raise _refuse(where, f"normalized_shape is {tuple(norm.normalized_shape)}, expected ({dim},)", api)
     has_affine = norm.weight is not None
     if has_affine != affine or (not affine and norm.bias is not None):
         raise _refuse(where, f"elementwise affine weight {'present' if has_affine else 'absent'}, bias "
                       f"{'present' if norm.bias is not None else 'absent'}; expected "
-                      f"{'a weight' if affine else 'neither'}")
+                      f"{'a weight' if affine else 'neither'}", api)
     if not (0 <= norm.eps < 1e30):
-        raise _refuse(where, f"eps {norm.eps!r} outside fused_adaln's range [0, 1e30)")
+        raise _refuse(where, f"eps {norm.eps!r} outside fused_adaln's range [0, 1e30)", api)
 
 
-def _check_table(table: Any, rows: int, dim: int, where: str) -> None:
+def _check_table(table: Any, rows: int, dim: int, where: str, api: str) -> None:
     if not isinstance(table, torch.Tensor) or tuple(table.shape) != (1, rows, dim):
         shape = tuple(table.shape) if isinstance(table, torch.Tensor) else type(table).__name__
-        raise _refuse(where, f"scale_shift_table is {shape}, expected (1, {rows}, {dim})")
+        raise _refuse(where, f"scale_shift_table is {shape}, expected (1, {rows}, {dim})", api)
 
 
 def _patched_by_us(module: nn.Module, fn) -> bool:
@@ -113,31 +141,31 @@ def _patched_by_us(module: nn.Module, fn) -> bool:
     return f is not None and getattr(f, "__func__", None) is fn
 
 
-def _check_instance_forward(module: nn.Module, fn, where: str) -> None:
+def _check_instance_forward(module: nn.Module, fn, where: str, api: str) -> None:
     if "forward" in module.__dict__ and not _patched_by_us(module, fn):
         raise _refuse(where, f"the instance has its own forward ({module.__dict__['forward']!r}), set by something "
-                      "other than adaptiveload")
+                      "other than adaptiveload", api)
 
 
-def _check_model(model: Any) -> None:
+def _check_model(model: Any, api: str) -> None:
     if not isinstance(model, WanTransformer3DModel):
-        raise _refuse("model", f"expected diffusers WanTransformer3DModel, got {_type_name(type(model))}")
-    _check_method(type(model), "WanTransformer3DModel.forward", "model")
-    _check_instance_forward(model, _model_forward, "model")
+        raise _refuse("model", f"expected diffusers WanTransformer3DModel, got {_type_name(type(model))}", api)
+    _check_method(type(model), "WanTransformer3DModel.forward", "model", api)
+    _check_instance_forward(model, _model_forward, "model", api)
     dim = model.config.num_attention_heads * model.config.attention_head_dim
-    _check_plain_norm(model.norm_out, dim, affine=False, where="model.norm_out")
-    _check_table(model.scale_shift_table, 2, dim, "model")
+    _check_plain_norm(model.norm_out, dim, affine=False, where="model.norm_out", api=api)
+    _check_table(model.scale_shift_table, 2, dim, "model", api)
     for i, block in enumerate(model.blocks):
         where = f"model.blocks[{i}]"
         if not isinstance(block, WanTransformerBlock):
-            raise _refuse(where, f"expected diffusers WanTransformerBlock, got {_type_name(type(block))}")
-        _check_method(type(block), "WanTransformerBlock.forward", where)
-        _check_instance_forward(block, _block_forward, where)
-        _check_plain_norm(block.norm1, dim, affine=False, where=where + ".norm1")
-        _check_plain_norm(block.norm3, dim, affine=False, where=where + ".norm3")
+            raise _refuse(where, f"expected diffusers WanTransformerBlock, got {_type_name(type(block))}", api)
+        _check_method(type(block), "WanTransformerBlock.forward", where, api)
+        _check_instance_forward(block, _block_forward, where, api)
+        _check_plain_norm(block.norm1, dim, affine=False, where=where + ".norm1", api=api)
+        _check_plain_norm(block.norm3, dim, affine=False, where=where + ".norm3", api=api)
         if not isinstance(block.norm2, nn.Identity):
-            _check_plain_norm(block.norm2, dim, affine=True, where=where + ".norm2")
-        _check_table(block.scale_shift_table, 6, dim, where)
+            _check_plain_norm(block.norm2, dim, affine=True, where=where + ".norm2", api=api)
+        _check_table(block.scale_shift_table, 6, dim, where, api)
 
 
 def use_fused_adaln(model: WanTransformer3DModel, *, cross_attn_norm: bool = True) -> WanTransformer3DModel:
@@ -153,7 +181,7 @@ def use_fused_adaln(model: WanTransformer3DModel, *, cross_attn_norm: bool = Tru
     """
     if not isinstance(cross_attn_norm, bool):
         raise TypeError(f"use_fused_adaln: cross_attn_norm must be a bool, got {type(cross_attn_norm).__name__}")
-    _check_model(model)
+    _check_model(model, "use_fused_adaln")
     model.forward = types.MethodType(_model_forward, model)
     for block in model.blocks:
         block._adaptiveload_fuse_norm2 = cross_attn_norm and isinstance(block.norm2, FP32LayerNorm)
@@ -319,3 +347,13 @@ def _model_forward(
         return (output,)
 
     return Transformer2DModelOutput(sample=output)
+
+
+def __getattr__(name: str):
+    # packed_forward lives in diffusers_packed.py, which imports this module's checks: loaded on
+    # first use so that either module can be imported first.
+    if name == "packed_forward":
+        from .diffusers_packed import packed_forward
+
+        return packed_forward
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
