@@ -26,6 +26,7 @@ output norm changed. Both are used only when the installed diffusers' source of 
 methods hashes to a version listed in KNOWN_SOURCES and the modules have the expected types
 and shapes; anything else raises UnrecognisedWanModelError and changes nothing.
 """
+import functools
 import hashlib
 import inspect
 import textwrap
@@ -69,6 +70,7 @@ class UnsupportedWanModelError(UnrecognisedWanModelError):
     conditioning, hooks on the modules it does not call, ...)."""
 
 
+@functools.lru_cache(maxsize=None)  # per function object: packed_forward checks on every call
 def _source_hash(fn) -> Optional[str]:
     try:
         src = textwrap.dedent(inspect.getsource(fn))

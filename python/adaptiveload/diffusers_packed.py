@@ -32,6 +32,7 @@ raises UnsupportedWanModelError. Either way nothing is run or changed.
 """
 import dataclasses
 import functools
+import math
 from typing import List, Sequence
 
 import torch
@@ -48,6 +49,9 @@ from .packing import pack, unpack
 __all__ = ["packed_forward"]
 
 API = "packed_forward"
+# varlen_attention reads the segment offsets on the host (its checks, the per-segment SDPA loop,
+# flash-attention's max_seqlen): under torch.compile it runs eagerly, one graph break per call.
+_varlen = torch.compiler.disable(varlen_attention)
 
 
 def _unsupported(where: str, what: str, todo: str) -> _wan.UnsupportedWanModelError:
@@ -90,6 +94,7 @@ def _check_attention(attn, where: str, cross: bool) -> None:
                            "image context: run an image-to-video model's own forward sample by sample.")
 
 
+@torch.compiler.disable  # host-side checks (source hashes): run eagerly, before the traced forward
 def _check(model) -> None:
     """Refuses (raising, changing nothing) a model or diffusers version this module does not know."""
     _wan._check_model(model, API)
@@ -169,7 +174,7 @@ def _attention(attn, x: torch.Tensor, context, rope, seg: Segments) -> torch.Ten
     if rope is not None:
         q, k = _rotary(q, *rope), _rotary(k, *rope)
     cu_k, max_k = (seg.cu, seg.max_seqlen) if context is None else (seg.cu_text, seg.max_seqlen_text)
-    out = varlen_attention(q, k, v, seg.cu, cu_k, seg.max_seqlen, max_k).flatten(1, 2).type_as(q)
+    out = _varlen(q, k, v, seg.cu, cu_k, seg.max_seqlen, max_k).flatten(1, 2).type_as(q)
     return attn.to_out[1](attn.to_out[0](out))
 
 
@@ -206,6 +211,17 @@ def _check_inputs(model, latents: list, texts: list) -> None:
                              f"(the model's text_dim), got {shape}")
 
 
+@torch.compiler.disable  # host-side: offsets, grids and counts (pack), before the traced layers
+def _prepare(model, latents: list, timesteps, texts: list):
+    """-> (PackedBatch, its Segments)."""
+    _check_inputs(model, latents, texts)
+    patch = tuple(model.config.patch_size)
+    lengths = [(x.shape[1] // patch[0]) * (x.shape[2] // patch[1]) * (x.shape[3] // patch[2]) for x in latents]
+    t, per_token = _timesteps(timesteps, lengths, latents[0].device)
+    packed = pack(latents, patch, timesteps=t, text=texts)
+    return packed, Segments(packed, per_token)
+
+
 def packed_forward(model, latents: Sequence[torch.Tensor], timesteps, encoder_hidden_states: Sequence[torch.Tensor]
                    ) -> List[torch.Tensor]:
     """diffusers' WanTransformer3DModel on a pack of samples of different shapes (see the module
@@ -215,13 +231,8 @@ def packed_forward(model, latents: Sequence[torch.Tensor], timesteps, encoder_hi
     UnrecognisedWanModelError / UnsupportedWanModelError for a model it does not know or
     support, ValueError for inputs that do not fit the model."""
     _check(model)
-    latents, texts = list(latents), list(encoder_hidden_states)
-    _check_inputs(model, latents, texts)
-    patch = tuple(model.config.patch_size)
-    lengths = [(x.shape[1] // patch[0]) * (x.shape[2] // patch[1]) * (x.shape[3] // patch[2]) for x in latents]
-    t, per_token = _timesteps(timesteps, lengths, latents[0].device)
-    packed = pack(latents, patch, timesteps=t, text=texts)
-    seg = Segments(packed, per_token)
+    latents = list(latents)
+    packed, seg = _prepare(model, latents, timesteps, list(encoder_hidden_states))
 
     conv = model.patch_embedding
     x = F.linear(packed.tokens, conv.weight.flatten(1), conv.bias)  # [N, D]; features (C, pt, ph, pw)
@@ -238,7 +249,12 @@ def packed_forward(model, latents: Sequence[torch.Tensor], timesteps, encoder_hi
 
     shift, scale = _wan._fp32_modulation(*(model.scale_shift_table + temb.unsqueeze(1)).unbind(1))
     out = model.proj_out(_modulate(x, shift, scale, model.norm_out.eps, seg))  # [N, pt*ph*pw*C_out]
-    p = patch[0] * patch[1] * patch[2]
+    p = math.prod(packed.patch)
     c_out = out.shape[1] // p
     out = out.unflatten(1, (p, c_out)).transpose(1, 2).flatten(1)  # features (C_out, pt, ph, pw), unpack's
+    return _unpack(out, packed, c_out)
+
+
+@torch.compiler.disable  # per-sample slices at host offsets
+def _unpack(out: torch.Tensor, packed, c_out: int) -> List[torch.Tensor]:
     return unpack(out, dataclasses.replace(packed, shapes=[(c_out, *s[1:]) for s in packed.shapes]))
