@@ -1,10 +1,14 @@
-"""One call makes a diffusers `WanTransformer3DModel` use adaptiveload.fused_adaln.
+"""One call makes a diffusers `WanTransformer3DModel` use adaptiveload.fused_adaln; another
+runs it on a packed micro-batch (packed_forward, in diffusers_packed.py).
 
     from diffusers import WanTransformer3DModel
-    from adaptiveload.diffusers import use_fused_adaln
+    from adaptiveload.diffusers import packed_forward, use_fused_adaln
 
     model = WanTransformer3DModel(...)   # or .from_pretrained(...)
     use_fused_adaln(model)               # before torch.compile, DDP or FSDP wrapping
+
+    preds = packed_forward(model, latents, timesteps, texts)   # a pack of samples of any shapes
+    # (diffusers_packed.py: lists of per-sample [C, F, H, W] latents and [L_i, D] texts)
 
 Sites, per WanTransformerBlock (diffusers 0.42.1, transformer_wan.py):
   norm1 (self-attention) and norm3 (feed-forward):

@@ -22,7 +22,13 @@ head unpatchified per sample. Outputs and every parameter's gradient equal the u
 model run sample by sample within fp32 rounding (python/tests/test_diffusers_packed.py).
 Gradient checkpointing follows the model's (model.enable_gradient_checkpointing(), through
 its _gradient_checkpointing_func as diffusers' forward does); use_fused_adaln applied or
-not makes no difference (neither forward is called).
+not makes no difference (neither forward is called). Dtypes are diffusers': the latents in
+the patch embedding's dtype, fp32 modulation, autocast as the model's forward sees it.
+
+torch.compile(packed_forward) traces the layers; the checks, the packing (host-side offsets)
+and varlen_attention (it reads the offsets on the host) run eagerly between graphs, so not
+fullgraph. With gradient checkpointing on, Dynamo cannot trace a checkpointed region that
+breaks the graph, and the blocks run eagerly inside their checkpoints.
 
 It runs only when the installed diffusers' source of every method it reproduces or relies on
 hashes to a version in diffusers.KNOWN_SOURCES and the modules are the expected types;
@@ -59,15 +65,19 @@ def _unsupported(where: str, what: str, todo: str) -> _wan.UnsupportedWanModelEr
                                          f"forward does not support; nothing was run or changed. {todo}")
 
 
-def _check_hooks(module: nn.Module, where: str) -> None:
-    # Hooks on a module whose forward packed_forward bypasses would silently not run.
+def _check_hooks(module: nn.Module, where: str, instance_forward: bool = True) -> None:
+    # Hooks on a module whose forward packed_forward bypasses would silently not run; so would an
+    # instance-level forward (accelerate's hooks set one; the model's and the blocks' are checked
+    # by _check_model, which accepts use_fused_adaln's).
     registry = getattr(module, "_diffusers_hook", None)
     names = [*(f"torch forward pre-hook {h!r}" for h in module._forward_pre_hooks.values()),
              *(f"torch forward hook {h!r}" for h in module._forward_hooks.values()),
              *(f"diffusers hook '{k}'" for k in (getattr(registry, "hooks", None) or {}))]
+    if instance_forward and "forward" in module.__dict__:
+        names.append(f"an instance-level forward {module.__dict__['forward']!r}")
     if names:
         raise _unsupported(where, f"it has {', '.join(names)}", "packed_forward computes this module's forward "
-                           "itself, so they would not run (FSDP2's fully_shard on the blocks, diffusers' caching or "
+                           "itself, so it would not run them (FSDP2's fully_shard on the blocks, diffusers' caching or "
                            "layerwise casting hooks, ...): remove them, or run the model's own forward per sample.")
 
 
@@ -98,7 +108,7 @@ def _check_attention(attn, where: str, cross: bool) -> None:
 def _check(model) -> None:
     """Refuses (raising, changing nothing) a model or diffusers version this module does not know."""
     _wan._check_model(model, API)
-    _check_hooks(model, "model")
+    _check_hooks(model, "model", instance_forward=False)
     c = model.config
     patch = tuple(c.patch_size)
     emb = model.condition_embedder
@@ -126,7 +136,7 @@ def _check(model) -> None:
                        "transformer_wan._get_qkv_projections", "diffusers", API)
     for i, block in enumerate(model.blocks):
         where = f"model.blocks[{i}]"
-        _check_hooks(block, where)
+        _check_hooks(block, where, instance_forward=False)
         _check_attention(block.attn1, where + ".attn1", cross=False)
         _check_attention(block.attn2, where + ".attn2", cross=True)
 

@@ -122,8 +122,9 @@ def compare(got, ref, key, dtype="fp32", ref32=None):
     pairs = [(f"output {i}", po[i], ro[i], o32[i]) for i in range(len(po))]
     pairs += [(f"gradient of {k}", pg[k], rg[k], g32[k]) for k in rg]
     # against fp32: the pack's and diffusers' bf16 errors, outputs and gradients (worst tensor)
-    ERRORS[key] = (max(rel(a, r) for _, a, _, r in pairs[:len(po)]), max(rel(a, r) for _, a, _, r in pairs[len(po):]),
-                   max(rel(a0, r) for _, _, a0, r in pairs[:len(po)]), max(rel(a0, r) for _, _, a0, r in pairs[len(po):]))
+    outs, grads = pairs[:len(po)], pairs[len(po):]
+    ERRORS[key] = (max(rel(a, r) for _, a, _, r in outs), max(rel(a, r) for _, a, _, r in grads),
+                   max(rel(a0, r) for _, _, a0, r in outs), max(rel(a0, r) for _, _, a0, r in grads))
     for name, a, a0, r in pairs:
         packed_err, eager_err = (a.float() - r).abs().max(), (a0.float() - r).abs().max()
         bound = 2 * eager_err + BF16_ULP * r.abs().max()
@@ -293,6 +294,10 @@ def test_refuses_what_it_does_not_support():
     model = make_model()
     model.blocks[1].register_forward_pre_hook(lambda m, a: None)
     refused(model, al_diffusers.UnsupportedWanModelError, r"model\.blocks\[1\]: it has torch forward pre-hook")
+    model = make_model()
+    model.blocks[0].attn2.forward = lambda *a, **k: a[0]
+    refused(model, al_diffusers.UnsupportedWanModelError, r"model\.blocks\[0\]\.attn2: it has an instance-level "
+            "forward")
     model = make_model()
     model.patch_embedding = torch.nn.Conv3d(4, 32, kernel_size=(1, 2, 2), stride=(1, 1, 1))
     refused(model, al_diffusers.UnrecognisedWanModelError, r"model\.patch_embedding: expected torch\.nn\.Conv3d "
