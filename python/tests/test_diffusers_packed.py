@@ -176,8 +176,8 @@ def test_gradient_checkpointing(per_token, monkeypatch):
 
 def test_with_use_fused_adaln_and_another_config():
     """packed_forward is the same on a model patched with use_fused_adaln (it calls neither
-    forward); and on a config with another patch, out_channels != in_channels and no
-    cross-attention norm (norm2 Identity), per token."""
+    forward); on a config with another patch, out_channels != in_channels and no
+    cross-attention norm (norm2 Identity), per token; with fused qkv projections, no grad."""
     model = make_model()
     lat, t, txt, w = make_inputs(4, 7, model)
     ref = run(model, lat, t, txt, w, None)
@@ -185,6 +185,14 @@ def test_with_use_fused_adaln_and_another_config():
     compare(run(model, lat, t, txt, w, al_diffusers.packed_forward), ref, ("fp32", "per-sample", "n=4", "fused model"))
     model = make_model(patch_size=(1, 1, 2), out_channels=6, cross_attn_norm=False)
     check(model, 4, seed=3, key=("fp32", "per-token", "n=4", "patch 1x1x2, out 6, no norm2"), per_token=True)
+    model = make_model()
+    model.fuse_qkv_projections()  # diffusers' fused to_qkv / to_kv; outputs only (to_q & co. get no gradient)
+    lat, t, txt, _ = make_inputs(3, 4, model)
+    with torch.no_grad():
+        ref = [model(x[None], t[i:i + 1], txt[i][None]).sample[0] for i, x in enumerate(lat)]
+        got = al_diffusers.packed_forward(model, lat, t, txt)
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6 * float(b.abs().max()))
 
 
 @pytest.mark.parametrize("dtype,per_token,ckpt", [("bf16", False, False), ("bf16", True, True),
