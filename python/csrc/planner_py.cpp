@@ -11,6 +11,7 @@
 #include "adaptiveload/manifest/manifest.h"
 #include "adaptiveload/plan/state.h"
 #include "adaptiveload/cost/calibration.h"
+#include "adaptiveload/cost/cost_model.h"
 #include "adaptiveload/planner/option_ranges.h"
 #include "adaptiveload/planner/planner.h"
 #include "adaptiveload/strategy/strategy.h"
@@ -43,6 +44,32 @@ pb::list rank_step(const Plan& p, size_t step, int rank) {
     out.append(std::move(ids));
   }
   return out;
+}
+
+// The shape of a micro-batch of these manifest rows (cost/shape.h): its samples by bucket, in
+// the order the buckets first appear. It refers to the planner's buckets.
+MicroShape rows_shape(const Planner& self, const std::vector<int64_t>& rows) {
+  const auto& sb = self.bucketing().sample_bucket;
+  MicroShape shape;
+  for (int64_t row : rows) {
+    if (row < 0 || size_t(row) >= sb.size()) throw pb::index_error("row " + std::to_string(row) + " out of range");
+    if (sb[size_t(row)] == kNoBucket)
+      throw std::invalid_argument("manifest row " + std::to_string(row) + " fits no bucket");
+    shape.add(self.bucketing().buckets[sb[size_t(row)]]);
+  }
+  return shape;
+}
+
+// The sequence-parallel costs of `world_size` ranks for a group of `group`: any power of two
+// that divides the world size (the cost model's formula, not the planner's allowed sizes: a
+// schedule made elsewhere may use groups the planner would not, e.g. more ranks than heads).
+SeqParallel group_sp(const Planner& self, int group, int world_size) {
+  const int W = world_size > 0 ? world_size : self.config().world_size;
+  if (group < 1 || group > kMaxGroup || (group & (group - 1)) != 0 || W % group != 0)
+    throw std::invalid_argument("group of " + std::to_string(group) + " ranks on " + std::to_string(W) +
+                                ": a group is a power of two, at most " + std::to_string(kMaxGroup) +
+                                ", that divides the world size");
+  return group == 1 ? SeqParallel{} : self.sim_env(W).layout.sp;
 }
 
 pb::dict state_to_dict(const PlanState& s) {
@@ -267,16 +294,7 @@ void bind_planner(pb::module_& m) {
       .def(
           "micro_batch_shape",
           [](const Planner& self, const std::vector<int64_t>& rows) {
-            // A micro-batch's shape as the cost models price it (cost/shape.h): its samples
-            // by bucket, in the order the buckets first appear.
-            const auto& sb = self.bucketing().sample_bucket;
-            MicroShape shape;
-            for (int64_t row : rows) {
-              if (row < 0 || size_t(row) >= sb.size()) throw pb::index_error("row " + std::to_string(row) + " out of range");
-              if (sb[size_t(row)] == kNoBucket)
-                throw std::invalid_argument("manifest row " + std::to_string(row) + " fits no bucket");
-              shape.add(self.bucketing().buckets[sb[size_t(row)]]);
-            }
+            const MicroShape shape = rows_shape(self, rows);
             pb::list out;
             for (const ShapePart& p : shape.parts()) out.append(pb::make_tuple(p.bucket->tokens, p.count));
             return out;
@@ -296,6 +314,24 @@ void bind_planner(pb::module_& m) {
             return out;
           },
           pb::arg("plan"), "Predicted compute seconds of every rank in every step, [steps][world_size].")
+      .def(
+          "micro_batch_seconds",
+          [](const Planner& self, const std::vector<int64_t>& rows, int group, int world_size) {
+            // The simulator's price of a micro-batch (sim/metrics.cpp): group_cost of its shape.
+            return group_cost(self.cost(), rows_shape(self, rows), group, group_sp(self, group, world_size));
+          },
+          pb::arg("rows"), pb::arg("group") = 1, pb::arg("world_size") = 0,
+          "Seconds of one micro-batch of these manifest rows (one varlen pack when they are of several "
+          "buckets) on each rank of a sequence-parallel group of `group` ranks of `world_size` (0: the "
+          "config's; any power of two dividing it, Ulysses all-to-alls priced), as the simulator prices the planner's own micro-batches; 0 for no rows.")
+      .def(
+          "micro_batch_work",
+          [](const Planner& self, const std::vector<int64_t>& rows, int group, int world_size) {
+            return group_work(self.cost(), rows_shape(self, rows), group, group_sp(self, group, world_size));
+          },
+          pb::arg("rows"), pb::arg("group") = 1, pb::arg("world_size") = 0,
+          "Its work at full efficiency (micro_batch_seconds less the overhead and the small-batch ramp): "
+          "what the table's `useful` and `fixed` columns count.")
       .def_property_readonly("cost_overhead_s", [](const Planner& self) { return self.cost().overhead_s; })
       .def_property_readonly("cost_half_efficiency_tokens",
                              [](const Planner& self) { return self.cost().half_efficiency_tokens; })
