@@ -244,6 +244,19 @@ class Timer:
         return self.seconds
 
 
+def sync_wait() -> float:
+    """Under torchrun with the explicit all-reduce: the wall seconds this rank waits at a
+    barrier for the step's slowest rank to finish its micro-batches (after the device has
+    finished them), measured apart from the all-reduce that follows, so the all-reduce and
+    optimizer time (the step's sync seconds) holds no wait and the idle fraction is measured
+    at the ranks, not inferred from their compute times."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    torch.distributed.barrier()
+    return time.perf_counter() - t0
+
+
 def metrics(times: List[List[float]], samples: int, tokens: int, extra_s: List[float]) -> Dict[str, float]:
     """DESIGN.md's metrics from per-(step, rank) compute times T[t][r] (the same formulas as
     the planner's simulator): idle fraction, per-step variants, throughput."""
@@ -584,7 +597,7 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
     def train_step(steps, log_it: bool):
         """This process's micro-batches of one global step (one sampler per emulated rank, or
         this rank's), the gradient sync, the optimizer step. Returns (per-rank compute seconds,
-        sync + optimizer seconds)."""
+        sync + optimizer seconds, this rank's wait for the slowest rank: see sync_wait)."""
         rank_times = []
         for s, st in zip(samplers, steps):
             n = len(st.micro_batches)
@@ -635,6 +648,7 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
                 ctx = torch.zeros((1, c.text_len, c.text_dim), device=device, dtype=dtype)
                 (flow_matching_loss_of(wrapped, x0, ctx, torch.zeros(1, device=device), x0).sum() * 0).backward()
             rank_times.append(t_rank)
+        wait_s = sync_wait() if ddp and not args.parallel else 0.0
         with Timer(device, args.clock) as tm:
             if ddp and not args.parallel:
                 grads = [p.grad for p in model.parameters() if p.grad is not None]
@@ -646,7 +660,7 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
                     off += g.numel()
             opt.step()
             opt.zero_grad(set_to_none=True)
-        return rank_times, tm.elapsed()
+        return rank_times, tm.elapsed(), wait_s
 
     total_steps = samplers[0].num_steps
     warmup_in_loop = args.warmup
@@ -659,7 +673,7 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
         del warm
         warmup_in_loop, run_steps = 0, 2**62  # until the epoch ends (a re-plan may change its step count)
     steps_iters = [s.steps() for s in samplers]
-    times, extra, peaks, pred = [], [], [], []
+    times, extra, peaks, pred, waits = [], [], [], [], []
     samples = tokens = 0
     predicted_times = samplers[0].predicted_rank_times()  # [steps][W] seconds, the planner's model
     plan_first = samplers[0].num_steps - len(predicted_times)  # global index of the plan's first step
@@ -676,15 +690,17 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
         if device.type == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
-        rank_times, sync_s = train_step(steps, log_it=True)
+        rank_times, sync_s, wait_s = train_step(steps, log_it=True)
         if ddp:
             gathered = [None] * dist_world
-            torch.distributed.all_gather_object(gathered, rank_times[0])
-            rank_times = gathered
+            torch.distributed.all_gather_object(gathered, (rank_times[0], wait_s))
+            rank_times, wait_s = [g[0] for g in gathered], [g[1] for g in gathered]
         if t >= warmup_in_loop:
             pred.append(predicted_times[steps[0].step - plan_first])
             times.append(rank_times)
             extra.append(sync_s)
+            if ddp:
+                waits.append(wait_s)
             samples += steps[0].global_samples
             tokens += steps[0].global_tokens
             if device.type == "cuda":
@@ -704,6 +720,13 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
         if dist_rank == 0:
             torch.save(state, args.save_model)
     measured = metrics(times, samples, tokens, extra)
+    if waits:
+        # The idle fraction as the ranks saw it: each rank's wait for the slowest at the step's
+        # barrier, over its compute and its wait (mixed clocks with --clock thread: the wait is
+        # wall time, as waiting takes no CPU).
+        busy = sum(map(sum, times)) + sum(map(sum, waits))
+        measured["idle_measured"] = sum(map(sum, waits)) / busy if busy > 0 else 0.0
+        measured["wait_s"] = waits
     allreduce = samplers[0].budgets.get("allreduce_s", 0.0)
     predicted = metrics(pred, samples, tokens, [allreduce] * len(pred))
     if peaks:
@@ -764,7 +787,9 @@ def main(argv=None) -> List[dict]:
                 m, p = r["measured"], r["predicted"]
                 print(f"{r['strategy']:13s} fused={'on ' if fused else 'off'} imbalance {100 * m['imbalance']:5.1f}% "
                       f"(predicted {100 * p['imbalance']:5.1f}%)  {m['throughput_samples_per_s']:8.2f} samples/s "
-                      f"(predicted {p['throughput_samples_per_s']:8.2f})  steps {m['steps']}", flush=True)
+                      f"(predicted {p['throughput_samples_per_s']:8.2f})  steps {m['steps']}"
+                      + (f"  idle at the barrier {100 * m['idle_measured']:5.1f}%" if "idle_measured" in m else ""),
+                      flush=True)
     if dist_rank == 0 and args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=2)
