@@ -74,12 +74,15 @@ except ImportError:  # running from a source checkout with the extension built i
     import adaptiveload
 
 from adaptiveload import sequence_parallel as spl
-from adaptiveload.models import wan_dit
+from adaptiveload.models import wan_dit, wan_dit_packed
 from adaptiveload.sampler import MAX_INT64, MAX_MEM_BUDGET, MAX_SEED, MAX_WORLD_SIZE
 from adaptiveload.sampler._ranges import SYNCS
 
 MODELS = ["wan-dit", "diffusers-wan"]
 PARALLEL = ["ddp", "fsdp2"]
+PACKINGS = {"off": [False], "on": [True], "both": [False, True]}  # --packing: the runs per strategy
+# Strategies that plan packs whatever --packing says (greedy_pack), from the registry.
+PACKING_STRATEGIES = {s["name"] for s in adaptiveload._C.strategies() if s["packs"]}
 SP_MODES = ("auto", "min", "per-sample", "off")  # the sampler's sp words; or a group size
 SP_MAX_GROUP = 128  # the core's largest group (kMaxGroup), as the sampler's sp_sizes check
 
@@ -152,6 +155,14 @@ def parse_args(argv=None):
                    "config's)")
     p.add_argument("--strategy", default="balanced", help="equal_tokens, fixed, dual, balanced, or a comma list")
     p.add_argument("--fused", default="off", choices=["off", "on", "both"], help="fused adaLN kernel")
+    p.add_argument("--packing", default="off", choices=sorted(PACKINGS), help="on: the sampler plans packed "
+                   "micro-batches (packing='on': samples of any shapes in one micro-batch) and each is trained "
+                   "as one pack, one varlen sequence (wan-dit: flow_matching_loss_packed); both: each strategy "
+                   "bucketed, then packed (default: %(default)s)")
+    p.add_argument("--packed-forward", default="varlen", choices=["varlen", "buckets"], help="how a pack is "
+                   "trained: varlen, one forward over the pack's rows; buckets, one ordinary batch per shape in "
+                   "the pack (the same losses and gradients: the reference a packed run is checked against; "
+                   "emulated ranks or torchrun without --parallel) (default: %(default)s)")
     p.add_argument("--world-size", "-w", type=whole(1, MAX_WORLD_SIZE), default=4,
                    help="emulated ranks, 1..%d (ignored under torchrun)" % MAX_WORLD_SIZE)
     p.add_argument("--steps", type=whole(1), default=8, help="global steps to run per strategy (after "
@@ -292,21 +303,60 @@ def make_batch(sampler, rows: List[int], c: wan_dit.WanDiTConfig, device, dtype,
     return x0, ctx
 
 
+def latent_shape(sampler, row: int, c: wan_dit.WanDiTConfig) -> tuple:
+    """A row's latent shape [16, f, H/8, W/8] at its bucket (Wan's VAE: f = 1 + (frames - 1) / 4)."""
+    frames, height, width = sampler.sample_geometry(row)
+    return (c.in_channels, 1 + (frames - 1) // 4, height // 8, width // 8)
+
+
+def sample_input(shape: tuple, c: wan_dit.WanDiTConfig, g: torch.Generator) -> tuple:
+    """One sample's inputs drawn from g, on the CPU: latent x0 `shape`, text [text_len, text_dim],
+    timestep t [] in [0, 1), noise like x0."""
+    x0 = torch.randn(shape, generator=g)
+    ctx = torch.randn((c.text_len, c.text_dim), generator=g)
+    t = torch.rand((), generator=g)
+    return x0, ctx, t, torch.randn(shape, generator=g)
+
+
+def sample_generator(seed: int, epoch: int, row: int) -> torch.Generator:
+    """The generator of a sample's per-sample inputs: a pure function of (seed, epoch, sample id)."""
+    return torch.Generator().manual_seed((seed * 2**40 + epoch * 2**32 + int(row)) % 2**63)
+
+
 def sample_inputs(sampler, rows: List[int], c: wan_dit.WanDiTConfig, seed: int, epoch: int, device, dtype):
     """Inputs that are a pure function of (seed, epoch, sample id): latents x0 [B, 16, f, H/8, W/8],
     text [B, text_len, text_dim], timestep t [B] in [0, 1), noise like x0. However a step's
-    samples are split over ranks, each sample trains on the same tensors."""
-    frames, height, width = sampler.sample_geometry(rows[0])
-    shape = (c.in_channels, 1 + (frames - 1) // 4, height // 8, width // 8)
-    x0, ctx, t, noise = [], [], [], []
-    for i in rows:
-        g = torch.Generator().manual_seed((seed * 2**40 + epoch * 2**32 + int(i)) % 2**63)
-        x0.append(torch.randn(shape, generator=g))
-        ctx.append(torch.randn((c.text_len, c.text_dim), generator=g))
-        t.append(torch.rand((), generator=g))
-        noise.append(torch.randn(shape, generator=g))
-    return tuple(torch.stack(v).to(device=device, dtype=dtype if v is not t else torch.float32)
-                 for v in (x0, ctx, t, noise))
+    samples are split over ranks (or packed), each sample trains on the same tensors."""
+    shape = latent_shape(sampler, rows[0], c)
+    drawn = [sample_input(shape, c, sample_generator(seed, epoch, i)) for i in rows]
+    return tuple(torch.stack(v).to(device=device, dtype=dtype if k != 2 else torch.float32)
+                 for k, v in enumerate(zip(*drawn)))
+
+
+def pack_inputs(sampler, rows: List[int], c: wan_dit.WanDiTConfig, device, dtype, seed: int, epoch: int,
+                gen: Optional[torch.Generator]) -> tuple:
+    """A pack's inputs, per sample in the micro-batch's order: lists of x0 [16, f_i, H_i/8, W_i/8]
+    at each row's own bucket, text [text_len, text_dim], noise like x0, and t [n] fp32. gen None:
+    per-sample inputs (sample_inputs' tensors, sample for sample); else drawn from gen in turn."""
+    drawn = [sample_input(latent_shape(sampler, i, c), c, gen if gen is not None else sample_generator(seed, epoch, i))
+             for i in rows]
+    x0s, ctxs, ts, noises = ([v.to(device=device, dtype=dtype) for v in vs] for vs in zip(*drawn))
+    return x0s, ctxs, torch.stack(ts).to(torch.float32), noises
+
+
+def buckets_loss(model, x0s, ctxs, t, noises) -> torch.Tensor:
+    """A pack's per-sample losses [n] with one ordinary batch per shape (--packed-forward buckets):
+    the samples of each shape stacked, flow_matching_loss_of, the losses back in pack order."""
+    by_shape: Dict[tuple, List[int]] = {}
+    for k, x0 in enumerate(x0s):
+        by_shape.setdefault(tuple(x0.shape), []).append(k)
+    parts, order = [], []
+    for ks in by_shape.values():
+        stack = lambda v: torch.stack([v[k] for k in ks])  # noqa: E731
+        parts.append(flow_matching_loss_of(model, stack(x0s), stack(ctxs), t[ks], stack(noises)))
+        order += ks
+    per = torch.cat(parts)
+    return per[torch.argsort(torch.tensor(order, device=per.device))]
 
 
 def flow_matching_loss_of(model, x0, ctx, t, noise, sp: Optional[spl.SPContext] = None,
@@ -329,26 +379,49 @@ def flow_matching_loss_of(model, x0, ctx, t, noise, sp: Optional[spl.SPContext] 
     return (pred.float() - (noise - x0).float()).pow(2).flatten(1).mean(1)
 
 
-def parallelize(model: torch.nn.Module, parallel: Optional[str], device: torch.device) -> torch.nn.Module:
-    """The parallel layout, in one place: the model the training loop calls. ddp: a
-    DistributedDataParallel wrapper (buffers not broadcast in forward: ranks run different
-    numbers of forwards per step in `step` mode, and the model's buffers are constant).
-    fsdp2: fully_shard on each transformer block, then on the root (the embeddings and head),
-    parameters become DTensor shards; resharded after forward (ZeRO-3). On CPU this runs with
-    gloo and fp32 parameters: no MixedPrecisionPolicy, no CPUOffloadPolicy needed."""
+class PackedForward(torch.nn.Module):
+    """The model on a PackedBatch -> its patch predictions [N, C*pt*ph*pw], as a module's forward
+    (what DistributedDataParallel wraps: its gradient hooks are armed by its forward): wan-dit's
+    forward_packed, or adaptiveload.diffusers.packed_forward for diffusers-wan where it exists."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, packed):
+        if isinstance(self.model, DiffusersWan):
+            return _adaptiveload_diffusers().packed_forward(self.model.inner, packed)
+        return self.model.forward_packed(packed)
+
+
+def parallelize(model: torch.nn.Module, parallel: Optional[str], device: torch.device,
+                packed: bool = False) -> torch.nn.Module:
+    """The parallel layout, in one place: the model the training loop calls (packed: the module
+    the loop calls on a PackedBatch, a PackedForward). ddp: a DistributedDataParallel wrapper
+    (buffers not broadcast in forward: ranks run different numbers of forwards per step in
+    `step` mode, and the model's buffers are constant). fsdp2: fully_shard on each transformer
+    block, then on the root (the embeddings and head), parameters become DTensor shards;
+    resharded after forward (ZeRO-3); packed, the blocks' and the root's forward_packed are
+    registered as forward methods, so FSDP2 gathers and reshards around them as around
+    forward. On CPU this runs with gloo and fp32 parameters: no MixedPrecisionPolicy, no
+    CPUOffloadPolicy needed."""
     if parallel == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
-        return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
-                                       broadcast_buffers=False)
+        return DistributedDataParallel(PackedForward(model) if packed else model, broadcast_buffers=False,
+                                       device_ids=[device.index] if device.type == "cuda" else None)
     if parallel == "fsdp2":
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
 
         blocks = model.inner.blocks if isinstance(model, DiffusersWan) else model.blocks
         for block in blocks:
             fully_shard(block)
         fully_shard(model)
-    return model
+        if packed:  # wan-dit (run_strategy refuses diffusers-wan packed under fsdp2)
+            for block in blocks:
+                register_fsdp_forward_method(block, "forward_packed")
+            register_fsdp_forward_method(model, "forward_packed")
+    return PackedForward(model) if packed else model
 
 
 def check_micro_batch_counts(n: int, step: int, rank: int, world: int) -> None:
@@ -415,6 +488,7 @@ class DiffusersWan(torch.nn.Module):
         super().__init__()
         from diffusers import WanTransformer3DModel
 
+        self.c = c  # the patch a pack is made with (wan_dit_packed.flow_matching_loss_packed reads model.c)
         self.inner = WanTransformer3DModel(**diffusers_wan_config(c))
         if checkpointing:
             self.inner.enable_gradient_checkpointing()
@@ -517,9 +591,35 @@ def largest_group(samplers) -> int:
     return max([len(g) for s in samplers for st in s.schedule() for g in st.groups] or [1])
 
 
-def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: int, report: bool = True) -> dict:
+def check_packed_model(args, ddp: bool) -> None:
+    """Refuses, naming what to do, a packed run the model or the layout cannot train."""
+    if args.packed_forward == "buckets":
+        if ddp and args.parallel:
+            sys.exit(f"train_dit.py: --packed-forward buckets runs a pack as one batch per shape, several forwards "
+                     f"before one backward, which --parallel {args.parallel} does not take; use it with emulated "
+                     "ranks or torchrun without --parallel, or --packed-forward varlen")
+        return
+    if args.model == "diffusers-wan":
+        if not hasattr(_adaptiveload_diffusers(), "packed_forward"):
+            sys.exit("train_dit.py: --packing on trains each micro-batch as one pack (samples of mixed shapes, one "
+                     "varlen sequence), and this adaptiveload has no packed forward for diffusers' "
+                     "WanTransformer3DModel (adaptiveload.diffusers.packed_forward); use --model wan-dit, "
+                     "--packing off, or --packed-forward buckets (one batch per shape in each pack: the same "
+                     "losses, without packing's savings)")
+        if ddp and args.parallel == "fsdp2":
+            sys.exit("train_dit.py: --packing on with --model diffusers-wan under --parallel fsdp2: FSDP2 gathers "
+                     "a block's parameters around its forward, and diffusers' packed forward is not registered "
+                     "with it; use --parallel ddp, --model wan-dit, or --packing off")
+
+
+def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: int, report: bool = True,
+                 packing: bool = False) -> dict:
     device = torch.device(args.device)
     ddp = dist_world > 1
+    # Trained as packs: packing asked for, or a strategy that always packs (its micro-batches mix shapes).
+    packs = packing or strategy in PACKING_STRATEGIES
+    if packs:
+        check_packed_model(args, ddp)
     W = dist_world if ddp else args.world_size
     c = wan_dit.config(args.config, args.layers)
     grid = args.grid or ("tiny" if args.config == "tiny" else "wan")
@@ -537,7 +637,7 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
                 rank=r, seed=args.seed, mem_budget=mem_budget, profile=args.profile,
                 checkpointing=args.checkpointing, on_bad_row=args.on_bad_row, on_oversize=args.on_oversize,
                 on_duplicate=args.on_duplicate, sp=args.sp, sp_sizes=args.sp_sizes, adapt_every=args.adapt_every,
-                **sampler_sync_options(args, strategy))
+                **sampler_sync_options(args, strategy), **({"packing": "on"} if packing else {}))
             for r in ([dist_rank] if ddp else range(W))
         ]
     except (OSError, ValueError) as e:  # a bad row, a missing file, an option the planner refuses
@@ -574,7 +674,9 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
     model = build_model(args.model, c, fused, args.checkpointing).to(device)
     # Every rank builds the same weights (same seed) before wrapping: FSDP2 keeps each rank's
     # shard of them, DDP broadcasts rank 0's.
-    wrapped = parallelize(model, args.parallel if ddp else None, device)
+    # A pack through one varlen forward: the loop calls `wrapped` on a PackedBatch.
+    varlen = packs and args.packed_forward == "varlen"
+    wrapped = parallelize(model, args.parallel if ddp else None, device, packed=varlen)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
     amp = device.type == "cuda"
     dtype = torch.float32
@@ -593,6 +695,7 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
     log_path = f"{args.log_samples}.rank{dist_rank}" if args.log_samples and ddp else args.log_samples
     log = open(log_path, "a") if log_path else None
     group_seconds: Dict[tuple, float] = {}  # emulated ranks: a group micro-batch's time, by (step, ranks, ids)
+    mixed = [0, 0]  # packs trained by this process, and those of them mixing shapes
 
     def train_step(steps, log_it: bool):
         """This process's micro-batches of one global step (one sampler per emulated rank, or
@@ -613,7 +716,10 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
                     continue  # emulated: the group's first rank ran it (samplers go in rank order)
                 sp = groups[(g, dist_rank)] if g > 1 and ddp else None
                 # A group's ranks must hold the same tensors: per-sample inputs.
-                if per_sample or g > 1:
+                if packs:  # each sample at its own bucket (packing plans no groups)
+                    x0, ctx, tt, noise = pack_inputs(s, mb, c, device, dtype, args.seed, st.epoch,
+                                                     None if per_sample else gen)
+                elif per_sample or g > 1:
                     x0, ctx, tt, noise = sample_inputs(s, mb, c, args.seed, st.epoch, device, dtype)
                 else:
                     x0, ctx = make_batch(s, mb, c, device, dtype, gen)
@@ -621,7 +727,12 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
                 no_sync = args.parallel == "ddp" and ddp and i + 1 < n
                 with Timer(device, args.clock) as tm, (wrapped.no_sync() if no_sync else contextlib.nullcontext()):
                     with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
-                        if per_sample or g > 1:
+                        if varlen:
+                            per = wan_dit_packed.flow_matching_loss_packed(model, x0, ctx, t=tt, noises=noise,
+                                                                           forward=wrapped)
+                        elif packs:
+                            per = buckets_loss(wrapped, x0, ctx, tt, noise)
+                        elif per_sample or g > 1:
                             per = flow_matching_loss_of(wrapped, x0, ctx, tt, noise, sp, c.patch)
                         else:
                             per = wan_dit.flow_matching_loss(wrapped, x0, ctx)
@@ -634,19 +745,31 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
                     seconds /= g  # each rank of the group busy 1/g of the whole micro-batch's time
                     group_seconds[key] = seconds
                 t_rank += seconds
+                if packs:
+                    mixed[0] += 1
+                    mixed[1] += len({tuple(x.shape) for x in x0}) > 1
                 if log and log_it:
                     padded = bool(st.padded_micro_batches[i]) if st.padded_micro_batches else False
-                    log.write(json.dumps({"strategy": strategy, "fused_adaln": fused, "epoch": st.epoch,
-                                          "step": st.step, "rank": s.rank, "ids": mb, "padded": padded,
-                                          "group": list(ranks), "position": ranks.index(s.rank),
-                                          "losses": per.detach().float().tolist()}) + "\n")
+                    entry = {"strategy": strategy, "fused_adaln": fused, "epoch": st.epoch,
+                             "step": st.step, "rank": s.rank, "ids": mb, "padded": padded,
+                             "group": list(ranks), "position": ranks.index(s.rank),
+                             "losses": per.detach().float().tolist()}
+                    if packs:  # the pack's distinct latent shapes (1: one bucket)
+                        entry.update(packing="on", shapes=len({tuple(x.shape) for x in x0}))
+                    log.write(json.dumps(entry) + "\n")
             if n == 0 and ddp and args.parallel != "fsdp2":
                 # A rank with nothing to train in a step still joins the step's all-reduce (DDP's,
                 # or the explicit one over every parameter's gradient): a zero-weighted backward
                 # through the model, so its gradient is zeros.
                 x0 = torch.zeros((1, c.in_channels, 1, 2 * c.patch[1], 2 * c.patch[2]), device=device, dtype=dtype)
                 ctx = torch.zeros((1, c.text_len, c.text_dim), device=device, dtype=dtype)
-                (flow_matching_loss_of(wrapped, x0, ctx, torch.zeros(1, device=device), x0).sum() * 0).backward()
+                t0 = torch.zeros(1, device=device)
+                if varlen:  # through the packed forward (DDP's hooks are armed by the module it wraps)
+                    per = wan_dit_packed.flow_matching_loss_packed(model, list(x0), list(ctx), t=t0, noises=list(x0),
+                                                                   forward=wrapped)
+                else:
+                    per = flow_matching_loss_of(wrapped, x0, ctx, t0, x0)
+                (per.sum() * 0).backward()
             rank_times.append(t_rank)
         wait_s = sync_wait() if ddp and not args.parallel else 0.0
         with Timer(device, args.clock) as tm:
@@ -716,7 +839,7 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
     if log:
         log.close()
     if args.save_model:
-        state = full_state_dict(wrapped, args.parallel if ddp else None)
+        state = full_state_dict(model if varlen else wrapped, args.parallel if ddp else None)
         if dist_rank == 0:
             torch.save(state, args.save_model)
     measured = metrics(times, samples, tokens, extra)
@@ -744,6 +867,12 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
         "parallel": args.parallel if ddp else None,
         "sync": getattr(samplers[0], "sync", None),
         "inputs": "per-sample" if per_sample else "stream",
+        # packing: "on" when the micro-batches were trained as packs (--packing on, or a strategy that
+        # always packs); packs: this process's packs and those mixing shapes (the planner may keep
+        # one-shape micro-batches where that plan is faster)
+        "packing": "on" if packs else "off",
+        "packed_forward": args.packed_forward if packs else None,
+        "packs": {"trained": mixed[0], "mixed_shapes": mixed[1]} if packs else None,
         "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
         "clock": args.clock if device.type == "cpu" else "cuda events",
         "measured": measured,
@@ -765,8 +894,10 @@ def main(argv=None) -> List[dict]:
         sys.exit(f"train_dit.py: --parallel {args.parallel} runs under torchrun with 2 or more processes "
                  "(WORLD_SIZE is not set or 1); without torchrun, ranks are emulated in one process")
     fused_opts = {"off": [False], "on": [True], "both": [False, True]}[args.fused]
-    if args.save_model and len(args.strategy.split(",")) * len(fused_opts) > 1:
-        sys.exit("train_dit.py: --save-model takes one run: give one strategy and --fused on or off")
+    packing_opts = PACKINGS[args.packing]
+    if args.save_model and len(args.strategy.split(",")) * len(fused_opts) * len(packing_opts) > 1:
+        sys.exit("train_dit.py: --save-model takes one run: give one strategy, --fused on or off and --packing on "
+                 "or off")
     dist_world = int(os.environ.get("WORLD_SIZE", "1"))
     dist_rank = 0
     if dist_world > 1:
@@ -779,13 +910,15 @@ def main(argv=None) -> List[dict]:
             args.device = f"cuda:{local}"
     results = []
     for strategy in args.strategy.split(","):
-        for fused in fused_opts:
+        for packing, fused in [(pk, fu) for pk in packing_opts for fu in fused_opts]:
             # What the plan leaves out is said once (the manifest and options are the same for every run).
-            r = run_strategy(args, strategy.strip(), fused, dist_rank, dist_world, report=not results)
+            r = run_strategy(args, strategy.strip(), fused, dist_rank, dist_world, report=not results,
+                             packing=packing)
             results.append(r)
             if dist_rank == 0:
                 m, p = r["measured"], r["predicted"]
-                print(f"{r['strategy']:13s} fused={'on ' if fused else 'off'} imbalance {100 * m['imbalance']:5.1f}% "
+                pk = f" packing={r['packing']:3s}" if args.packing != "off" or r["packing"] == "on" else ""
+                print(f"{r['strategy']:13s}{pk} fused={'on ' if fused else 'off'} imbalance {100 * m['imbalance']:5.1f}% "
                       f"(predicted {100 * p['imbalance']:5.1f}%)  {m['throughput_samples_per_s']:8.2f} samples/s "
                       f"(predicted {p['throughput_samples_per_s']:8.2f})  steps {m['steps']}"
                       + (f"  idle at the barrier {100 * m['idle_measured']:5.1f}%" if "idle_measured" in m else ""),

@@ -191,6 +191,14 @@ class Block(nn.Module):
         y = self.ffn(self.modulate(x, e[3], e[4]))
         return x + (y.float() * e[5][:, None]).type_as(x)
 
+    def forward_packed(self, x, e, context, rope, seg):
+        """forward on a pack's rows x [N, D] (models.wan_dit_packed); a method of the block,
+        so a wrapper that hooks a module's forward methods (FSDP2's
+        register_fsdp_forward_method) sees it."""
+        from .wan_dit_packed import _block  # its own module: wan_dit_packed imports this one
+
+        return _block(self, x, e, context, rope, seg)
+
 
 class WanDiT(nn.Module):
     def __init__(self, c: WanDiTConfig, *, fused_adaln: bool = False, checkpointing: bool = False):

@@ -21,7 +21,7 @@ as they are, and the kernel reads row i on sample i's rows, so no per-token copy
 the eager path expands them to [N, D] (repeat_interleave over the segment lengths). The
 gates (e[2], e[5]) are expanded per token in both.
 """
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -95,6 +95,13 @@ def _block(block, x, e, context, rope, seg: Segments):
     return x + (y.float() * seg.rows(e[5])).type_as(x)
 
 
+def _packed_block(block, *args):
+    """block.forward_packed(*args), looked up on the instance at call time: a wrapper that
+    hooks the method (FSDP2's register_fsdp_forward_method) runs around every call, the
+    recomputation under activation checkpointing included."""
+    return block.forward_packed(*args)
+
+
 def _check(model: WanDiT, packed):
     c = model.c
     if tuple(packed.patch) != tuple(c.patch):
@@ -134,31 +141,35 @@ def forward_packed(model: WanDiT, packed) -> torch.Tensor:
     emb, e = model.embed_time(packed.timesteps, device)  # [n or N, D], [n or N, 6, D]
     context = model.text_embedding(packed.text)  # [T, D]
     for block in model.blocks:
-        tokens = model.run_block(_block, block, tokens, e, context, rope, seg)
+        tokens = model.run_block(_packed_block, block, tokens, e, context, rope, seg)
     hm = (model.head_modulation.float() + emb[:, None]).unbind(1)
     return model.head(seg.modulate(tokens, hm[0], hm[1], c.eps, model.fused))
 
 
-def predict_packed(model: WanDiT, latents: Sequence[torch.Tensor], t, contexts: Sequence[torch.Tensor]
-                   ) -> List[torch.Tensor]:
+def predict_packed(model: WanDiT, latents: Sequence[torch.Tensor], t, contexts: Sequence[torch.Tensor],
+                   forward: Optional[Callable] = None) -> List[torch.Tensor]:
     """Lists in, list out (Wan's reference code's convention): latents per sample [C, F, H, W],
     t [n] (or [N] per token, in the pack's row order), contexts per sample [L_i, text_dim]
-    -> per-sample predictions [C, F, H, W]."""
+    -> per-sample predictions [C, F, H, W]. forward(packed) -> rows [N, C*pt*ph*pw] runs the
+    model (default model.forward_packed; a DistributedDataParallel wrapper around a module
+    calling it, for one)."""
     from ..packing import pack, unpack  # packing imports wan_dit: import here, not at load
 
     packed = pack(latents, model.c.patch, timesteps=t, text=contexts)
-    return unpack(forward_packed(model, packed), packed)
+    return unpack((forward or model.forward_packed)(packed), packed)
 
 
 def flow_matching_loss_packed(model: WanDiT, x0s: Sequence[torch.Tensor], contexts: Sequence[torch.Tensor],
                               generator: Optional[torch.Generator] = None, *, t: Optional[torch.Tensor] = None,
-                              noises: Optional[Sequence[torch.Tensor]] = None) -> torch.Tensor:
+                              noises: Optional[Sequence[torch.Tensor]] = None,
+                              forward: Optional[Callable] = None) -> torch.Tensor:
     """wan_dit.flow_matching_loss over one pack: x0s per sample [C, F, H, W], contexts [L_i, D].
     Returns the per-sample mean squared errors [n] (each over its own sample's elements, so the
     pack's loss is their mean, or their sum over the step's samples as train_dit normalises).
     Without t / noises they are drawn sample after sample (t_i, then noise_i) from `generator`,
     the draws flow_matching_loss(model, x0s[i][None], contexts[i][None], generator) makes when
-    called for each sample in turn: the same numbers, the same losses."""
+    called for each sample in turn: the same numbers, the same losses. forward: as
+    predict_packed's (model is then read for its patch only)."""
     x0s = list(x0s)
     n = len(x0s)
     if (t is None) != (noises is None):
@@ -173,5 +184,5 @@ def flow_matching_loss_packed(model: WanDiT, x0s: Sequence[torch.Tensor], contex
     if t.numel() != n or len(noises) != n:
         raise ValueError(f"flow_matching_loss_packed: {t.numel()} timesteps and {len(noises)} noises for {n} samples")
     xts = [(1 - ti.to(x0.dtype)) * x0 + ti.to(x0.dtype) * e for x0, ti, e in zip(x0s, t, noises)]
-    preds = predict_packed(model, xts, t * 1000, contexts)
+    preds = predict_packed(model, xts, t * 1000, contexts, forward)
     return torch.stack([(p.float() - (e - x0).float()).pow(2).mean() for p, e, x0 in zip(preds, noises, x0s)])
