@@ -10,6 +10,10 @@ Whole epochs of a fixed subset, repeated, calibrated first (medians and ranges o
 figures beside the prediction; the paper's figures in a table of their own):
   python examples/compare.py --model diffusers-wan --config tiny --strategies all --epoch --subset 100 \\
       --repeat 3 --calibrate --threads 1 -m taichi_hd.csv -m coco2017_val_images.csv
+Packed balanced beside bucketed balanced (--packing both: each strategy bucketed, then packed,
+in every repetition; the packed rows say their speedup over the same strategy bucketed):
+  python examples/compare.py --strategies balanced --packing both --fused off --epoch --subset 200 \
+      --repeat 3 --threads 1 --clock thread -w 4 -m data/taichi_hd.csv -m data/coco2017_val_images.csv
 Other options are train_dit.py's (--model wan-dit, our own DiT, is the default).
 """
 import argparse
@@ -26,10 +30,27 @@ STRATEGIES = ["equal_tokens", "dual", "balanced"]
 ALL_STRATEGIES = [s["name"] for s in train_dit.adaptiveload._C.strategies()]
 
 
+def packing_of(r) -> str:
+    """A run's packing ("on": its micro-batches trained as packs); runs of an older train_dit: off."""
+    return r.get("packing", "off")
+
+
+def bucketed_speedups(rows, key, predicted_key):
+    """Each packed row's samples/s (`key` measured, `predicted_key` the planner's) over the same
+    strategy and kernel bucketed in the same table: "speedup_vs_bucketed" and
+    "speedup_vs_bucketed_predicted" (None for bucketed rows, or with no bucketed run beside it)."""
+    bucketed = {(r["strategy"], r["fused_adaln"]): r for r in rows if r["packing"] == "off"}
+    for r in rows:
+        b = bucketed.get((r["strategy"], r["fused_adaln"])) if r["packing"] == "on" else None
+        r["speedup_vs_bucketed"] = r[key] / b[key] if b and b[key] else None
+        r["speedup_vs_bucketed_predicted"] = (r[predicted_key] / b[predicted_key]
+                                              if b and b[predicted_key] else None)
+
+
 def table(results):
     base = {}
     for r in results:
-        if r["strategy"] == "equal_tokens":
+        if r["strategy"] == "equal_tokens" and packing_of(r) == "off":
             base[r["fused_adaln"]] = r["measured"]["throughput_samples_per_s"]
     base_off = base.get(False)
     rows = []
@@ -39,6 +60,7 @@ def table(results):
         rows.append({
             "strategy": r["strategy"],
             "fused_adaln": r["fused_adaln"],
+            "packing": packing_of(r),
             "imbalance": m["imbalance"],
             "imbalance_predicted": p["imbalance"],
             "throughput_samples_per_s": m["throughput_samples_per_s"],
@@ -49,14 +71,29 @@ def table(results):
             "speedup_vs_equal_tokens": m["throughput_samples_per_s"] / b if b else None,
             "speedup_vs_equal_tokens_eager": m["throughput_samples_per_s"] / base_off if base_off else None,
         })
+    bucketed_speedups(rows, "throughput_samples_per_s", "throughput_predicted")
     return rows
 
 
+def packing_columns(rows):
+    """(header cells, separator cells, per-row cells) of the packing columns: none when no row is
+    packed (the table as without packing), else the packing and the speedup over bucketed."""
+    if not any(r["packing"] == "on" for r in rows):
+        return "", "", lambda r: ""
+    def cell(r):
+        if r["speedup_vs_bucketed"] is None:
+            return f" {r['packing']} | - |"
+        return f" {r['packing']} | {r['speedup_vs_bucketed']:.2f}x / {r['speedup_vs_bucketed_predicted']:.2f}x |"
+
+    return " packing | speedup vs bucketed, same strategy and kernel (measured / predicted) |", "---|---|", cell
+
+
 def markdown(rows, meta):
+    head, sep, cell = packing_columns(rows)
     out = [f"# Strategy comparison: {meta}", "",
            "| strategy | fused adaLN | imbalance (measured / predicted) | samples/s (measured / predicted) | "
-           "tokens/s | peak memory | speedup vs equal_tokens (same kernel) | vs equal_tokens eager |",
-           "|---|---|---|---|---|---|---|---|"]
+           "tokens/s | peak memory | speedup vs equal_tokens (same kernel) | vs equal_tokens eager |" + head,
+           "|---|---|---|---|---|---|---|---|" + sep]
     pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
     num = lambda v, f="{:.2f}": "-" if v is None else f.format(v)  # noqa: E731
     for r in rows:
@@ -64,7 +101,8 @@ def markdown(rows, meta):
         out.append(f"| {r['strategy']} | {'on' if r['fused_adaln'] else 'off'} | {pct(r['imbalance'])} / "
                    f"{pct(r['imbalance_predicted'])} | {num(r['throughput_samples_per_s'])} / "
                    f"{num(r['throughput_predicted'])} | {num(r['tokens_per_s'], '{:.0f}')} | {mem} | "
-                   f"{num(r['speedup_vs_equal_tokens'], '{:.2f}x')} | {num(r['speedup_vs_equal_tokens_eager'], '{:.2f}x')} |")
+                   f"{num(r['speedup_vs_equal_tokens'], '{:.2f}x')} | {num(r['speedup_vs_equal_tokens_eager'], '{:.2f}x')} |"
+                   + cell(r))
     P = train_dit.PAPER
     out.append(f"| paper (Wan 2.1, reported) | yes | {pct(P['imbalance_equal_tokens'])} -> {pct(P['imbalance_dual'])} "
                f"| +{pct(P['throughput_gain'])} | - | VRAM efficiency +{pct(P['vram_efficiency_gain'])} | "
@@ -132,11 +170,13 @@ def summarize(repeats):
     rows = []
     for i, r0 in enumerate(repeats[0]):
         runs = [rep[i] for rep in repeats]
-        assert all((r["strategy"], r["fused_adaln"]) == (r0["strategy"], r0["fused_adaln"]) for r in runs)
+        assert all((r["strategy"], r["fused_adaln"], packing_of(r)) == (r0["strategy"], r0["fused_adaln"],
+                                                                           packing_of(r0)) for r in runs)
         idle = [r["measured"]["imbalance"] for r in runs]
         sps = [r["measured"]["throughput_samples_per_s"] for r in runs]
         rows.append({
-            "strategy": r0["strategy"], "fused_adaln": r0["fused_adaln"], "repeats": len(runs),
+            "strategy": r0["strategy"], "fused_adaln": r0["fused_adaln"], "packing": packing_of(r0),
+            "packs": r0.get("packs"), "repeats": len(runs),
             "steps": r0["measured"]["steps"], "samples": r0["measured"]["samples"], "plan_steps": r0["plan_steps"],
             "imbalance_median": median(idle), "imbalance_min": min(idle), "imbalance_max": max(idle),
             "imbalance_runs": idle, "imbalance_predicted": r0["predicted"]["imbalance"],
@@ -144,15 +184,18 @@ def summarize(repeats):
             "samples_per_s_runs": sps, "samples_per_s_predicted": r0["predicted"]["throughput_samples_per_s"],
             "time_s_median": median([r["measured"]["time_s"] for r in runs]),
         })
-    base = {r["fused_adaln"]: r["samples_per_s_median"] for r in rows if r["strategy"] == "equal_tokens"}
+    base = {r["fused_adaln"]: r["samples_per_s_median"] for r in rows
+            if r["strategy"] == "equal_tokens" and r["packing"] == "off"}
     for r in rows:
         b = base.get(r["fused_adaln"])
         r["speedup_vs_equal_tokens"] = r["samples_per_s_median"] / b if b else None
+    bucketed_speedups(rows, "samples_per_s_median", "samples_per_s_predicted")
     return rows
 
 
 def markdown_repeated(rows, meta):
     pct = lambda v: f"{100 * v:.1f}%"  # noqa: E731
+    head, sep, cell = packing_columns(rows)
     out = [f"# Whole epochs, measured: {meta}", "",
            "Measured: the compute time of every emulated rank in every step (clock as above: CUDA events, "
            "wall clock, or the thread's CPU time), median [min - max] over the repetitions. Predicted: the "
@@ -160,15 +203,15 @@ def markdown_repeated(rows, meta):
            "repetition.", "",
            "| strategy | fused adaLN | steps | idle fraction measured, median [min - max] | idle fraction "
            "predicted | samples/s measured, median [min - max] | samples/s predicted | speedup vs "
-           "equal_tokens (measured median, same kernel) |",
-           "|---|---|---|---|---|---|---|---|"]
+           "equal_tokens (measured median, same kernel) |" + head,
+           "|---|---|---|---|---|---|---|---|" + sep]
     for r in rows:
         sp = "-" if r["speedup_vs_equal_tokens"] is None else f"{r['speedup_vs_equal_tokens']:.2f}x"
         out.append(f"| {r['strategy']} | {'on' if r['fused_adaln'] else 'off'} | {r['steps']} | "
                    f"{pct(r['imbalance_median'])} [{pct(r['imbalance_min'])} - {pct(r['imbalance_max'])}] | "
                    f"{pct(r['imbalance_predicted'])} | {r['samples_per_s_median']:.2f} "
                    f"[{r['samples_per_s_min']:.2f} - {r['samples_per_s_max']:.2f}] | "
-                   f"{r['samples_per_s_predicted']:.2f} | {sp} |")
+                   f"{r['samples_per_s_predicted']:.2f} | {sp} |" + cell(r))
     P = train_dit.PAPER
     out += ["", "Reported by the paper (Wan 2.1 on GPUs; not measured here):", "",
             "| figure | reported |", "|---|---|",
@@ -188,6 +231,8 @@ def main(argv=None):
                    "(interleaved) and report the median and range of the measured figures")
     p.add_argument("--calibrate", action="store_true", help="measure the model on this device first and plan "
                    "every run with the fitted profile (written to OUT_DIR/profile.json); replaces --profile")
+    p.add_argument("--fused", default="both", choices=["off", "on", "both"], help="fused adaLN kernel settings "
+                   "to run (default: %(default)s)")
     p.add_argument("--calibrate-max-batch", type=int, default=4)
     p.add_argument("--calibrate-reps", type=int, default=3)
     args, rest = p.parse_known_args(argv)
@@ -205,7 +250,7 @@ def main(argv=None):
         profile = os.path.join(args.out_dir, "profile.json")
         calibration = calibrate_profile(rest, profile, args.calibrate_max_batch, args.calibrate_reps)
         rest = rest + ["--profile", profile]
-    targs = rest + ["--strategy", ",".join(strategies), "--fused", "both"]
+    targs = rest + ["--strategy", ",".join(strategies), "--fused", args.fused]
     repeats = []
     for i in range(args.repeat):
         if args.repeat > 1 and rank0:

@@ -620,6 +620,10 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
     packs = packing or strategy in PACKING_STRATEGIES
     if packs:
         check_packed_model(args, ddp)
+        if args.sp.isdigit() and int(args.sp) > 1:
+            sys.exit(f"train_dit.py: --sp {args.sp} runs every sample on a sequence-parallel group of {args.sp}, "
+                     "and a pack trains its samples on one GPU; use --sp auto or off with --packing on, or "
+                     "--packing off")
     W = dist_world if ddp else args.world_size
     c = wan_dit.config(args.config, args.layers)
     grid = args.grid or ("tiny" if args.config == "tiny" else "wan")

@@ -76,13 +76,13 @@ def manifest(tmp_path_factory):
     return str(path)
 
 
-def samplers(manifest, strategy, sync, world):
-    """The plan train_dit.py computes (its sampler options for --config tiny on the CPU), one
-    sampler per rank."""
+def samplers(manifest, strategy, sync, world, **options):
+    """The plan train_dit.py computes (its sampler options for --config tiny on the CPU, and
+    `options`, e.g. packing="on"), one sampler per rank."""
     extra = {"sync": sync} if sync and HAS_SYNC else {}
     return [adaptiveload.AdaptiveBatchSampler(
         manifest, model="tiny-dit", device="cpu", grid="tiny", strategy=strategy, world_size=world, rank=r,
-        seed=SEED, mem_budget=4096, checkpointing=False, on_bad_row="skip", on_oversize="skip", **extra)
+        seed=SEED, mem_budget=4096, checkpointing=False, on_bad_row="skip", on_oversize="skip", **extra, **options)
         for r in range(world)]
 
 
@@ -115,18 +115,24 @@ def step_losses(entries):
 _references = {}
 
 
-def reference(manifest, strategy, sync, world, tmp_dir):
-    """One process, `world` emulated ranks, the same plan and per-sample inputs: (log entries,
-    final state dict). Cached per plan."""
-    key = (strategy, sync, world)
+def plan_key(plan):
+    """Every rank's micro-batches of every step: plans equal under this key train alike."""
+    return tuple(tuple((st.step, tuple(map(tuple, st.micro_batches))) for st in s.steps()) for s in plan)
+
+
+def reference(manifest, strategy, sync, world, tmp_dir, extra=(), plan=None):
+    """One process, `world` emulated ranks, the same plan and per-sample inputs (and train_dit
+    options `extra`): (log entries, final state dict). Cached per plan (per `plan`'s
+    micro-batches where given: two sync modes planning the same micro-batches share a run)."""
+    key = (tuple(extra), plan_key(plan)) if plan is not None else (strategy, sync, world, tuple(extra))
     if key not in _references:
-        tag = f"ref_{strategy}_{sync}_{world}"
+        tag = f"ref_{strategy}_{sync}_{world}_{len(_references)}"
         log, model = tmp_dir / f"{tag}.jsonl", tmp_dir / f"{tag}.pt"
         threads = torch.get_num_threads()
         try:
             train_dit.main(TRAIN + ["-m", manifest, "--strategy", strategy, "--world-size", str(world),
                                     "--inputs", "per-sample", "--log-samples", str(log), "--save-model", str(model)]
-                           + (["--sync", sync] if sync else []))
+                           + (["--sync", sync] if sync else []) + list(extra))
         finally:
             torch.set_num_threads(threads)
         _references[key] = (read_log([log]), torch.load(model))
@@ -153,22 +159,10 @@ def record(name, figures):
     print(f"\n{name}: {json.dumps(figures)}")
 
 
-@pytest.mark.parametrize("world", [2, 4])
-@pytest.mark.parametrize("parallel", ["fsdp2", "ddp"])
-def test_sharded_epoch_matches_one_process(manifest, tmp_path, parallel, world):
-    strategy, sync = plan_options(parallel)
-    name = f"{parallel} x{world} ({strategy}, sync={sync or 'default'})"
-    log, model_path, summary = tmp_path / "ids", tmp_path / "model.pt", tmp_path / "summary.json"
-    args = TRAIN + ["-m", manifest, "--parallel", parallel, "--strategy", strategy, "--log-samples", str(log),
-                    "--save-model", str(model_path), "--out", str(summary)] + (["--sync", sync] if sync else [])
-    rc, out, seconds = run_torchrun(name, world, args, tmp_path)
-    assert rc == 0, f"{name}: torchrun exited with {rc}:\n{out[-4000:]}"
-    (result,) = json.loads(summary.read_text())
-    assert result["mode"] == parallel and result["world_size"] == world and result["inputs"] == "per-sample"
-
-    # Coverage: each rank trained exactly its planned micro-batches, in order.
-    plan = samplers(manifest, strategy, sync, world)
-    entries = read_log([f"{log}.rank{r}" for r in range(world)])
+def check_coverage(name, plan, entries, parallel):
+    """Each rank trained exactly its planned micro-batches, in order, so every planned sample
+    exactly once (padded repeats apart, as many as planned). Returns (Counter of the samples
+    trained, padded samples trained, micro-batches per rank per step)."""
     padded_planned = trained_padded = 0
     trained = collections.Counter()
     for r, s in enumerate(plan):
@@ -192,9 +186,13 @@ def test_sharded_epoch_matches_one_process(manifest, tmp_path, parallel, world):
     counts = [[len(st.micro_batches) for st in s.steps()] for s in plan]
     if parallel == "fsdp2":  # what the worker asserts before each step, from the plan's side
         assert all(len(set(c)) == 1 for c in zip(*counts)), f"{name}: unequal micro-batch counts {counts}"
+    return trained, trained_padded, counts
 
-    # Loss and weights against one process over the same plan.
-    ref_entries, ref_model = reference(manifest, strategy, sync, world, tmp_path.parent)
+
+def check_against_reference(name, plan, entries, model_path, ref_entries, ref_model):
+    """The step losses within LOSS_RTOL of the one-process run's and the final weights' update
+    (final - initial, per tensor) within UPDATE_RTOL. Returns (loss, update, weight) max
+    relative errors."""
     got, want = step_losses(entries), step_losses(ref_entries)
     assert sorted(got) == sorted(want) == list(range(plan[0].num_steps))
     loss_err = max(abs(got[k] - want[k]) / abs(want[k]) for k in want)
@@ -208,12 +206,76 @@ def test_sharded_epoch_matches_one_process(manifest, tmp_path, parallel, world):
         update_err = max(update_err, ((d - d_ref).abs().max() / d_ref.abs().max()).item())
         weight_err = max(weight_err, ((final[k] - ref).abs().max() / ref.abs().max()).item())
     assert update_err <= UPDATE_RTOL, f"{name}: final weight update differs from one process by {update_err:.3g}"
+    return loss_err, update_err, weight_err
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("parallel", ["fsdp2", "ddp"])
+def test_sharded_epoch_matches_one_process(manifest, tmp_path, parallel, world):
+    strategy, sync = plan_options(parallel)
+    name = f"{parallel} x{world} ({strategy}, sync={sync or 'default'})"
+    log, model_path, summary = tmp_path / "ids", tmp_path / "model.pt", tmp_path / "summary.json"
+    args = TRAIN + ["-m", manifest, "--parallel", parallel, "--strategy", strategy, "--log-samples", str(log),
+                    "--save-model", str(model_path), "--out", str(summary)] + (["--sync", sync] if sync else [])
+    rc, out, seconds = run_torchrun(name, world, args, tmp_path)
+    assert rc == 0, f"{name}: torchrun exited with {rc}:\n{out[-4000:]}"
+    (result,) = json.loads(summary.read_text())
+    assert result["mode"] == parallel and result["world_size"] == world and result["inputs"] == "per-sample"
+
+    plan = samplers(manifest, strategy, sync, world)
+    entries = read_log([f"{log}.rank{r}" for r in range(world)])
+    trained, trained_padded, counts = check_coverage(name, plan, entries, parallel)
+    ref_entries, ref_model = reference(manifest, strategy, sync, world, tmp_path.parent)
+    loss_err, update_err, weight_err = check_against_reference(name, plan, entries, model_path, ref_entries,
+                                                               ref_model)
+    planned = set(plan[0].planned_rows())
     record(name, {
         "wall_s": round(seconds, 2), "steps": plan[0].num_steps, "micro_batches_per_rank": [sum(c) for c in counts],
         "steps_with_unequal_counts": sum(len(set(c)) > 1 for c in zip(*counts)),
         "samples_trained": sum(trained.values()), "planned": len(planned), "padded": trained_padded,
         "loss_max_rel_err": loss_err, "update_max_rel_err": update_err, "weight_max_rel_err": weight_err,
         "sampler_sync": result["sync"]})
+
+
+@pytest.mark.parametrize("parallel", ["fsdp2", "ddp"])
+def test_packed_epoch_matches_unpacked_one_process(manifest, tmp_path, parallel):
+    """--packing on under torchrun x2: each micro-batch (samples of mixed shapes) trained as one
+    pack through flow_matching_loss_packed; checked against one process running the same
+    micro-batches unpacked (--packed-forward buckets: each shape of a micro-batch an ordinary
+    batch), sample by sample and step by step, and the final weights' update."""
+    world = 2
+    strategy, sync = plan_options(parallel)
+    name = f"{parallel} x{world} packed ({strategy}, sync={sync or 'default'})"
+    log, model_path, summary = tmp_path / "ids", tmp_path / "model.pt", tmp_path / "summary.json"
+    plan = samplers(manifest, strategy, sync, world, packing="on")
+    mixed = [len({s.sample_geometry(i) for i in mb}) > 1 for s in plan for st in s.steps() for mb in st.micro_batches]
+    assert sum(mixed) > len(mixed) // 2, f"precondition: most packs mix shapes, got {sum(mixed)} of {len(mixed)}"
+    args = TRAIN + ["-m", manifest, "--parallel", parallel, "--strategy", strategy, "--packing", "on",
+                    "--log-samples", str(log), "--save-model", str(model_path), "--out", str(summary)] + (
+                        ["--sync", sync] if sync else [])
+    rc, out, seconds = run_torchrun(name, world, args, tmp_path)
+    assert rc == 0, f"{name}: torchrun exited with {rc}:\n{out[-4000:]}"
+    (result,) = json.loads(summary.read_text())
+    assert (result["packing"], result["packed_forward"], result["inputs"]) == ("on", "varlen", "per-sample")
+    assert len(result["predicted_rank_times"]) == result["measured"]["steps"] == plan[0].num_steps
+    entries = read_log([f"{log}.rank{r}" for r in range(world)])
+    assert [e["shapes"] > 1 for e in entries] == mixed  # the logged packs are the plan's, mixed as planned
+    trained, trained_padded, counts = check_coverage(name, plan, entries, parallel)
+
+    ref_entries, ref_model = reference(manifest, strategy, sync, world, tmp_path.parent, plan=plan,
+                                       extra=["--packing", "on", "--packed-forward", "buckets"])
+    per_sample = lambda es: {(e["step"], i): x for e in es for i, x in zip(e["ids"], e["losses"])}  # noqa: E731
+    got, want = per_sample(entries), per_sample(ref_entries)
+    assert sorted(got) == sorted(want)
+    sample_err = max(abs(got[k] - want[k]) / abs(want[k]) for k in want)
+    assert sample_err <= LOSS_RTOL, f"{name}: a sample's loss differs from its unpacked run by {sample_err:.3g}"
+    loss_err, update_err, weight_err = check_against_reference(name, plan, entries, model_path, ref_entries,
+                                                               ref_model)
+    record(name, {
+        "wall_s": round(seconds, 2), "steps": plan[0].num_steps, "micro_batches_per_rank": [sum(c) for c in counts],
+        "packs_mixing_shapes": sum(mixed), "packs": len(mixed), "samples_trained": sum(trained.values()),
+        "padded": trained_padded, "sample_loss_max_rel_err": sample_err, "loss_max_rel_err": loss_err,
+        "update_max_rel_err": update_err, "weight_max_rel_err": weight_err, "sampler_sync": result["sync"]})
 
 
 def test_fsdp2_fails_loudly_on_unequal_micro_batch_counts(manifest, tmp_path):

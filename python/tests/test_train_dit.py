@@ -231,3 +231,54 @@ def test_torchrun_trains_a_sequence_parallel_plan(tmp_path, parallel):
     print(f"\nsequence-parallel plan under torchrun x2 ({parallel or 'all-reduce'}): {len(by_mb)} micro-batches, "
           f"{sum(len(k[1]) == 2 for k in by_mb)} on a group of 2, {seconds:.1f} s; loss rel err {loss_err:.2g}, "
           f"update rel err {update_err:.2g}")
+
+
+def test_packed_emulated_epoch_matches_its_unpacked_run(tmp_path):
+    """--packing on with emulated ranks: every planned sample trained once, in packs mixing
+    shapes, each sample's loss that of the same micro-batch run unpacked (--packed-forward
+    buckets) within LOSS_RTOL; --packing both runs bucketed, then packed, and the summaries
+    say which."""
+    manifest = write_csv(tmp_path / "m.csv", real_rows(6, 24))
+    base = TINY + ["-m", manifest, "-w", "2", "--epoch", "--inputs", "per-sample", "--strategy", "balanced"]
+    logs = {}
+    for forward in ("varlen", "buckets"):
+        logs[forward] = tmp_path / f"{forward}.jsonl"
+        (r,) = train_dit.main(base + ["--packing", "on", "--packed-forward", forward, "--log-samples",
+                                      str(logs[forward])])
+        assert (r["packing"], r["packed_forward"]) == ("on", forward)
+        assert r["packs"]["mixed_shapes"] > 0, r["packs"]
+    packed, unpacked = ([json.loads(line) for line in open(logs[f])] for f in ("varlen", "buckets"))
+    assert [(e["step"], e["rank"], e["ids"]) for e in packed] == [(e["step"], e["rank"], e["ids"]) for e in unpacked]
+    trained = collections.Counter(i for e in packed if not e["padded"] for i in e["ids"])
+    planned = adaptiveload.AdaptiveBatchSampler(manifest, model="tiny-dit", device="cpu", grid="tiny", world_size=2,
+                                                rank=0, mem_budget=4096, checkpointing=False,
+                                                packing="on").planned_rows()
+    assert sorted(trained) == planned and set(trained.values()) == {1}
+    err = max(abs(a - b) / abs(b) for p, u in zip(packed, unpacked) for a, b in zip(p["losses"], u["losses"]))
+    assert err <= LOSS_RTOL, err
+    both = train_dit.main(base + ["--packing", "both", "--steps", "1"])
+    assert [r["packing"] for r in both] == ["off", "on"] and both[0]["packs"] is None
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--model", "diffusers-wan", "--packing", "on"], "no packed forward for diffusers' WanTransformer3DModel"),
+    (["--sp", "2", "--packing", "on"], "--sp 2 runs every sample on a sequence-parallel group of 2"),
+])
+def test_packing_refuses_what_it_cannot_train(tmp_path, argv, message):
+    if argv[1] == "diffusers-wan" and hasattr(train_dit._adaptiveload_diffusers(), "packed_forward"):
+        pytest.skip("adaptiveload.diffusers.packed_forward exists: diffusers-wan trains packs")
+    manifest = write_csv(tmp_path / "m.csv", real_rows(2, 2))
+    with pytest.raises(SystemExit) as e:
+        train_dit.main(TINY + ["-m", manifest, "-w", "2", "--steps", "1"] + argv)
+    assert message in str(e.value.code), e.value.code
+
+
+def test_packing_with_a_plan_needing_groups_says_so(tmp_path):
+    """Samples that fit no single GPU need sequence-parallel groups, which packs do not take:
+    the planner's refusal, as train_dit.py's error, naming --packing off."""
+    manifest = write_csv(tmp_path / "m.csv", real_rows(4, 8))
+    with pytest.raises(SystemExit) as e:
+        train_dit.main(TINY + ["-m", manifest, "--planner-device", small_gpu(tmp_path / "gpu.json"), "--sp", "min",
+                               "--packing", "on", "-w", "2", "--steps", "1"])
+    msg = str(e.value.code)
+    assert msg.startswith("train_dit.py: packing") and "sequence-parallel group" in msg and "--packing off" in msg, msg
