@@ -101,8 +101,8 @@ def markdown(rows, meta):
         out.append(f"| {r['strategy']} | {'on' if r['fused_adaln'] else 'off'} | {pct(r['imbalance'])} / "
                    f"{pct(r['imbalance_predicted'])} | {num(r['throughput_samples_per_s'])} / "
                    f"{num(r['throughput_predicted'])} | {num(r['tokens_per_s'], '{:.0f}')} | {mem} | "
-                   f"{num(r['speedup_vs_equal_tokens'], '{:.2f}x')} | {num(r['speedup_vs_equal_tokens_eager'], '{:.2f}x')} |"
-                   + cell(r))
+                   f"{num(r['speedup_vs_equal_tokens'], '{:.2f}x')} | "
+                   f"{num(r['speedup_vs_equal_tokens_eager'], '{:.2f}x')} |" + cell(r))
     P = train_dit.PAPER
     out.append(f"| paper (Wan 2.1, reported) | yes | {pct(P['imbalance_equal_tokens'])} -> {pct(P['imbalance_dual'])} "
                f"| +{pct(P['throughput_gain'])} | - | VRAM efficiency +{pct(P['vram_efficiency_gain'])} | "

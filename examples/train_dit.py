@@ -40,6 +40,18 @@ planner may run a sample too big for one GPU on an aligned group of ranks (Plann
       1/g of its time, and it is logged once (position 0). A note on stderr says so.
   --adapt-every with groups is refused (the refit does not model groups yet).
 
+Packing (--packing on; both: each strategy bucketed, then packed): the sampler plans packed
+micro-batches (packing="on": samples of any buckets in one micro-batch) and each is trained as
+one pack, one varlen token sequence (wan-dit: models.wan_dit_packed.flow_matching_loss_packed;
+diffusers-wan only where adaptiveload.diffusers.packed_forward exists). Each sample's inputs
+are the unpacked path's at its own bucket (with --inputs per-sample, the same tensors), the
+loss is normalised as unpacked (per-sample losses summed over the step's global samples).
+Under torchrun, ddp wraps a PackedForward module (the pack through DDP's forward, so its
+hooks run), fsdp2 registers the blocks' and the root's forward_packed with FSDP2. Plans with
+sequence-parallel groups are refused (a pack trains its samples on one GPU).
+--packed-forward buckets runs each pack as one ordinary batch per shape: the same losses and
+gradients, the reference python/tests/test_sharded_torchrun.py checks packed runs against.
+
 Manifests: a bad row stops the run naming file, line and field (--on-bad-row error, the
 default); --on-bad-row skip leaves bad rows out and says on stderr how many, with the first
 messages, as it says which rows fit no bucket or are oversize (--on-oversize skip). Every
@@ -51,6 +63,7 @@ Examples:
   torchrun --nproc_per_node 8 examples/train_dit.py --config wan2.1-1.3b --layers 4 --device cuda
   torchrun --nproc_per_node 4 examples/train_dit.py --parallel fsdp2 --sync micro --epoch --subset 100
   torchrun --nproc_per_node 2 examples/train_dit.py --sp 2 --epoch --subset 10 --log-samples ids
+  torchrun --nproc_per_node 2 examples/train_dit.py --parallel ddp --packing on --epoch --subset 100
 The summary (one JSON object per strategy x kernel setting) goes to --out and stdout.
 """
 import argparse
@@ -699,12 +712,13 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
     log_path = f"{args.log_samples}.rank{dist_rank}" if args.log_samples and ddp else args.log_samples
     log = open(log_path, "a") if log_path else None
     group_seconds: Dict[tuple, float] = {}  # emulated ranks: a group micro-batch's time, by (step, ranks, ids)
-    mixed = [0, 0]  # packs trained by this process, and those of them mixing shapes
+    mixed = [0, 0]  # packs this process trained in the measured steps, and those of them mixing shapes
 
-    def train_step(steps, log_it: bool):
+    def train_step(steps, log_it: bool, measured: bool = True):
         """This process's micro-batches of one global step (one sampler per emulated rank, or
-        this rank's), the gradient sync, the optimizer step. Returns (per-rank compute seconds,
-        sync + optimizer seconds, this rank's wait for the slowest rank: see sync_wait)."""
+        this rank's), the gradient sync, the optimizer step (measured: a step the summary
+        counts, not a warm-up). Returns (per-rank compute seconds, sync + optimizer seconds,
+        this rank's wait for the slowest rank: see sync_wait)."""
         rank_times = []
         for s, st in zip(samplers, steps):
             n = len(st.micro_batches)
@@ -749,7 +763,7 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
                     seconds /= g  # each rank of the group busy 1/g of the whole micro-batch's time
                     group_seconds[key] = seconds
                 t_rank += seconds
-                if packs:
+                if packs and measured:
                     mixed[0] += 1
                     mixed[1] += len({tuple(x.shape) for x in x0}) > 1
                 if log and log_it:
@@ -796,7 +810,7 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
         # Warm-up on the epoch's first steps (schedule() does not move the samplers), then every step.
         warm = [s.schedule() for s in samplers]
         for _ in range(min(args.warmup, total_steps)):
-            train_step([next(it) for it in warm], log_it=False)
+            train_step([next(it) for it in warm], log_it=False, measured=False)
         del warm
         warmup_in_loop, run_steps = 0, 2**62  # until the epoch ends (a re-plan may change its step count)
     steps_iters = [s.steps() for s in samplers]
@@ -817,7 +831,7 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
         if device.type == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
-        rank_times, sync_s, wait_s = train_step(steps, log_it=True)
+        rank_times, sync_s, wait_s = train_step(steps, log_it=True, measured=t >= warmup_in_loop)
         if ddp:
             gathered = [None] * dist_world
             torch.distributed.all_gather_object(gathered, (rank_times[0], wait_s))
@@ -872,8 +886,8 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
         "sync": getattr(samplers[0], "sync", None),
         "inputs": "per-sample" if per_sample else "stream",
         # packing: "on" when the micro-batches were trained as packs (--packing on, or a strategy that
-        # always packs); packs: this process's packs and those mixing shapes (the planner may keep
-        # one-shape micro-batches where that plan is faster)
+        # always packs); packs: this process's packs in the measured steps and those mixing shapes
+        # (the planner may keep one-shape micro-batches where that plan is faster)
         "packing": "on" if packs else "off",
         "packed_forward": args.packed_forward if packs else None,
         "packs": {"trained": mixed[0], "mixed_shapes": mixed[1]} if packs else None,
@@ -922,7 +936,8 @@ def main(argv=None) -> List[dict]:
             if dist_rank == 0:
                 m, p = r["measured"], r["predicted"]
                 pk = f" packing={r['packing']:3s}" if args.packing != "off" or r["packing"] == "on" else ""
-                print(f"{r['strategy']:13s}{pk} fused={'on ' if fused else 'off'} imbalance {100 * m['imbalance']:5.1f}% "
+                print(f"{r['strategy']:13s}{pk} fused={'on ' if fused else 'off'} "
+                      f"imbalance {100 * m['imbalance']:5.1f}% "
                       f"(predicted {100 * p['imbalance']:5.1f}%)  {m['throughput_samples_per_s']:8.2f} samples/s "
                       f"(predicted {p['throughput_samples_per_s']:8.2f})  steps {m['steps']}"
                       + (f"  idle at the barrier {100 * m['idle_measured']:5.1f}%" if "idle_measured" in m else ""),
