@@ -43,7 +43,7 @@ planner may run a sample too big for one GPU on an aligned group of ranks (Plann
 Packing (--packing on; both: each strategy bucketed, then packed): the sampler plans packed
 micro-batches (packing="on": samples of any buckets in one micro-batch) and each is trained as
 one pack, one varlen token sequence (wan-dit: models.wan_dit_packed.flow_matching_loss_packed;
-diffusers-wan only where adaptiveload.diffusers.packed_forward exists). Each sample's inputs
+diffusers-wan: adaptiveload.diffusers.packed_forward). Each sample's inputs
 are the unpacked path's at its own bucket (with --inputs per-sample, the same tensors), the
 loss is normalised as unpacked (per-sample losses summed over the step's global samples).
 Under torchrun, ddp wraps a PackedForward module (the pack through DDP's forward, so its
@@ -395,7 +395,7 @@ def flow_matching_loss_of(model, x0, ctx, t, noise, sp: Optional[spl.SPContext] 
 class PackedForward(torch.nn.Module):
     """The model on a PackedBatch -> its patch predictions [N, C*pt*ph*pw], as a module's forward
     (what DistributedDataParallel wraps: its gradient hooks are armed by its forward): wan-dit's
-    forward_packed, or adaptiveload.diffusers.packed_forward for diffusers-wan where it exists."""
+    forward_packed, or adaptiveload.diffusers.packed_forward for diffusers-wan."""
 
     def __init__(self, model: torch.nn.Module):
         super().__init__()
@@ -403,7 +403,17 @@ class PackedForward(torch.nn.Module):
 
     def forward(self, packed):
         if isinstance(self.model, DiffusersWan):
-            return _adaptiveload_diffusers().packed_forward(self.model.inner, packed)
+            # diffusers' packed forward takes lists (Wan's convention) and packs them itself:
+            # the pack's samples and texts out, its per-sample predictions back to pack rows.
+            from adaptiveload.packing import pack, unpack
+
+            cu = packed.cu_seqlens_text.tolist()
+            texts = [packed.text[a:b] for a, b in zip(cu[:-1], cu[1:])]
+            t = packed.timesteps
+            if t.numel() != packed.num_samples:  # per token: each sample's rows
+                t = list(torch.split(t, (packed.cu_seqlens[1:] - packed.cu_seqlens[:-1]).tolist()))
+            preds = _adaptiveload_diffusers().packed_forward(self.model.inner, unpack(packed.tokens, packed), t, texts)
+            return pack(preds, packed.patch).tokens
         return self.model.forward_packed(packed)
 
 
@@ -613,12 +623,6 @@ def check_packed_model(args, ddp: bool) -> None:
                      "ranks or torchrun without --parallel, or --packed-forward varlen")
         return
     if args.model == "diffusers-wan":
-        if not hasattr(_adaptiveload_diffusers(), "packed_forward"):
-            sys.exit("train_dit.py: --packing on trains each micro-batch as one pack (samples of mixed shapes, one "
-                     "varlen sequence), and this adaptiveload has no packed forward for diffusers' "
-                     "WanTransformer3DModel (adaptiveload.diffusers.packed_forward); use --model wan-dit, "
-                     "--packing off, or --packed-forward buckets (one batch per shape in each pack: the same "
-                     "losses, without packing's savings)")
         if ddp and args.parallel == "fsdp2":
             sys.exit("train_dit.py: --packing on with --model diffusers-wan under --parallel fsdp2: FSDP2 gathers "
                      "a block's parameters around its forward, and diffusers' packed forward is not registered "
