@@ -21,6 +21,7 @@ import json
 import os
 import sys
 import time
+from typing import Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import train_dit  # noqa: E402
@@ -110,13 +111,15 @@ def markdown(rows, meta):
     return "\n".join(out) + "\n"
 
 
-def calibrate_profile(targs, path: str, max_batch: int, reps: int) -> dict:
+def calibrate_profile(targs, path: str, max_batch: Optional[int], reps: int) -> dict:
     """Measures train_dit's model (--model, --config, --layers, --device, --checkpointing;
-    fused kernel on) over adaptiveload.calibrate's sweep of shapes, timed with the clock the
-    runs use (--clock), and writes the core's fit to `path`: the profile every run of this
-    comparison then plans with."""
+    fused kernel on) over adaptiveload.calibrate's sweep for the run's grid (or its config's),
+    timed with the clock the runs use (--clock), at batch sizes up to the run's memory budget
+    (at most max_batch; default 64 where the budget is set, else 4), and writes the core's fit
+    to `path`: the profile every run of this comparison then plans with. Where the sweep has
+    held-out shapes they are measured too, not fitted, and the fit's errors on them reported."""
     import torch
-    from adaptiveload import _C, calibrate
+    from adaptiveload import calibrate
     from adaptiveload.models import wan_dit
 
     a = train_dit.parse_args(targs)
@@ -126,34 +129,22 @@ def calibrate_profile(targs, path: str, max_batch: int, reps: int) -> dict:
     c = wan_dit.config(a.config, a.layers)
     torch.manual_seed(a.seed)
     model = train_dit.build_model(a.model, c, True, a.checkpointing).to(device)
-    amp = device.type == "cuda"
-    points = []
-    for frames, height, width in calibrate.SHAPES[a.config]:
-        f = 1 + (frames - 1) // 4
-        batch = 1
-        while batch <= max_batch:
-            x0 = torch.randn(batch, c.in_channels, f, height // 8, width // 8, device=device)
-            ctx = torch.randn(batch, c.text_len, c.text_dim, device=device)
-            times = []
-            for i in range(reps + 1):  # the first is a warm-up
-                with train_dit.Timer(device, a.clock) as tm:
-                    with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
-                        loss = wan_dit.flow_matching_loss(model, x0, ctx).mean()
-                    loss.backward()
-                model.zero_grad(set_to_none=True)
-                if i:
-                    times.append(tm.elapsed())
-            # the fastest repetition: interference from other work only adds time
-            points.append({"tokens": f * (height // 16) * (width // 16), "batch": batch, "time_s": min(times),
-                           "peak_bytes": None})
-            batch *= 2
+    sweep = a.grid if a.grid in calibrate.SHAPES else a.config
+    budget = train_dit.mem_budget_of(a)
+    opts = dict(max_batch=max_batch or (64 if budget else 4), reps=reps, max_tokens=budget, clock=a.clock)
+    points = calibrate.sweep(model, c, calibrate.SHAPES[sweep], device, **opts)
+    held = calibrate.sweep(model, c, calibrate.HELD_OUT[sweep], device, label="held out ", **opts) \
+        if sweep in calibrate.HELD_OUT else []
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    profile, summary = _C.fit_profile(points, c.preset, name)
+    profile, summary = calibrate.fit(points, c.preset, name, held)
     with open(path, "w") as f:
         f.write(profile + "\n")
-    print(f"calibrated {a.model} ({a.config}, {c.layers} layers) on {name}: {len(points)} points, fit error median "
-          f"{100 * summary['median_rel_error']:.1f}%, max {100 * summary['max_rel_error']:.1f}%; wrote {path}",
-          flush=True)
+    held_text = (f"; on {summary['held_out_points']} held-out points (shapes not fitted) median "
+                 f"{100 * summary['held_out_median_rel_error']:.1f}%, max {100 * summary['held_out_max_rel_error']:.1f}%"
+                 if held else "")
+    print(f"calibrated {a.model} ({a.config}, {c.layers} layers, sweep {sweep}) on {name}: {len(points)} points, fit "
+          f"error median {100 * summary['median_rel_error']:.1f}%, max {100 * summary['max_rel_error']:.1f}%"
+          f"{held_text}; wrote {path}", flush=True)
     return summary
 
 
@@ -174,6 +165,7 @@ def summarize(repeats):
                                                                            packing_of(r0)) for r in runs)
         idle = [r["measured"]["imbalance"] for r in runs]
         sps = [r["measured"]["throughput_samples_per_s"] for r in runs]
+        waited = [r["measured"]["idle_measured"] for r in runs if "idle_measured" in r["measured"]]
         rows.append({
             "strategy": r0["strategy"], "fused_adaln": r0["fused_adaln"], "packing": packing_of(r0),
             "packs": r0.get("packs"), "repeats": len(runs),
@@ -183,6 +175,7 @@ def summarize(repeats):
             "samples_per_s_median": median(sps), "samples_per_s_min": min(sps), "samples_per_s_max": max(sps),
             "samples_per_s_runs": sps, "samples_per_s_predicted": r0["predicted"]["throughput_samples_per_s"],
             "time_s_median": median([r["measured"]["time_s"] for r in runs]),
+            "idle_measured_runs": waited or None,
         })
     base = {r["fused_adaln"]: r["samples_per_s_median"] for r in rows
             if r["strategy"] == "equal_tokens" and r["packing"] == "off"}
@@ -190,7 +183,40 @@ def summarize(repeats):
         b = base.get(r["fused_adaln"])
         r["speedup_vs_equal_tokens"] = r["samples_per_s_median"] / b if b else None
     bucketed_speedups(rows, "samples_per_s_median", "samples_per_s_predicted")
+    paired_ratios(rows)
     return rows
+
+
+def paired_ratios(rows):
+    """Per repetition, balanced's measured samples/s over each other strategy's (same kernel and
+    packing, the same samples and the same machine state: they ran in the same repetition, one
+    after the other): "balanced_over_runs", and the planner's ratio "balanced_over_predicted"
+    (None for balanced itself, or with no balanced row beside it)."""
+    bal = {(r["fused_adaln"], r["packing"]): r for r in rows if r["strategy"] == "balanced"}
+    for r in rows:
+        b = bal.get((r["fused_adaln"], r["packing"])) if r["strategy"] != "balanced" else None
+        r["balanced_over_runs"] = [x / y for x, y in zip(b["samples_per_s_runs"], r["samples_per_s_runs"])] \
+            if b else None
+        r["balanced_over_predicted"] = b["samples_per_s_predicted"] / r["samples_per_s_predicted"] if b else None
+
+
+def paired_table(rows):
+    """Markdown lines: balanced over each strategy, repetition by repetition (empty when no row
+    has a balanced row beside it)."""
+    paired = [r for r in rows if r.get("balanced_over_runs")]
+    if not paired:
+        return []
+    out = ["", "Paired, repetition by repetition: balanced's measured samples/s over the strategy's in the same "
+           "repetition (same samples, same kernel and packing), and the planner's ratio.", "",
+           "| balanced over | fused adaLN | packing | per repetition | median | balanced faster in | predicted |",
+           "|---|---|---|---|---|---|---|"]
+    for r in paired:
+        runs = r["balanced_over_runs"]
+        wins = sum(x > 1 for x in runs)
+        out.append(f"| {r['strategy']} | {'on' if r['fused_adaln'] else 'off'} | {r['packing']} | "
+                   f"{' / '.join(f'{x:.3f}' for x in runs)} | {median(runs):.3f} | {wins} of {len(runs)} | "
+                   f"{r['balanced_over_predicted']:.3f} |")
+    return out
 
 
 def markdown_repeated(rows, meta):
@@ -212,6 +238,17 @@ def markdown_repeated(rows, meta):
                    f"{pct(r['imbalance_predicted'])} | {r['samples_per_s_median']:.2f} "
                    f"[{r['samples_per_s_min']:.2f} - {r['samples_per_s_max']:.2f}] | "
                    f"{r['samples_per_s_predicted']:.2f} | {sp} |" + cell(r))
+    waited = [r for r in rows if r.get("idle_measured_runs")]
+    if waited:
+        out += ["", "Idle measured at the ranks (torchrun: each rank's wait at a barrier for the step's slowest, "
+                "over its compute and wait), beside the idle inferred from the compute times above.", "",
+                "| strategy | fused adaLN | packing | idle at the barrier, median [min - max] | inferred, median |",
+                "|---|---|---|---|---|"]
+        for r in waited:
+            w = r["idle_measured_runs"]
+            out.append(f"| {r['strategy']} | {'on' if r['fused_adaln'] else 'off'} | {r['packing']} | "
+                       f"{pct(median(w))} [{pct(min(w))} - {pct(max(w))}] | {pct(r['imbalance_median'])} |")
+    out += paired_table(rows)
     P = train_dit.PAPER
     out += ["", "Reported by the paper (Wan 2.1 on GPUs; not measured here):", "",
             "| figure | reported |", "|---|---|",
@@ -233,7 +270,8 @@ def main(argv=None):
                    "every run with the fitted profile (written to OUT_DIR/profile.json); replaces --profile")
     p.add_argument("--fused", default="both", choices=["off", "on", "both"], help="fused adaLN kernel settings "
                    "to run (default: %(default)s)")
-    p.add_argument("--calibrate-max-batch", type=int, default=4)
+    p.add_argument("--calibrate-max-batch", type=int, help="largest batch calibration measures (default: 64 "
+                   "where the run's memory budget bounds batch x tokens, as for --config tiny, else 4)")
     p.add_argument("--calibrate-reps", type=int, default=3)
     args, rest = p.parse_known_args(argv)
     if args.repeat < 1:

@@ -614,6 +614,12 @@ def largest_group(samplers) -> int:
     return max([len(g) for s in samplers for st in s.schedule() for g in st.groups] or [1])
 
 
+def mem_budget_of(args) -> Optional[int]:
+    """The planner's memory budget in tokens per micro-batch: --mem-budget, or 4096 for --config
+    tiny (a CPU's micro-batch), else None (auto: the device preset's memory)."""
+    return args.mem_budget if args.mem_budget is not None else (4096 if args.config == "tiny" else None)
+
+
 def check_packed_model(args, ddp: bool) -> None:
     """Refuses, naming what to do, a packed run the model or the layout cannot train."""
     if args.packed_forward == "buckets":
@@ -645,7 +651,7 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
     c = wan_dit.config(args.config, args.layers)
     grid = args.grid or ("tiny" if args.config == "tiny" else "wan")
     planner_device = args.planner_device or ("h200" if device.type == "cuda" else "cpu")
-    mem_budget = args.mem_budget if args.mem_budget is not None else (4096 if args.config == "tiny" else None)
+    mem_budget = mem_budget_of(args)
     manifests = args.manifest or DEFAULT_MANIFESTS
     subset_bad: List[str] = []
     origins: List[str] = []
@@ -794,7 +800,9 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
                 (per.sum() * 0).backward()
             rank_times.append(t_rank)
         wait_s = sync_wait() if ddp and not args.parallel else 0.0
-        with Timer(device, args.clock) as tm:
+        # The explicit all-reduce runs on the process group's threads (gloo), which the thread
+        # clock would not see: under torchrun its region is timed on the wall clock.
+        with Timer(device, "wall" if ddp and not args.parallel else args.clock) as tm:
             if ddp and not args.parallel:
                 grads = [p.grad for p in model.parameters() if p.grad is not None]
                 flat = torch.cat([g.flatten() for g in grads])

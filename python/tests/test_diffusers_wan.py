@@ -318,6 +318,15 @@ def test_compare_summarizes_repetitions():
     table, paper = md.split("Reported by the paper")
     assert "| balanced | off | 5 | 6.0% [5.0% - 7.0%] | 10.0% | 150.01 [150.00 - 150.02] | 50.00 | 1.50x |" in table
     assert "measured" in table and "predicted" in table and "39.0%" in paper and "39.0%" not in table
+    # Paired: balanced over equal_tokens in each repetition (the same samples, one after the other).
+    assert eq["balanced_over_runs"] == pytest.approx([150.02 / 100.2, 150.0 / 100.0, 150.01 / 100.1])
+    assert bal["balanced_over_runs"] is None
+    assert "| equal_tokens | off | off | 1.497 / 1.500 / 1.499 | 1.499 | 3 of 3 | 1.000 |" in table, table
+    assert "Idle measured at the ranks" not in table  # emulated ranks: no barrier
+    for rep, w in zip(repeats, (0.04, 0.02, 0.03)):
+        rep[1]["measured"]["idle_measured"] = w
+    md = compare.markdown_repeated(compare.summarize(repeats), "test")
+    assert "| balanced | off | off | 3.0% [2.0% - 4.0%] | 6.0% |" in md, md
 
 
 def test_zz_print_errors():
