@@ -289,11 +289,16 @@ def main(argv=None):
         calibration = calibrate_profile(rest, profile, args.calibrate_max_batch, args.calibrate_reps)
         rest = rest + ["--profile", profile]
     targs = rest + ["--strategy", ",".join(strategies), "--fused", args.fused]
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if distributed:  # one process group for every repetition (train_dit.main keeps a caller's)
+        train_dit.init_distributed(train_dit.parse_args(targs).device)
     repeats = []
     for i in range(args.repeat):
         if args.repeat > 1 and rank0:
             print(f"== repetition {i + 1}/{args.repeat} ({time.perf_counter() - t0:.0f} s)", flush=True)
         repeats.append(train_dit.main(targs))
+    if distributed:
+        train_dit.torch.distributed.destroy_process_group()
     elapsed = time.perf_counter() - t0
     if not rank0:
         return None

@@ -930,9 +930,13 @@ def main(argv=None) -> List[dict]:
                  "or off")
     dist_world = int(os.environ.get("WORLD_SIZE", "1"))
     dist_rank = 0
+    # A caller that runs main() several times in one torchrun job (compare.py --repeat) makes
+    # the process group once (init_distributed) and keeps it: re-creating it on the same
+    # rendezvous can hang.
+    owns_group = dist_world > 1 and not torch.distributed.is_initialized()
     if dist_world > 1:
-        backend = "nccl" if args.device.startswith("cuda") else "gloo"
-        torch.distributed.init_process_group(backend)
+        if owns_group:
+            init_distributed(args.device)
         dist_rank = torch.distributed.get_rank()
         if args.device.startswith("cuda"):
             local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -962,8 +966,14 @@ def main(argv=None) -> List[dict]:
         # tearing down while another still talks to it can abort in gloo's threads
         # ("terminate called without an active exception", seen once in CI under fsdp2 x4).
         torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
+        if owns_group:
+            torch.distributed.destroy_process_group()
     return results
+
+
+def init_distributed(device: str) -> None:
+    """The torchrun job's process group: NCCL for a CUDA --device, else gloo."""
+    torch.distributed.init_process_group("nccl" if device.startswith("cuda") else "gloo")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The measured proof on the CPU (docs/evaluation.md, "The CPU miniature"): the tiny Wan-style
+# DiT on the `mini` grid, where the longest bucket's attention is most of its FLOPs, trained
+# for whole epochs of a fixed subset of the real manifests (data/), measured beside the
+# planner's prediction:
+#   1. calibration on the miniature's shapes, with held-out shapes (fit errors on shapes the
+#      fit never saw) -> OUT/profile.json
+#   2. 2 real ranks (torchrun, gloo, one thread a rank): equal_tokens, dual, balanced, REPEAT
+#      interleaved repetitions, idle measured at the ranks' barrier, paired ratios
+#   3. emulated ranks (one process) at each of EMULATED (default 4 8), the same strategies
+#   4. the fused adaLN off and on, and --packing both (bucketed and packed), 4 emulated ranks
+#   5. online adaptation: balanced planned with the uncalibrated analytic model, with and
+#      without --adapt-every, against the calibrated plan
+# Every table is also in OUT/<step>/compare.md and .json. Needs the project's .venv (or PYTHON)
+# with torch; runs in about 15 minutes on an idle 2-core machine with the defaults.
+#
+#   scripts/cpu_eval.sh                 everything
+#   STEPS="real2 emulated" scripts/cpu_eval.sh    some of: calibrate real2 emulated kernels adapt
+# Environment: OUT (out/cpu_eval), SUBSET (200 rows of each manifest: 400 samples an epoch),
+# REPEAT (5), EMULATED ("4 8"), PYTHON (.venv/bin/python), CALIB_REPS (5)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out/cpu_eval}
+SUBSET=${SUBSET:-200}
+REPEAT=${REPEAT:-5}
+EMULATED=${EMULATED:-4 8}
+CALIB_REPS=${CALIB_REPS:-5}
+PY=${PYTHON:-.venv/bin/python}
+STEPS=${STEPS:-calibrate real2 emulated kernels adapt}
+[ -x "$PY" ] || command -v "$PY" >/dev/null || { echo "cpu_eval: no Python at $PY (run scripts/python_env.sh, or set PYTHON)" >&2; exit 2; }
+mkdir -p "$OUT"
+export OMP_NUM_THREADS=1 PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+PROFILE="$OUT/profile.json"
+COMMON=(--config tiny --grid mini --epoch --subset "$SUBSET" --threads 1 --clock thread
+        -m data/taichi_hd.csv -m data/coco2017_val_images.csv)
+STRATS=equal_tokens,dual,balanced
+t0=$(date +%s)
+stamp() { echo "== cpu_eval: $1 ($(($(date +%s) - t0)) s, load $(cut -d' ' -f1-3 /proc/loadavg))"; }
+want() { [[ " $STEPS " == *" $1 "* ]]; }
+# The measured tables of a compare.py run (its full output is in DIR.log).
+table() { sed -n '/^# Whole epochs/,/^Reported by the paper/p' "$1/compare.md" | sed '$d'; }
+
+if want calibrate || [ ! -f "$PROFILE" ]; then
+  stamp "calibrating the miniature (shapes of the mini grid, held-out shapes)"
+  "$PY" -m adaptiveload.calibrate --config tiny --sweep mini --held-out --threads 1 --clock thread \
+    --max-batch 64 --max-tokens 4096 --reps "$CALIB_REPS" --out "$PROFILE" \
+    --measurements-out "$OUT/measurements.jsonl" | tail -4
+fi
+if want real2; then
+  stamp "2 real ranks (torchrun, gloo)"
+  "$PY" -m torch.distributed.run --nproc_per_node 2 examples/compare.py "${COMMON[@]}" --strategies "$STRATS" \
+    --fused off --repeat "$REPEAT" --profile "$PROFILE" --out-dir "$OUT/real2" > "$OUT/real2.log" 2>&1 ||
+    { tail -40 "$OUT/real2.log" >&2; exit 1; }
+  table "$OUT/real2"
+fi
+if want emulated; then
+  for w in $EMULATED; do
+    stamp "$w emulated ranks"
+    "$PY" examples/compare.py "${COMMON[@]}" -w "$w" --strategies "$STRATS" --fused off --repeat "$REPEAT" \
+      --profile "$PROFILE" --out-dir "$OUT/emulated$w" > "$OUT/emulated$w.log" 2>&1 ||
+      { tail -40 "$OUT/emulated$w.log" >&2; exit 1; }
+    table "$OUT/emulated$w"
+  done
+fi
+if want kernels; then
+  stamp "fused adaLN off and on, bucketed and packed balanced (4 emulated ranks)"
+  "$PY" examples/compare.py "${COMMON[@]}" -w 4 --strategies balanced --fused both --packing both \
+    --repeat "$REPEAT" --profile "$PROFILE" --out-dir "$OUT/kernels" > "$OUT/kernels.log" 2>&1 ||
+    { tail -40 "$OUT/kernels.log" >&2; exit 1; }
+  table "$OUT/kernels"
+fi
+if want adapt; then
+  # The residual online adaptation works on: balanced planned with the uncalibrated analytic
+  # model (the cpu device preset), without and with refits every 2 steps, beside the
+  # calibrated plan; interleaved.
+  for i in $(seq "$REPEAT"); do
+    for mode in analytic adapt profile; do
+      extra=()
+      [ "$mode" = adapt ] && extra=(--adapt-every 2)
+      [ "$mode" = profile ] && extra=(--profile "$PROFILE")
+      "$PY" examples/train_dit.py "${COMMON[@]}" -w 4 --strategy balanced "${extra[@]}" \
+        --out "$OUT/adapt_${mode}_$i.json" 2>>"$OUT/adapt.log" | sed "s/^/$mode $i: /"
+    done
+  done
+fi
+stamp "done"
