@@ -730,6 +730,7 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
         counts, not a warm-up). Returns (per-rank compute seconds, sync + optimizer seconds,
         this rank's wait for the slowest rank: see sync_wait)."""
         rank_times = []
+        t_start = time.perf_counter()
         for s, st in zip(samplers, steps):
             n = len(st.micro_batches)
             if ddp and args.parallel == "fsdp2":
@@ -799,7 +800,10 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
                     per = flow_matching_loss_of(wrapped, x0, ctx, t0, x0)
                 (per.sum() * 0).backward()
             rank_times.append(t_rank)
-        wait_s = sync_wait() if ddp and not args.parallel else 0.0
+        # Under torchrun, this rank's wall seconds from the step's start to the barrier (its
+        # micro-batches and everything around them: inputs, logging) and its wait there.
+        busy_s = time.perf_counter() - t_start
+        wait_s = (busy_s, sync_wait()) if ddp and not args.parallel else None
         # The explicit all-reduce runs on the process group's threads (gloo), which the thread
         # clock would not see: under torchrun its region is timed on the wall clock.
         with Timer(device, "wall" if ddp and not args.parallel else args.clock) as tm:
@@ -852,8 +856,8 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
             pred.append(predicted_times[steps[0].step - plan_first])
             times.append(rank_times)
             extra.append(sync_s)
-            if ddp:
-                waits.append(wait_s)
+            if ddp and wait_s[0] is not None:
+                waits.append(wait_s)  # per rank (busy, wait) wall seconds
             samples += steps[0].global_samples
             tokens += steps[0].global_tokens
             if device.type == "cuda":
@@ -874,12 +878,16 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
             torch.save(state, args.save_model)
     measured = metrics(times, samples, tokens, extra)
     if waits:
-        # The idle fraction as the ranks saw it: each rank's wait for the slowest at the step's
-        # barrier, over its compute and its wait (mixed clocks with --clock thread: the wait is
-        # wall time, as waiting takes no CPU).
-        busy = sum(map(sum, times)) + sum(map(sum, waits))
-        measured["idle_measured"] = sum(map(sum, waits)) / busy if busy > 0 else 0.0
-        measured["wait_s"] = waits
+        # The idle fraction as the ranks saw it, on the wall clock: each rank's wait for the
+        # slowest at the step's barrier over its busy time (from the step's start to the
+        # barrier) and that wait; and the busy time outside the timed micro-batches (inputs,
+        # logging, the loop; with --clock thread also time the thread was not running), as a
+        # share of the busy time, which the planner does not price.
+        busy = sum(b for w in waits for b, _ in w)
+        wait = sum(x for w in waits for _, x in w)
+        measured["idle_measured"] = wait / (busy + wait) if busy + wait > 0 else 0.0
+        measured["outside_compute"] = 1 - sum(map(sum, times)) / busy if busy > 0 else 0.0
+        measured["busy_wait_s"] = waits
     allreduce = samplers[0].budgets.get("allreduce_s", 0.0)
     predicted = metrics(pred, samples, tokens, [allreduce] * len(pred))
     if peaks:
@@ -956,7 +964,8 @@ def main(argv=None) -> List[dict]:
                       f"imbalance {100 * m['imbalance']:5.1f}% "
                       f"(predicted {100 * p['imbalance']:5.1f}%)  {m['throughput_samples_per_s']:8.2f} samples/s "
                       f"(predicted {p['throughput_samples_per_s']:8.2f})  steps {m['steps']}"
-                      + (f"  idle at the barrier {100 * m['idle_measured']:5.1f}%" if "idle_measured" in m else ""),
+                      + (f"  idle at the barrier {100 * m['idle_measured']:5.1f}% (busy outside the timed compute "
+                         f"{100 * m['outside_compute']:4.1f}%)" if "idle_measured" in m else ""),
                       flush=True)
     if dist_rank == 0 and args.out:
         with open(args.out, "w") as f:
