@@ -15,18 +15,34 @@ tensors qualify, else sdpa. Every backend computes the same function; forward an
 equal per-sample attention (python/tests/test_attention.py). The attention cost is the sum of
 the segments' L_q x L_k, not the pack's total squared, which is what the planner's packed cost
 model assumes (docs/planner.md).
+
+The sdpa backend is a custom op, torch.ops.adaptiveload.varlen_sdpa_fwd, with its backward
+another, varlen_sdpa_bwd (torch.library.custom_op: one implementation for every device, a fake
+kernel, autograd through register_autograd). Only their implementations read the offsets on
+the host (the per-segment loop needs them there), so torch.compile(fullgraph=True) traces
+varlen_attention as one opaque node whose fake kernel gives the output's shape from q and v
+alone. The offsets' values (0 first, non-decreasing, the row count last, keys for every
+non-empty query segment) are checked by those implementations, eagerly and when a compiled
+graph runs, with the same ValueErrors; the shapes, dtypes and devices by varlen_attention
+and the fake kernel, while tracing. The flash and flex backends check the offsets on the host
+before they run (a graph break under torch.compile).
 """
-from typing import Optional
+import importlib.util
+from typing import List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["varlen_attention", "check_cu_seqlens", "segment_ids"]
+__all__ = ["varlen_attention", "check_cu_seqlens", "segment_ids", "varlen_sdpa_fwd", "varlen_sdpa_bwd"]
 
 BACKENDS = ("auto", "flash", "flex", "sdpa")
+# Looked up once: a try-import on every call would be traced by torch.compile.
+_FLASH_INSTALLED = importlib.util.find_spec("flash_attn") is not None
 
 
 def _flash_varlen():
+    if not _FLASH_INSTALLED:
+        return None
     try:
         from flash_attn import flash_attn_varlen_func  # type: ignore
     except ImportError:
@@ -34,15 +50,21 @@ def _flash_varlen():
     return flash_attn_varlen_func
 
 
-def check_cu_seqlens(cu: torch.Tensor, total: int, name: str) -> torch.Tensor:
-    """Checks segment offsets: a 1-D int32 / int64 tensor [n + 1], 0 first, non-decreasing,
-    `total` last (empty segments allowed). Returns it as int64 on the CPU, for indexing."""
+def _check_offsets_tensor(cu, name: str) -> None:
+    """What can be checked of segment offsets without reading them: type, rank, dtype."""
     if not isinstance(cu, torch.Tensor):
         raise TypeError(f"{name} must be a tensor of segment offsets, got {type(cu).__name__}")
-    if cu.dim() != 1 or cu.numel() < 2:
+    if cu.dim() != 1 or cu.shape[0] < 2:
         raise ValueError(f"{name} must be 1-D with n + 1 >= 2 offsets (n segments), got shape {tuple(cu.shape)}")
     if cu.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"{name} must be int32 or int64, got {cu.dtype}")
+
+
+def check_cu_seqlens(cu: torch.Tensor, total: int, name: str) -> torch.Tensor:
+    """Checks segment offsets: a 1-D int32 / int64 tensor [n + 1], 0 first, non-decreasing,
+    `total` last (empty segments allowed). Returns it as int64 on the CPU, for indexing
+    (a host read: a synchronisation for CUDA offsets, a graph break under torch.compile)."""
+    _check_offsets_tensor(cu, name)
     c = cu.detach().to("cpu", torch.int64)
     if int(c[0]) != 0:
         raise ValueError(f"{name} must start at 0, got {int(c[0])}")
@@ -64,7 +86,10 @@ def segment_ids(cu: torch.Tensor, total: int, device=None) -> torch.Tensor:
     return ids.to(device) if device is not None else ids
 
 
-def _check(q, k, v, cu_q, cu_k):
+def _check_tensors(q, k, v, cu_q, cu_k) -> None:
+    """varlen_attention's checks that read no tensor's values: shapes, dtypes, devices. Run
+    eagerly, while torch.compile traces (size comparisons become guards) and by the ops'
+    fake kernels, so a wrong shape raises the same ValueError everywhere."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 3:
             shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
@@ -79,11 +104,17 @@ def _check(q, k, v, cu_q, cu_k):
         raise ValueError(f"varlen_attention: q, k, v dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})")
     if not (q.device == k.device == v.device):
         raise ValueError(f"varlen_attention: q, k, v are on different devices ({q.device}, {k.device}, {v.device})")
+    _check_offsets_tensor(cu_q, "cu_seqlens_q")
+    _check_offsets_tensor(cu_k, "cu_seqlens_k")
+    if cu_q.shape[0] != cu_k.shape[0]:
+        raise ValueError(f"varlen_attention: cu_seqlens_q has {cu_q.shape[0] - 1} segments, cu_seqlens_k "
+                         f"{cu_k.shape[0] - 1}; every query segment attends to its own key segment")
+
+
+def _host_offsets(q, k, cu_q, cu_k) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The offsets' values checked (a host read) -> (cq, ck) int64 on the CPU."""
     cq = check_cu_seqlens(cu_q, q.shape[0], "cu_seqlens_q")
     ck = check_cu_seqlens(cu_k, k.shape[0], "cu_seqlens_k")
-    if cq.numel() != ck.numel():
-        raise ValueError(f"varlen_attention: cu_seqlens_q has {cq.numel() - 1} segments, cu_seqlens_k "
-                         f"{ck.numel() - 1}; every query segment attends to its own key segment")
     lq, lk = cq[1:] - cq[:-1], ck[1:] - ck[:-1]
     bad = torch.nonzero((lq > 0) & (lk == 0))
     if bad.numel():
@@ -93,22 +124,120 @@ def _check(q, k, v, cu_q, cu_k):
     return cq, ck
 
 
-def _sdpa_segments(q, k, v, cq, ck, scale):
-    rep = q.shape[1] // k.shape[1]
-    outs = []
-    for i in range(cq.numel() - 1):
-        a, b, c, d = int(cq[i]), int(cq[i + 1]), int(ck[i]), int(ck[i + 1])
-        if b == a:
-            continue
-        qi = q[a:b].transpose(0, 1)  # [H, Lq, d]
-        ki = k[c:d].transpose(0, 1)
-        vi = v[c:d].transpose(0, 1)
-        if rep > 1:
-            ki, vi = ki.repeat_interleave(rep, 0), vi.repeat_interleave(rep, 0)
-        outs.append(F.scaled_dot_product_attention(qi, ki, vi, scale=scale).transpose(0, 1))
-    if not outs:
-        return q.new_zeros(q.shape)
-    return torch.cat(outs, 0)
+def _segments(q, k, cu_q, cu_k) -> List[Tuple[int, int, int, int]]:
+    """The non-empty query segments as (q rows a:b, k rows c:d), offsets checked."""
+    cq, ck = _host_offsets(q, k, cu_q, cu_k)
+    a, b, c, d = cq[:-1].tolist(), cq[1:].tolist(), ck[:-1].tolist(), ck[1:].tolist()
+    return [s for s in zip(a, b, c, d) if s[1] > s[0]]
+
+
+def _no_autocast(t):
+    return torch.autocast(device_type=t.device.type, enabled=False)
+
+
+def _sdpa_segment(qi, ki, vi, scale):
+    """One segment: qi [Lq, H, d], ki / vi [Lk, H_kv, d] -> [Lq, H, d_v]; grouped k / v heads
+    repeated (autograd sums their gradients back)."""
+    rep = qi.shape[1] // ki.shape[1]
+    qi, ki, vi = qi.transpose(0, 1), ki.transpose(0, 1), vi.transpose(0, 1)  # [heads, L, d]
+    if rep > 1:
+        ki, vi = ki.repeat_interleave(rep, 0), vi.repeat_interleave(rep, 0)
+    return F.scaled_dot_product_attention(qi, ki, vi, scale=scale).transpose(0, 1)
+
+
+@torch.library.custom_op("adaptiveload::varlen_sdpa_fwd", mutates_args=())
+def varlen_sdpa_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                    cu_seqlens_k: torch.Tensor, scale: Optional[float]) -> torch.Tensor:
+    """varlen_attention's sdpa backend as an op: scaled_dot_product_attention on each segment
+    -> [total_q, H, d_v], contiguous. Reads the offsets on the host (checked)."""
+    _check_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    out = q.new_empty((q.shape[0], q.shape[1], v.shape[2]))  # every row is in one segment
+    with _no_autocast(q):  # in the inputs' dtype: varlen_attention applies autocast before the op
+        for a, b, c, d in _segments(q, k, cu_seqlens_q, cu_seqlens_k):
+            out[a:b] = _sdpa_segment(q[a:b], k[c:d], v[c:d], scale)
+    return out
+
+
+# Query rows per step of the backward: bounds its [H, rows, L_k] fp32 temporaries (scores,
+# probabilities, their gradient) to about 3 x 64 MiB whatever the segment's length.
+_BWD_SCORES = 1 << 24
+
+
+def _sdpa_segment_bwd(do, q, k, v, scale):
+    """One segment's attention backward, from the definition: do, q [Lq, H, d], k, v
+    [Lk, H_kv, d] -> (dq, dk, dv) in fp32 (fp64 for fp64 inputs). P = softmax(s q k^T) is
+    recomputed; dv = P^T do, dS = P * (do v^T - rowsum(P * do v^T)), dq = s dS k,
+    dk = s dS^T q, over blocks of query rows; grouped heads summed back to H_kv."""
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+    H, Hk, d = q.shape[1], k.shape[1], q.shape[2]
+    rep = H // Hk
+    s = scale if scale is not None else 1.0 / d ** 0.5
+    qh, doh = q.to(acc).transpose(0, 1), do.to(acc).transpose(0, 1)  # [H, Lq, d]
+    kh, vh = k.to(acc).transpose(0, 1), v.to(acc).transpose(0, 1)  # [H_kv, Lk, d]
+    if rep > 1:
+        kh, vh = kh.repeat_interleave(rep, 0), vh.repeat_interleave(rep, 0)  # [H, Lk, d]
+    dq = torch.empty_like(qh)
+    dk, dv = torch.zeros_like(kh), torch.zeros_like(vh)
+    step = max(1, _BWD_SCORES // max(1, H * kh.shape[1]))
+    for r in range(0, qh.shape[1], step):
+        qr, dor = qh[:, r:r + step], doh[:, r:r + step]
+        p = torch.softmax(qr @ kh.transpose(1, 2) * s, -1)  # [H, rows, Lk]
+        dp = dor @ vh.transpose(1, 2)
+        ds = p * (dp - (p * dp).sum(-1, keepdim=True))
+        dq[:, r:r + step] = ds @ kh * s
+        dk += ds.transpose(1, 2) @ qr * s
+        dv += p.transpose(1, 2) @ dor
+    if rep > 1:
+        dk, dv = (t.unflatten(0, (Hk, rep)).sum(1) for t in (dk, dv))
+    return dq.transpose(0, 1), dk.transpose(0, 1), dv.transpose(0, 1)
+
+
+@torch.library.custom_op("adaptiveload::varlen_sdpa_bwd", mutates_args=())
+def varlen_sdpa_bwd(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, scale: Optional[float]
+                    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """varlen_sdpa_fwd's backward: (dq, dk, dv) in q's dtype, contiguous; each segment's
+    attention recomputed (nothing [L, L] is saved by the forward) and differentiated from its
+    definition in fp32 (_sdpa_segment_bwd: plain tensor ops, so it runs below autograd and
+    under dispatch modes, where torch.func.vjp's wrappers do not). Key rows of a segment
+    without queries get zero gradients. First order only: the op is not differentiable."""
+    _check_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    if grad_out.shape != (q.shape[0], q.shape[1], v.shape[2]):
+        raise ValueError(f"varlen_attention backward: grad_out {tuple(grad_out.shape)} must be the output's shape "
+                         f"{(q.shape[0], q.shape[1], v.shape[2])}")
+    dq, dk, dv = q.new_zeros(q.shape), k.new_zeros(k.shape), v.new_zeros(v.shape)
+    with _no_autocast(q):  # fp32 math even when backward() is called under autocast
+        for a, b, c, d in _segments(q, k, cu_seqlens_q, cu_seqlens_k):
+            dq[a:b], dk[c:d], dv[c:d] = _sdpa_segment_bwd(grad_out[a:b], q[a:b], k[c:d], v[c:d], scale)
+    return dq, dk, dv
+
+
+@varlen_sdpa_fwd.register_fake
+def _varlen_sdpa_fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, scale):
+    # The offsets' values are data: the implementation checks them, not this kernel.
+    _check_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    return q.new_empty((q.shape[0], q.shape[1], v.shape[2]))
+
+
+@varlen_sdpa_bwd.register_fake
+def _varlen_sdpa_bwd_fake(grad_out, q, k, v, cu_seqlens_q, cu_seqlens_k, scale):
+    _check_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, cu_q, cu_k, scale = inputs
+    ctx.save_for_backward(q, k, v, cu_q, cu_k)  # recomputed per segment in the backward: no [L, L] saved
+    ctx.scale = scale
+
+
+def _backward(ctx, grad_out):
+    q, k, v, cu_q, cu_k = ctx.saved_tensors
+    dq, dk, dv = varlen_sdpa_bwd(grad_out, q, k, v, cu_q, cu_k, ctx.scale)
+    return dq, dk, dv, None, None, None
+
+
+varlen_sdpa_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 
 def _flex(q, k, v, cq, ck, scale):
@@ -133,11 +262,18 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
                      backend: str = "auto") -> torch.Tensor:
     """Block-diagonal attention over packed segments (see the module docstring).
     max_seqlen_q / max_seqlen_k: the longest segment (flash-attention needs them; computed when
-    None). softmax_scale: default 1 / sqrt(head_dim). A segment with no query rows contributes
-    nothing; one with query rows and no key rows is an error."""
+    None; the sdpa backend does not use them). softmax_scale: default 1 / sqrt(head_dim). A
+    segment with no query rows contributes nothing; one with query rows and no key rows is an
+    error. The sdpa backend traces under torch.compile(fullgraph=True)."""
     if backend not in BACKENDS:
         raise ValueError(f"varlen_attention: backend must be one of {', '.join(BACKENDS)}, got '{backend}'")
-    cq, ck = _check(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    _check_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k)
+    scale = None if softmax_scale is None else float(softmax_scale)
+    if torch.is_autocast_enabled(q.device.type) and q.is_floating_point():
+        # As scaled_dot_product_attention under autocast (a lower-precision op): the ops have no
+        # autocast kernel and compute in the dtype they are given.
+        dtype = torch.get_autocast_dtype(q.device.type)
+        q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     flash = _flash_varlen()
     flash_ok = flash is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
     if backend == "flash" and not flash_ok:
@@ -145,10 +281,12 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
                "it needs CUDA tensors in float16 or bfloat16, got " + f"{q.device.type} {q.dtype}")
         raise RuntimeError(f"varlen_attention: backend 'flash' cannot run: {why}; use backend='auto'")
     if backend == "flash" or (backend == "auto" and flash_ok):
+        cq, ck = _host_offsets(q, k, cu_seqlens_q, cu_seqlens_k)
         lq, lk = cq[1:] - cq[:-1], ck[1:] - ck[:-1]
         return flash(q, k, v, cu_seqlens_q.to(q.device, torch.int32), cu_seqlens_k.to(q.device, torch.int32),
                      int(max_seqlen_q if max_seqlen_q is not None else lq.max()),
-                     int(max_seqlen_k if max_seqlen_k is not None else lk.max()), softmax_scale=softmax_scale)
+                     int(max_seqlen_k if max_seqlen_k is not None else lk.max()), softmax_scale=scale)
     if backend == "flex":
-        return _flex(q, k, v, cq, ck, softmax_scale)
-    return _sdpa_segments(q, k, v, cq, ck, softmax_scale)
+        cq, ck = _host_offsets(q, k, cu_seqlens_q, cu_seqlens_k)
+        return _flex(q, k, v, cq, ck, scale)
+    return varlen_sdpa_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, scale)

@@ -119,3 +119,132 @@ def test_flash_backend_says_why_it_cannot_run_here():
 def test_segment_ids_and_offsets_helpers():
     assert segment_ids(cu([2, 0, 3]), 5).tolist() == [0, 0, 2, 2, 2]
     assert check_cu_seqlens(cu([1, 1]), 2, "x").dtype == torch.int64
+
+
+# The sdpa backend as custom ops (adaptiveload::varlen_sdpa_fwd / varlen_sdpa_bwd) under
+# torch.library.opcheck and torch.compile(fullgraph=True). The cases: cross-attention with an
+# empty query segment and grouped heads; self-attention with empty segments.
+OP_CASES = [([5, 0, 7], [2, 4, 6], 4, 2), ([4, 0, 9, 0, 2], None, 2, 2)]
+
+
+def make_qkv(lq, lk, hq, hk, seed, d=8, requires_grad=True):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(sum(lq), hq, d, generator=g)
+    k, v = (torch.randn(sum(lk), hk, d, generator=g) for _ in range(2))
+    return [t.requires_grad_(requires_grad) for t in (q, k, v)]
+
+
+def per_sample_sdpa(q, k, v, lq, lk):
+    """Eager scaled_dot_product_attention sample by sample (autograd's own backward)."""
+    out, a, c = [], 0, 0
+    rep = q.shape[1] // k.shape[1]
+    for nq, nk in zip(lq, lk):
+        if nq:
+            qi, ki, vi = (t.transpose(0, 1) for t in (q[a:a + nq], k[c:c + nk], v[c:c + nk]))
+            ki, vi = ki.repeat_interleave(rep, 0), vi.repeat_interleave(rep, 0)
+            out.append(torch.nn.functional.scaled_dot_product_attention(qi, ki, vi).transpose(0, 1))
+        a, c = a + nq, c + nk
+    return torch.cat(out, 0)
+
+
+@pytest.mark.parametrize("lq,lk,hq,hk", OP_CASES)
+def test_opcheck_sdpa_ops(lq, lk, hq, hk):
+    """Schema, fake kernels, autograd registration, AOT dispatch with static and dynamic shapes
+    (test_aot_dispatch_dynamic), for the forward with inputs that require grad and the backward."""
+    from adaptiveload.attention import varlen_sdpa_bwd, varlen_sdpa_fwd
+
+    lk = lq if lk is None else lk
+    q, k, v = make_qkv(lq, lk, hq, hk, seed=len(lq))
+    for c in (cu(lq), cu(lq).long()):
+        torch.library.opcheck(varlen_sdpa_fwd, (q, k, v, c, cu(lk), None))
+    grad = torch.randn(q.shape, generator=torch.Generator().manual_seed(1))
+    torch.library.opcheck(varlen_sdpa_bwd, (grad, q.detach(), k.detach(), v.detach(), cu(lq), cu(lk), 0.3))
+
+
+@pytest.mark.parametrize("lq,lk,hq,hk", OP_CASES)
+def test_fullgraph_compile_equals_per_sample_sdpa(lq, lk, hq, hk):
+    """torch.compile(fullgraph=True) of varlen_attention, forward and backward, against eager
+    SDPA sample by sample: fp32 within 1e-5. aot_eager: Dynamo's graph and AOT autograd's forward
+    and backward graphs, through the fake kernels (inductor has nothing to generate around an
+    opaque op, only C++ build time to add)."""
+    torch._dynamo.reset()
+    lk = lq if lk is None else lk
+    q, k, v = make_qkv(lq, lk, hq, hk, seed=7)
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return torch._dynamo.lookup_backend("aot_eager")(gm, example_inputs)
+
+    f = torch.compile(lambda *a: varlen_attention(*a, backend="sdpa"), fullgraph=True, backend=backend)
+    out = f(q, k, v, cu(lq), cu(lk))
+    ref = per_sample_sdpa(q, k, v, lq, lk)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(2))
+    got = torch.autograd.grad(out, (q, k, v), grad)
+    want = torch.autograd.grad(ref, (q, k, v), grad)
+    for name, a, b in zip("qkv", got, want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=lambda m: f"d{name}: {m}")
+    op = torch.ops.adaptiveload.varlen_sdpa_fwd.default
+    assert len(graphs) == 1 and [n.target for n in graphs[0].graph.nodes].count(op) == 1
+
+
+def test_compiled_packs_of_any_layout_and_bad_offsets():
+    """dynamic=True: one graph serves packs of other lengths and segment counts (the offsets are
+    read when the graph runs, not when it is traced), and bad offsets raise the same ValueError
+    from the compiled graph as eagerly. (The first pack's sizes are all different: Dynamo's duck
+    sizing would otherwise guard on an equality they happen to have, and recompile.)"""
+    torch._dynamo.reset()
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return torch._dynamo.lookup_backend("aot_eager")(gm, example_inputs)
+
+    f = torch.compile(lambda *a: varlen_attention(*a), fullgraph=True, dynamic=True, backend=backend)
+    for i, (lq, lk) in enumerate([([3, 6], [2, 4]), ([6, 0, 2, 7], [1, 3, 2, 5]), ([9, 4, 1], [4, 1, 3])]):
+        q, k, v = make_qkv(lq, lk, 2, 1, seed=i)
+        out = f(q, k, v, cu(lq), cu(lk))
+        ref = per_sample_sdpa(q, k, v, lq, lk)
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+        for a, b in zip(torch.autograd.grad(out.sum(), (q, k, v)), torch.autograd.grad(ref.sum(), (q, k, v))):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert len(graphs) == 1, len(graphs)
+    q = torch.randn(5, 2, 4)
+    with pytest.raises(ValueError, match=r"cu_seqlens_k must end at the number of rows \(5\), got 4"):
+        f(q, q, q, cu([2, 3]), torch.tensor([0, 1, 4], dtype=torch.int32))
+    with pytest.raises(ValueError, match="segment 1 has 3 query rows but no key rows"):
+        f(q, q[:2], q[:2], cu([2, 3]), cu([2, 0]))
+    # A shape error is found while tracing: fullgraph=True reports the ValueError as Dynamo's
+    # Unsupported ("observed exception"), naming it; without fullgraph it is the ValueError.
+    with pytest.raises(torch._dynamo.exc.Unsupported, match="not a multiple"):
+        f(torch.randn(5, 3, 4), q, q, cu([2, 3]), cu([2, 3]))
+
+
+def test_bf16_and_direct_op_calls():
+    """bf16: the op's fp32 backward within bf16 rounding of the fp64 reference; autocast casts
+    fp32 inputs to bf16 before the op; the ops called directly check their arguments as
+    varlen_attention does."""
+    from adaptiveload.attention import varlen_sdpa_bwd, varlen_sdpa_fwd
+
+    lq, lk = [6, 11, 2], [3, 8, 5]
+    q, k, v = (t.detach().bfloat16().requires_grad_() for t in make_qkv(lq, lk, 4, 2, seed=3))
+    out = varlen_attention(q, k, v, cu(lq), cu(lk))
+    ref = reference(q, k, v, lq, lk)
+    torch.testing.assert_close(out.double(), ref, rtol=2e-2, atol=2e-2)
+    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    got = torch.autograd.grad(out, (q, k, v), grad.bfloat16())
+    want = torch.autograd.grad(ref, (q, k, v), grad)
+    for name, a, b in zip("qkv", got, want):
+        assert a.dtype == torch.bfloat16
+        torch.testing.assert_close(a.double(), b.double(), rtol=2e-2, atol=2e-2, msg=lambda m: f"d{name}: {m}")
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # fp32 in: bf16 attention, as F.sdpa under autocast
+        auto = varlen_attention(q.float(), k.float(), v.float(), cu(lq), cu(lk))
+    assert auto.dtype == torch.bfloat16 and torch.equal(auto, out)
+    x = torch.randn(5, 2, 4)
+    with pytest.raises(ValueError, match="cu_seqlens_q must start at 0"):
+        varlen_sdpa_fwd(x, x, x, torch.tensor([1, 5]), cu([5]), None)
+    with pytest.raises(ValueError, match="head_dim of q"):
+        varlen_sdpa_fwd(x, x[..., :2], x[..., :2], cu([5]), cu([5]), None)
+    with pytest.raises(ValueError, match="grad_out"):
+        varlen_sdpa_bwd(x[:4], x, x, x, cu([5]), cu([5]), None)
