@@ -8,6 +8,7 @@ ratio) as one token sequence with segment offsets, and back.
     packed.grids           # per sample (F/pt, H/ph, W/pw): 3D RoPE positions and unpatchify
     packed.timesteps       # [n], one per sample (or [N], one per token row, Wan 2.2 style)
     packed.text, packed.cu_seqlens_text   # the texts concatenated, and their offsets
+    packed.text_lengths    # per sample L_i as host ints (max_seqlen_text without a device read)
     outputs = unpack(pred_tokens, packed)  # per sample [C, F, H, W] again, for the loss
 
 The token order and the features of a sample are models.wan_dit.patchify's, so a packed
@@ -36,6 +37,7 @@ class PackedBatch:
     timesteps: Optional[torch.Tensor] = None  # [n] per sample, or [N] per token
     text: Optional[torch.Tensor] = None  # [T, D_text]
     cu_seqlens_text: Optional[torch.Tensor] = None  # [n + 1] int32
+    text_lengths: Optional[List[int]] = None  # per sample L_i, on the host (max_seqlen_text reads no tensor)
 
     @property
     def num_samples(self) -> int:
@@ -43,12 +45,14 @@ class PackedBatch:
 
     @property
     def max_seqlen(self) -> int:
-        return max((f * h * w for f, h, w in self.grids), default=0)
+        return max([0, *(f * h * w for f, h, w in self.grids)])  # max(default=) does not trace
 
     @property
     def max_seqlen_text(self) -> int:
         if self.cu_seqlens_text is None:
             return 0
+        if self.text_lengths is not None:
+            return max([0, *self.text_lengths])
         return int((self.cu_seqlens_text[1:] - self.cu_seqlens_text[:-1]).max()) if self.num_samples else 0
 
     def segment_ids(self) -> torch.Tensor:
@@ -113,7 +117,8 @@ def pack(latents: Sequence[torch.Tensor], patch=(1, 2, 2), timesteps=None,
                 raise ValueError(f"pack: text {i} must be [L, D] with sample 0's D ({tuple(text[0].shape)[1:]}), "
                                  f"got {shape}")
         out.text = torch.cat(text, 0)
-        out.cu_seqlens_text = _offsets([e.shape[0] for e in text], first.device)
+        out.text_lengths = [e.shape[0] for e in text]
+        out.cu_seqlens_text = _offsets(out.text_lengths, first.device)
     return out
 
 

@@ -192,17 +192,32 @@ def test_errors_name_what_is_wrong():
 
 
 def test_torch_compile():
-    """torch.compile of the packed forward (aot_eager: Dynamo's graphs and AOT autograd, without
-    inductor's C++ build time; varlen_attention's offset checks break the graph, so no fullgraph)."""
+    """torch.compile(fullgraph=True) of the packed forward with the fused kernel and activation
+    checkpointing: one graph, no break (aot_eager: Dynamo's graph and AOT autograd through the
+    ops' fake kernels, without inductor's C++ build time), holding every varlen attention
+    (self and cross, a custom op: the offsets are read when the graph runs) and every fused
+    adaLN site, inside the checkpointed blocks; outputs and gradients as sample by sample."""
+    torch._dynamo.reset()
     lat, t, ctx, w = make_inputs(3, seed=3)
     ref = reference(make_model(True), lat, t, ctx, w)
     model = make_model(True, checkpointing=True)
     packed = pack(lat, model.c.patch, timesteps=t, text=ctx)
-    step = torch.compile(lambda p: forward_packed(model, p), backend="aot_eager")
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return torch._dynamo.lookup_backend("aot_eager")(gm, example_inputs)
+
+    step = torch.compile(lambda p: forward_packed(model, p), backend=backend, fullgraph=True)
     model.zero_grad(set_to_none=True)
     outs = unpack(step(packed), packed)
     sum((y * wi).sum() for y, wi in zip(outs, w)).backward()
     check_equal(ref, ([y.detach() for y in outs], grads(model)))
+    assert len(graphs) == 1
+    targets = [n.target for m in graphs[0].modules() if isinstance(m, torch.fx.GraphModule) for n in m.graph.nodes]
+    calls = lambda op: sum(n in (op, op.default) for n in targets)  # noqa: E731  (packet or overload)
+    assert calls(torch.ops.adaptiveload.varlen_sdpa_fwd) == 2 * len(model.blocks)  # self- and cross-attention
+    assert calls(torch.ops.adaptiveload.adaln_fwd) == 2 * len(model.blocks) + 1  # norm1, norm3; the head
 
 
 def test_fused_modulation_reads_segments(monkeypatch):
