@@ -25,10 +25,12 @@ its _gradient_checkpointing_func as diffusers' forward does); use_fused_adaln ap
 not makes no difference (neither forward is called). Dtypes are diffusers': the latents in
 the patch embedding's dtype, fp32 modulation, autocast as the model's forward sees it.
 
-torch.compile(packed_forward) traces the layers; the checks, the packing (host-side offsets)
-and varlen_attention (it reads the offsets on the host) run eagerly between graphs, so not
-fullgraph. With gradient checkpointing on, Dynamo cannot trace a checkpointed region that
-breaks the graph, and the blocks run eagerly inside their checkpoints.
+torch.compile(packed_forward) traces the layers (_layers: embeddings, blocks, head) as one
+graph with no break, gradient checkpointing included (Dynamo traces the checkpointed blocks);
+varlen_attention's sdpa backend is a custom op whose offsets are read only when the graph
+runs. The checks (source hashes), the packing (host-side offsets and grids) and the
+per-sample unpacking run eagerly before and after it (compiler.disable), so packed_forward as
+a whole is not fullgraph=True; its layers are.
 
 It runs only when the installed diffusers' source of every method it reproduces or relies on
 hashes to a version in diffusers.KNOWN_SOURCES and the modules are the expected types;
@@ -37,7 +39,6 @@ otherwise UnrecognisedWanModelError. A model it knows with a feature it does not
 raises UnsupportedWanModelError. Either way nothing is run or changed.
 """
 import dataclasses
-import functools
 import math
 from typing import List, Sequence
 
@@ -55,9 +56,6 @@ from .packing import pack, unpack
 __all__ = ["packed_forward"]
 
 API = "packed_forward"
-# varlen_attention reads the segment offsets on the host (its checks, the per-segment SDPA loop,
-# flash-attention's max_seqlen): under torch.compile it runs eagerly, one graph break per call.
-_varlen = torch.compiler.disable(varlen_attention)
 
 
 def _unsupported(where: str, what: str, todo: str) -> _wan.UnsupportedWanModelError:
@@ -184,7 +182,7 @@ def _attention(attn, x: torch.Tensor, context, rope, seg: Segments) -> torch.Ten
     if rope is not None:
         q, k = _rotary(q, *rope), _rotary(k, *rope)
     cu_k, max_k = (seg.cu, seg.max_seqlen) if context is None else (seg.cu_text, seg.max_seqlen_text)
-    out = _varlen(q, k, v, seg.cu, cu_k, seg.max_seqlen, max_k).flatten(1, 2).type_as(q)
+    out = varlen_attention(q, k, v, seg.cu, cu_k, seg.max_seqlen, max_k).flatten(1, 2).type_as(q)
     return attn.to_out[1](attn.to_out[0](out))
 
 
@@ -201,6 +199,18 @@ def _block(block, x, context, e, cos, sin, *, seg: Segments):
     x = x + _attention(block.attn2, h, context, None, seg)
     y = block.ffn(_modulate(x, c_shift, c_scale, block.norm3.eps, seg))
     return (x.float() + y.float() * seg.rows(c_gate)).type_as(x)
+
+
+class _BlockCall:
+    """_block on one block and the pack's Segments, as a callable object: diffusers' checkpointing
+    function calls fn.__call__, which Dynamo traces on an object but not on a functools.partial
+    or a closure (a graph break there would leave the checkpointed blocks eager)."""
+
+    def __init__(self, block, seg: Segments):
+        self.block, self.seg = block, seg
+
+    def __call__(self, x, context, e, cos, sin):
+        return _block(self.block, x, context, e, cos, sin, seg=self.seg)
 
 
 def _check_inputs(model, latents: list, texts: list) -> None:
@@ -243,7 +253,14 @@ def packed_forward(model, latents: Sequence[torch.Tensor], timesteps, encoder_hi
     _check(model)
     latents = list(latents)
     packed, seg = _prepare(model, latents, timesteps, list(encoder_hidden_states))
+    out, c_out = _layers(model, latents, packed, seg)
+    return _unpack(out, packed, c_out)
 
+
+def _layers(model, latents: List[torch.Tensor], packed, seg: Segments):
+    """The model's layers on the pack, between _prepare and _unpack: what torch.compile traces,
+    one graph with no break (fullgraph=True, python/tests/test_diffusers_packed.py) ->
+    (the pack's rows [N, C_out*pt*ph*pw] in unpack's feature order, C_out)."""
     conv = model.patch_embedding
     x = F.linear(packed.tokens, conv.weight.flatten(1), conv.bias)  # [N, D]; features (C, pt, ph, pw)
     tables = [model.rope(lat[None]) for lat in latents]  # per sample ([1, L_i, 1, d] cos, sin) fp32
@@ -253,7 +270,7 @@ def packed_forward(model, latents: Sequence[torch.Tensor], timesteps, encoder_hi
 
     checkpointing = torch.is_grad_enabled() and model.gradient_checkpointing
     for block in model.blocks:
-        fn = functools.partial(_block, block, seg=seg)
+        fn = _BlockCall(block, seg)
         x = model._gradient_checkpointing_func(fn, x, context, e, cos, sin) if checkpointing else \
             fn(x, context, e, cos, sin)
 
@@ -261,8 +278,7 @@ def packed_forward(model, latents: Sequence[torch.Tensor], timesteps, encoder_hi
     out = model.proj_out(_modulate(x, shift, scale, model.norm_out.eps, seg))  # [N, pt*ph*pw*C_out]
     p = math.prod(packed.patch)
     c_out = out.shape[1] // p
-    out = out.unflatten(1, (p, c_out)).transpose(1, 2).flatten(1)  # features (C_out, pt, ph, pw), unpack's
-    return _unpack(out, packed, c_out)
+    return out.unflatten(1, (p, c_out)).transpose(1, 2).flatten(1), c_out  # features (C_out, pt, ph, pw)
 
 
 @torch.compiler.disable  # per-sample slices at host offsets

@@ -207,13 +207,13 @@ def test_bf16(dtype, per_token, ckpt):
 
 
 @pytest.mark.parametrize("ckpt", [False, True], ids=["eager", "checkpointing"])
-def test_torch_compile(ckpt):
-    """torch.compile of packed_forward over a one-block model (aot_eager: Dynamo's graphs and
-    AOT autograd through the ops' fake kernels, without inductor's C++ build time). Not
-    fullgraph: varlen_attention reads the segment offsets on the host, so it runs eagerly
-    between graphs (as do the checks and the packing); every fused adaLN site is in a graph.
-    With checkpointing, Dynamo cannot trace a checkpointed region that breaks the graph, so
-    the blocks run eagerly inside the checkpoint: only the output norm's site is in a graph."""
+def test_torch_compile(ckpt, monkeypatch):
+    """torch.compile of packed_forward's layers (diffusers_packed._layers: embeddings, blocks,
+    head) with fullgraph=True over a one-block model, called through packed_forward, whose
+    checks, packing and unpacking stay eager (aot_eager: Dynamo's graph and AOT autograd
+    through the ops' fake kernels, without inductor's C++ build time). One graph, holding both
+    varlen attentions (a custom op: the offsets are read when the graph runs) and every fused
+    adaLN site, inside the checkpointed block with checkpointing on."""
     torch._dynamo.reset()
     model = make_model(num_layers=1)
     if ckpt:
@@ -224,13 +224,14 @@ def test_torch_compile(ckpt):
         graphs.append(gm)
         return torch._dynamo.lookup_backend("aot_eager")(gm, example_inputs)
 
-    compiled = torch.compile(al_diffusers.packed_forward, backend=backend)
-    check(model, 3, seed=2, key=("fp32", "per-sample", "n=3", "compile" + ("+checkpointing" if ckpt else "")),
-          packed=compiled)
-    op = torch.ops.adaptiveload.adaln_fwd
-    fused = [n for gm in graphs for m in gm.modules() if isinstance(m, torch.fx.GraphModule) for n in m.graph.nodes
-             if n.target in (op, op.default)]
-    assert len(fused) == (1 if ckpt else 3 + 1), len(fused)  # the block's norm1, norm2, norm3; the output norm
+    monkeypatch.setattr(diffusers_packed, "_layers", torch.compile(diffusers_packed._layers, backend=backend,
+                                                                   fullgraph=True))
+    check(model, 3, seed=2, key=("fp32", "per-sample", "n=3", "compile" + ("+checkpointing" if ckpt else "")))
+    assert len(graphs) == 1
+    targets = [n.target for m in graphs[0].modules() if isinstance(m, torch.fx.GraphModule) for n in m.graph.nodes]
+    calls = lambda op: sum(n in (op, op.default) for n in targets)  # noqa: E731  (packet or overload)
+    assert calls(torch.ops.adaptiveload.varlen_sdpa_fwd) == 2  # attn1, attn2
+    assert calls(torch.ops.adaptiveload.adaln_fwd) == 3 + 1  # the block's norm1, norm2, norm3; the output norm
 
 
 def snapshot(model):
