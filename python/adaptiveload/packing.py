@@ -6,9 +6,9 @@ ratio) as one token sequence with segment offsets, and back.
     packed.tokens          # [N, C*pt*ph*pw]: every sample's patches, concatenated, no padding
     packed.cu_seqlens      # [n + 1] int32: sample i is rows cu_seqlens[i]:cu_seqlens[i+1]
     packed.grids           # per sample (F/pt, H/ph, W/pw): 3D RoPE positions and unpatchify
+    packed.positions       # [N, 3] int64: each row's (frame, row, column) in its sample's grid
     packed.timesteps       # [n], one per sample (or [N], one per token row, Wan 2.2 style)
     packed.text, packed.cu_seqlens_text   # the texts concatenated, and their offsets
-    packed.text_lengths    # per sample L_i as host ints (max_seqlen_text without a device read)
     outputs = unpack(pred_tokens, packed)  # per sample [C, F, H, W] again, for the loss
 
 The token order and the features of a sample are models.wan_dit.patchify's, so a packed
@@ -22,7 +22,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from .models.wan_dit import patchify, unpatchify
+from .models.wan_dit import grid_positions, patchify, unpatchify
 
 __all__ = ["PackedBatch", "pack", "unpack", "collate_packed"]
 
@@ -37,7 +37,9 @@ class PackedBatch:
     timesteps: Optional[torch.Tensor] = None  # [n] per sample, or [N] per token
     text: Optional[torch.Tensor] = None  # [T, D_text]
     cu_seqlens_text: Optional[torch.Tensor] = None  # [n + 1] int32
-    text_lengths: Optional[List[int]] = None  # per sample L_i, on the host (max_seqlen_text reads no tensor)
+    # [N, 3] int64, each row's (frame, row, column) in its sample's grid: the 3D RoPE positions
+    # as a tensor, so a compiled forward does not specialise on the grids (None: from grids).
+    positions: Optional[torch.Tensor] = None
 
     @property
     def num_samples(self) -> int:
@@ -45,15 +47,19 @@ class PackedBatch:
 
     @property
     def max_seqlen(self) -> int:
-        return max([0, *(f * h * w for f, h, w in self.grids)])  # max(default=) does not trace
+        return max((f * h * w for f, h, w in self.grids), default=0)
 
     @property
     def max_seqlen_text(self) -> int:
         if self.cu_seqlens_text is None:
             return 0
-        if self.text_lengths is not None:
-            return max([0, *self.text_lengths])
         return int((self.cu_seqlens_text[1:] - self.cu_seqlens_text[:-1]).max()) if self.num_samples else 0
+
+    def token_positions(self) -> torch.Tensor:
+        """`positions`, or computed from the grids when the pack has none: [N, 3] int64."""
+        if self.positions is not None:
+            return self.positions
+        return torch.cat([grid_positions(g, self.tokens.device) for g in self.grids])
 
     def segment_ids(self) -> torch.Tensor:
         """Per token row, its sample: [N] int64 (for per-sample modulation gathered per token)."""
@@ -100,6 +106,7 @@ def pack(latents: Sequence[torch.Tensor], patch=(1, 2, 2), timesteps=None,
     n = len(latents)
     out = PackedBatch(tokens=torch.cat(rows, 0), cu_seqlens=_offsets([r.shape[0] for r in rows], first.device),
                       grids=grids, shapes=shapes, patch=patch)
+    out.positions = out.token_positions()
     if timesteps is not None:
         t = torch.as_tensor(timesteps, device=first.device).flatten()
         N = out.tokens.shape[0]
@@ -117,8 +124,7 @@ def pack(latents: Sequence[torch.Tensor], patch=(1, 2, 2), timesteps=None,
                 raise ValueError(f"pack: text {i} must be [L, D] with sample 0's D ({tuple(text[0].shape)[1:]}), "
                                  f"got {shape}")
         out.text = torch.cat(text, 0)
-        out.text_lengths = [e.shape[0] for e in text]
-        out.cu_seqlens_text = _offsets(out.text_lengths, first.device)
+        out.cu_seqlens_text = _offsets([e.shape[0] for e in text], first.device)
     return out
 
 

@@ -33,6 +33,14 @@ def test_each_sample_is_its_own_patchify_rows_and_unpack_inverts_it():
         assert torch.equal(x, y)
     assert p.timesteps.tolist() == [10.0, 200.0, 3.0, 999.0]
     assert p.segment_ids().tolist() == sum(([i] * n for i, n in enumerate(lengths)), [])
+    # positions: (frame, row, column) of each row in its own sample's grid, patchify's order
+    f, h, w = p.grids[1]
+    a = int(p.cu_seqlens[1])
+    assert p.positions.shape == (p.tokens.shape[0], 3) and p.positions.dtype == torch.int64
+    assert p.positions[a].tolist() == [0, 0, 0] and p.positions[a + 1].tolist() == [0, 0, 1]
+    assert p.positions[a + w].tolist() == [0, 1, 0] and p.positions[a + h * w].tolist() == [1, 0, 0]
+    positions, p.positions = p.positions, None
+    assert torch.equal(p.token_positions(), positions)  # a pack built without them: from the grids
 
 
 def test_texts_of_different_lengths_and_cross_attention_per_sample():

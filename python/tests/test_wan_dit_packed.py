@@ -194,9 +194,13 @@ def test_errors_name_what_is_wrong():
 def test_torch_compile():
     """torch.compile(fullgraph=True) of the packed forward with the fused kernel and activation
     checkpointing: one graph, no break (aot_eager: Dynamo's graph and AOT autograd through the
-    ops' fake kernels, without inductor's C++ build time), holding every varlen attention
-    (self and cross, a custom op: the offsets are read when the graph runs) and every fused
-    adaLN site, inside the checkpointed blocks; outputs and gradients as sample by sample."""
+    ops' fake kernels, without inductor's C++ build time), holding every varlen attention (self
+    and cross, a custom op: the offsets are read when the graph runs) and every fused adaLN
+    site, inside the checkpointed blocks; outputs and gradients as sample by sample. Packs of
+    other sizes and mixes of shapes then cost one recompile (Dynamo's automatic dynamic shapes:
+    the sizes that changed become symbolic) and every further pack runs that graph: the RoPE
+    positions are a tensor, and the grids never reach the graph. (dynamic=True from the start
+    would trace eps symbolically, specialise it, and trace twice.)"""
     torch._dynamo.reset()
     lat, t, ctx, w = make_inputs(3, seed=3)
     ref = reference(make_model(True), lat, t, ctx, w)
@@ -218,6 +222,12 @@ def test_torch_compile():
     calls = lambda op: sum(n in (op, op.default) for n in targets)  # noqa: E731  (packet or overload)
     assert calls(torch.ops.adaptiveload.varlen_sdpa_fwd) == 2 * len(model.blocks)  # self- and cross-attention
     assert calls(torch.ops.adaptiveload.adaln_fwd) == 2 * len(model.blocks) + 1  # norm1, norm3; the head
+    with torch.no_grad():
+        for n in (5, 2, 8):
+            lat, t, ctx, _ = make_inputs(n, seed=n)
+            other = pack(lat, model.c.patch, timesteps=t, text=ctx)
+            close(step(other), forward_packed(model, other), f"pack of {n}")
+    assert len(graphs) == 2, f"{len(graphs)} graphs: packs of other layouts recompiled more than once"
 
 
 def test_fused_modulation_reads_segments(monkeypatch):

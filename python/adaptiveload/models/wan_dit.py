@@ -81,26 +81,33 @@ class RMSNorm(nn.Module):
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
 
 
-def rope_3d(head_dim: int, grid, device) -> tuple:
-    """cos/sin tables [S, head_dim/2] for 3D RoPE: the head dim is split between time, height
-    and width as in Wan (d - 4*(d//6), 2*(d//6), 2*(d//6))."""
+def grid_positions(grid, device=None) -> torch.Tensor:
+    """[f*h*w, 3] int64: each token's (frame, row, column) in a patch grid (f, h, w), in
+    patchify's token order."""
     f, h, w = grid
+    axes = [torch.arange(n, device=device) for n in (f, h, w)]
+    return torch.stack(torch.meshgrid(*axes, indexing="ij"), -1).reshape(f * h * w, 3)
+
+
+def rope_3d_at(head_dim: int, positions: torch.Tensor) -> tuple:
+    """cos/sin tables [S, head_dim/2] for 3D RoPE at token positions [S, 3] (frame, row,
+    column): the head dim is split between time, height and width as in Wan
+    (d - 4*(d//6), 2*(d//6), 2*(d//6)); angles in fp64. Reads no host values, so a packed
+    forward's tables trace once for any mix of grids."""
     half = head_dim // 2
     parts = [half - 2 * (half // 3), half // 3, half // 3]
-    tables = []
-    for n, size in zip(parts, (f, h, w)):
-        inv = 1.0 / (10000 ** (torch.arange(n, dtype=torch.float64, device=device) / max(n, 1)))
-        tables.append(torch.outer(torch.arange(size, dtype=torch.float64, device=device), inv))
-    ft, ht, wt = tables
-    ang = torch.cat(
-        [
-            ft[:, None, None, :].expand(f, h, w, -1),
-            ht[None, :, None, :].expand(f, h, w, -1),
-            wt[None, None, :, :].expand(f, h, w, -1),
-        ],
-        dim=-1,
-    ).reshape(f * h * w, half)
+    angles = []
+    for axis, n in enumerate(parts):
+        inv = 1.0 / (10000 ** (torch.arange(n, dtype=torch.float64, device=positions.device) / max(n, 1)))
+        angles.append(positions[:, axis, None].double() * inv[None])  # [S, n]
+    ang = torch.cat(angles, dim=-1)  # [S, half]
     return torch.cos(ang).float(), torch.sin(ang).float()
+
+
+def rope_3d(head_dim: int, grid, device) -> tuple:
+    """cos/sin tables [S, head_dim/2] for 3D RoPE over a grid (f, h, w), S = f*h*w in
+    patchify's order (rope_3d_at at grid_positions)."""
+    return rope_3d_at(head_dim, grid_positions(grid, device))
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from ..attention import varlen_attention
 from ..ops import fused_adaln
-from .wan_dit import WanDiT, apply_rope, rope_3d
+from .wan_dit import WanDiT, apply_rope, rope_3d_at
 
 __all__ = ["Segments", "forward_packed", "predict_packed", "flow_matching_loss_packed"]
 
@@ -36,16 +36,17 @@ __all__ = ["Segments", "forward_packed", "predict_packed", "flow_matching_loss_p
 class Segments:
     """A pack's segment layout, computed once per forward: token offsets `cu` [n + 1] and their
     lengths, the text offsets, and whether the modulation is per sample ([n, ...]) or per
-    token ([N, ...])."""
+    token ([N, ...]). Only tensors and their sizes: nothing of the pack's Python lists (grids,
+    shapes), which torch.compile would specialise the graph on; so no max_seqlen either:
+    varlen_attention computes it where a backend needs it (flash, from the host copy of the
+    offsets it checks anyway)."""
 
     def __init__(self, packed, per_token: bool):
         self.cu = packed.cu_seqlens
         self.cu_text = packed.cu_seqlens_text
-        self.n = packed.num_samples
+        self.n = packed.cu_seqlens.shape[0] - 1
         self.total = packed.tokens.shape[0]  # N: cu_seqlens ends there (varlen_attention checks it)
         self.lengths = (self.cu[1:] - self.cu[:-1]).long().to(packed.tokens.device)  # [n]
-        self.max_seqlen = packed.max_seqlen
-        self.max_seqlen_text = packed.max_seqlen_text
         self.per_token = per_token
 
     def rows(self, m: torch.Tensor) -> torch.Tensor:
@@ -71,7 +72,7 @@ def _self_attention(attn, x, rope, seg: Segments):
     cos, sin = rope[0][:, None], rope[1][:, None]  # [N, 1, d/2]: broadcast over heads
     q = apply_rope(heads(attn.norm_q(attn.q(x))), cos, sin)
     k = apply_rope(heads(attn.norm_k(attn.k(x))), cos, sin)
-    out = varlen_attention(q, k, heads(attn.v(x)), seg.cu, seg.cu, seg.max_seqlen, seg.max_seqlen)
+    out = varlen_attention(q, k, heads(attn.v(x)), seg.cu, seg.cu)
     return attn.o(out.reshape(N, D))
 
 
@@ -81,7 +82,7 @@ def _cross_attention(attn, x, context, seg: Segments):
     heads = lambda t: t.view(t.shape[0], attn.heads, D // attn.heads)  # noqa: E731
     q = heads(attn.norm_q(attn.q(x)))
     k, v = heads(attn.norm_k(attn.k(context))), heads(attn.v(context))
-    out = varlen_attention(q, k, v, seg.cu, seg.cu_text, seg.max_seqlen, seg.max_seqlen_text)
+    out = varlen_attention(q, k, v, seg.cu, seg.cu_text)
     return attn.o(out.reshape(N, D))
 
 
@@ -114,7 +115,7 @@ def _check(model: WanDiT, packed):
     if packed.timesteps is None or packed.text is None:
         missing = "timesteps" if packed.timesteps is None else "text"
         raise ValueError(f"forward_packed: the pack has no {missing}; pack(..., timesteps=t, text=contexts)")
-    N, n = packed.tokens.shape[0], packed.num_samples
+    N, n = packed.tokens.shape[0], packed.cu_seqlens.shape[0] - 1
     if packed.timesteps.dim() != 1 or packed.timesteps.numel() not in (n, N):
         raise ValueError(f"forward_packed: timesteps must be [{n}] (per sample) or [{N}] (per token), got "
                          f"{tuple(packed.timesteps.shape)}")
@@ -136,8 +137,7 @@ def forward_packed(model: WanDiT, packed) -> torch.Tensor:
     seg = Segments(packed, per_token)
     w = model.patch_embedding.weight
     tokens = F.linear(packed.tokens.to(w.dtype), w.flatten(1), model.patch_embedding.bias)  # [N, D]
-    tables = [rope_3d(c.dim // c.heads, g, device) for g in packed.grids]
-    rope = (torch.cat([t[0] for t in tables]), torch.cat([t[1] for t in tables]))  # [N, d/2] each
+    rope = rope_3d_at(c.dim // c.heads, packed.token_positions().to(device))  # [N, d/2] cos, sin
     emb, e = model.embed_time(packed.timesteps, device)  # [n or N, D], [n or N, 6, D]
     context = model.text_embedding(packed.text)  # [T, D]
     for block in model.blocks:
