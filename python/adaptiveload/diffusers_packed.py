@@ -13,12 +13,12 @@ RoPE grid, text and timestep.
 It is diffusers 0.42.1's WanTransformer3DModel.forward / WanTransformerBlock.forward /
 WanAttnProcessor.__call__ (Apache-2.0, The Wan Team and The HuggingFace Team) on [N, D] rows
 instead of [B, L, D]: the patch embedding as a matmul on patchified rows (its Conv3d has
-stride == kernel), each sample's RoPE as model.rope gives it for that sample alone, varlen
-self-attention and varlen cross-attention to each sample's own text
-(attention.varlen_attention, whatever diffusers attention backend is set), the adaLN sites
-through fused_adaln with cu_seqlens (one modulation row a sample; per token, one a row),
-diffusers' own condition embedder, projections, qk norms and feed-forward modules, and the
-head unpatchified per sample. Outputs and every parameter's gradient equal the unpatched
+stride == kernel), each sample's RoPE as model.rope gives it for that sample alone (its tables
+gathered at each token's position), varlen self-attention and varlen cross-attention to each
+sample's own text (attention.varlen_attention, whatever diffusers attention backend is set),
+the adaLN sites through fused_adaln with cu_seqlens (one modulation row a sample; per token,
+one a row), diffusers' own condition embedder, projections, qk norms and feed-forward
+modules, and the head unpatchified per sample. Outputs and every parameter's gradient equal the unpatched
 model run sample by sample within fp32 rounding (python/tests/test_diffusers_packed.py).
 Gradient checkpointing follows the model's (model.enable_gradient_checkpointing(), through
 its _gradient_checkpointing_func as diffusers' forward does); use_fused_adaln applied or
@@ -30,7 +30,10 @@ graph with no break, gradient checkpointing included (Dynamo traces the checkpoi
 varlen_attention's sdpa backend is a custom op whose offsets are read only when the graph
 runs. The checks (source hashes), the packing (host-side offsets and grids) and the
 per-sample unpacking run eagerly before and after it (compiler.disable), so packed_forward as
-a whole is not fullgraph=True; its layers are.
+a whole is not fullgraph=True; its layers are. The graph reads the pack's tensors and sizes,
+not its per-sample lists: a size seen changing for the first time (tokens, samples, text)
+costs one recompile, after which Dynamo treats it as symbolic (automatic dynamic shapes), so
+after a few packs every layout reuses the same graph.
 
 It runs only when the installed diffusers' source of every method it reproduces or relies on
 hashes to a version in diffusers.KNOWN_SOURCES and the modules are the expected types;
@@ -181,8 +184,8 @@ def _attention(attn, x: torch.Tensor, context, rope, seg: Segments) -> torch.Ten
     q, k, v = (t.unflatten(1, (attn.heads, -1)) for t in (q, k, v))  # [rows, H, d]
     if rope is not None:
         q, k = _rotary(q, *rope), _rotary(k, *rope)
-    cu_k, max_k = (seg.cu, seg.max_seqlen) if context is None else (seg.cu_text, seg.max_seqlen_text)
-    out = varlen_attention(q, k, v, seg.cu, cu_k, seg.max_seqlen, max_k).flatten(1, 2).type_as(q)
+    cu_k = seg.cu if context is None else seg.cu_text
+    out = varlen_attention(q, k, v, seg.cu, cu_k).flatten(1, 2).type_as(q)
     return attn.to_out[1](attn.to_out[0](out))
 
 
@@ -239,6 +242,10 @@ def _prepare(model, latents: list, timesteps, texts: list):
     lengths = [(x.shape[1] // patch[0]) * (x.shape[2] // patch[1]) * (x.shape[3] // patch[2]) for x in latents]
     t, per_token = _timesteps(timesteps, lengths, latents[0].device)
     packed = pack(latents, patch, timesteps=t, text=texts)
+    for i, grid in enumerate(packed.grids):
+        if max(grid) > model.rope.max_seq_len:
+            raise ValueError(f"packed_forward: latents[{i}] is {grid} patches (frames, height, width); the model's "
+                             f"RoPE tables hold {model.rope.max_seq_len} positions an axis (rope_max_seq_len)")
     return packed, Segments(packed, per_token)
 
 
@@ -253,18 +260,33 @@ def packed_forward(model, latents: Sequence[torch.Tensor], timesteps, encoder_hi
     _check(model)
     latents = list(latents)
     packed, seg = _prepare(model, latents, timesteps, list(encoder_hidden_states))
-    out, c_out = _layers(model, latents, packed, seg)
+    out, c_out = _layers(model, packed, seg)
     return _unpack(out, packed, c_out)
 
 
-def _layers(model, latents: List[torch.Tensor], packed, seg: Segments):
+def _rope(rope, positions: torch.Tensor):
+    """WanRotaryPosEmbed.forward for every sample of the pack at once: its freqs_cos / freqs_sin
+    tables [max_seq_len, d] split into the time, height and width parts as its forward splits
+    them, each part's row taken at the token's frame, row or column (positions [N, 3]); the
+    same values as model.rope(latent[None]) for each sample alone (indexing, no arithmetic),
+    with no per-sample shape in the traced graph -> (cos, sin) [N, 1, d]."""
+    split = [rope.t_dim, rope.h_dim, rope.w_dim]
+    out = []
+    for table in (rope.freqs_cos, rope.freqs_sin):
+        parts = table.split(split, dim=1)
+        out.append(torch.cat([part[positions[:, axis]] for axis, part in enumerate(parts)], -1)[:, None])
+    return out
+
+
+def _layers(model, packed, seg: Segments):
     """The model's layers on the pack, between _prepare and _unpack: what torch.compile traces,
-    one graph with no break (fullgraph=True, python/tests/test_diffusers_packed.py) ->
-    (the pack's rows [N, C_out*pt*ph*pw] in unpack's feature order, C_out)."""
+    one graph with no break (fullgraph=True, python/tests/test_diffusers_packed.py); it reads
+    the pack's tensors and sizes only, not its per-sample lists, so packs of other layouts
+    reuse the graph after one recompile -> (the pack's rows [N, C_out*pt*ph*pw] in unpack's
+    feature order, C_out)."""
     conv = model.patch_embedding
     x = F.linear(packed.tokens, conv.weight.flatten(1), conv.bias)  # [N, D]; features (C, pt, ph, pw)
-    tables = [model.rope(lat[None]) for lat in latents]  # per sample ([1, L_i, 1, d] cos, sin) fp32
-    cos, sin = (torch.cat([tb[j] for tb in tables], 1)[0] for j in (0, 1))  # [N, 1, d]
+    cos, sin = _rope(model.rope, packed.positions)  # [N, 1, d] each
     temb, proj, context, _ = model.condition_embedder(packed.timesteps, packed.text, None)
     e = proj.unflatten(1, (6, -1))  # [n or N, 6, D]; temb [n or N, D]; context [T, D]
 

@@ -213,7 +213,10 @@ def test_torch_compile(ckpt, monkeypatch):
     checks, packing and unpacking stay eager (aot_eager: Dynamo's graph and AOT autograd
     through the ops' fake kernels, without inductor's C++ build time). One graph, holding both
     varlen attentions (a custom op: the offsets are read when the graph runs) and every fused
-    adaLN site, inside the checkpointed block with checkpointing on."""
+    adaLN site, inside the checkpointed block with checkpointing on. Then (without checkpointing)
+    packs of other layouts: after the recompiles that make the changing sizes symbolic, new
+    layouts reuse the graph (the RoPE is gathered at a positions tensor, no per-sample shape
+    reaches it)."""
     torch._dynamo.reset()
     model = make_model(num_layers=1)
     if ckpt:
@@ -232,6 +235,18 @@ def test_torch_compile(ckpt, monkeypatch):
     calls = lambda op: sum(n in (op, op.default) for n in targets)  # noqa: E731  (packet or overload)
     assert calls(torch.ops.adaptiveload.varlen_sdpa_fwd) == 2  # attn1, attn2
     assert calls(torch.ops.adaptiveload.adaln_fwd) == 3 + 1  # the block's norm1, norm2, norm3; the output norm
+    if ckpt:
+        return
+    compiled = []
+    for n, seed in [(3, 5), (5, 2), (2, 1), (4, 7)]:  # other token counts, then other sample counts
+        lat, t, txt, _ = make_inputs(n, seed, model)
+        with torch.no_grad():
+            got = al_diffusers.packed_forward(model, lat, t, txt)
+            ref = [model(x[None], t[i:i + 1], txt[i][None]).sample[0] for i, x in enumerate(lat)]
+        for a, b in zip(got, ref):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6 * float(b.abs().max()))
+        compiled.append(len(graphs))
+    assert compiled[-1] == compiled[-2] <= 3, compiled  # the last two layouts: no new graph
 
 
 def snapshot(model):
@@ -330,6 +345,8 @@ def test_input_errors():
         fwd(lat, [t[0], torch.zeros(2)], txt)
     with pytest.raises(ValueError, match="not a whole number of patches"):
         fwd([lat[0][:, :, :3]], t[:1], txt[:1])
+    with pytest.raises(ValueError, match=r"latents\[0\] is \(1, 33, 1\) patches .* 32 positions an axis"):
+        fwd([torch.zeros(4, 1, 66, 2)], t[:1], txt[:1])  # rope_max_seq_len 32 (diffusers: a view error)
     assert al_diffusers.packed_forward is diffusers_packed.packed_forward
 
 
