@@ -1,5 +1,6 @@
 """varlen_attention against attention computed sample by sample (fp64, explicit softmax), forward
-and backward, for the sdpa and flex backends on the CPU (flash needs a GPU and flash-attention)."""
+and backward, for the sdpa and flex backends on the CPU (flash needs a GPU and flash-attention);
+the sdpa backend's custom ops under torch.library.opcheck and torch.compile(fullgraph=True)."""
 import math
 
 import pytest
@@ -165,8 +166,8 @@ def test_opcheck_sdpa_ops(lq, lk, hq, hk):
 def test_fullgraph_compile_equals_per_sample_sdpa(lq, lk, hq, hk):
     """torch.compile(fullgraph=True) of varlen_attention, forward and backward, against eager
     SDPA sample by sample: fp32 within 1e-5. aot_eager: Dynamo's graph and AOT autograd's forward
-    and backward graphs, through the fake kernels (inductor has nothing to generate around an
-    opaque op, only C++ build time to add)."""
+    and backward graphs, through the fake kernels, without inductor's C++ build time (the op
+    is opaque to inductor either way)."""
     torch._dynamo.reset()
     lk = lq if lk is None else lk
     q, k, v = make_qkv(lq, lk, hq, hk, seed=7)
