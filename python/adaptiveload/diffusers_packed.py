@@ -18,8 +18,9 @@ gathered at each token's position), varlen self-attention and varlen cross-atten
 sample's own text (attention.varlen_attention, whatever diffusers attention backend is set),
 the adaLN sites through fused_adaln with cu_seqlens (one modulation row a sample; per token,
 one a row), diffusers' own condition embedder, projections, qk norms and feed-forward
-modules, and the head unpatchified per sample. Outputs and every parameter's gradient equal the unpatched
-model run sample by sample within fp32 rounding (python/tests/test_diffusers_packed.py).
+modules, and the head unpatchified per sample. Outputs and every parameter's gradient equal
+the unpatched model run sample by sample within fp32 rounding
+(python/tests/test_diffusers_packed.py).
 Gradient checkpointing follows the model's (model.enable_gradient_checkpointing(), through
 its _gradient_checkpointing_func as diffusers' forward does); use_fused_adaln applied or
 not makes no difference (neither forward is called). Dtypes are diffusers': the latents in

@@ -14,6 +14,10 @@ gates of each sample's timestep on that sample's rows, the modulated head. Times
 per sample [n] or per token [N] (Wan 2.2 style, e.g. a clean first frame). Outputs and every
 parameter's gradient equal the model run sample by sample within fp32 rounding
 (python/tests/test_wan_dit_packed.py). WanDiT.forward is not changed by this module.
+torch.compile(fullgraph=True) traces forward_packed as one graph, checkpointed blocks and
+varlen_attention (a custom op) included; it reads the pack's tensors and their sizes, never
+its per-sample lists (the RoPE comes from packed.positions), so packs of other layouts cost
+one recompile (automatic dynamic shapes) and then share the graph.
 
 The per-sample modulation rows reach the normalised tokens in one place, Segments.modulate:
 with the fused kernel (model.fused) shift / scale [n, D] go to fused_adaln(..., cu_seqlens=)
