@@ -136,8 +136,8 @@ def _no_autocast(t):
 
 
 def _sdpa_segment(qi, ki, vi, scale):
-    """One segment: qi [Lq, H, d], ki / vi [Lk, H_kv, d] -> [Lq, H, d_v]; grouped k / v heads
-    repeated (autograd sums their gradients back)."""
+    """One segment's forward: qi [Lq, H, d], ki / vi [Lk, H_kv, d] -> [Lq, H, d_v]; grouped k / v
+    heads repeated."""
     rep = qi.shape[1] // ki.shape[1]
     qi, ki, vi = qi.transpose(0, 1), ki.transpose(0, 1), vi.transpose(0, 1)  # [heads, L, d]
     if rep > 1:
@@ -158,8 +158,9 @@ def varlen_sdpa_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlen
     return out
 
 
-# Query rows per step of the backward: bounds its [H, rows, L_k] fp32 temporaries (scores,
-# probabilities, their gradient) to about 3 x 64 MiB whatever the segment's length.
+# Query rows per step of the backward: bounds each of its [H, rows, L_k] fp32 temporaries
+# (scores, probabilities, their gradient; a handful live at once) to 64 MiB whatever the
+# segment's length.
 _BWD_SCORES = 1 << 24
 
 
