@@ -259,7 +259,8 @@ def markdown_repeated(rows, meta):
     return "\n".join(out) + "\n"
 
 
-def main(argv=None):
+def main(argv=None, exit_process: bool = False):
+    """The comparison; returns its rows (rank 0) or None. exit_process: as train_dit.main's."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out-dir", default="out/compare")
     p.add_argument("--strategies", default=",".join(STRATEGIES),
@@ -297,11 +298,9 @@ def main(argv=None):
         if args.repeat > 1 and rank0:
             print(f"== repetition {i + 1}/{args.repeat} ({time.perf_counter() - t0:.0f} s)", flush=True)
         repeats.append(train_dit.main(targs))
-    if distributed:
-        train_dit.torch.distributed.destroy_process_group()
     elapsed = time.perf_counter() - t0
     if not rank0:
-        return None
+        return finish(distributed, exit_process, None)
     results = repeats[0]
     r0 = results[0]
     span = (f"whole epochs of {r0['measured']['samples']} samples" if "--epoch" in targs
@@ -325,8 +324,21 @@ def main(argv=None):
         f.write(md)
     print(md)
     print(f"compare: {elapsed:.0f} s", flush=True)
-    return rows
+    return finish(distributed, exit_process, rows)
+
+
+def finish(distributed: bool, exit_process: bool, result):
+    """Under torchrun: every rank done, then the process group this script made goes (or, as
+    the script's entry, the process ends: train_dit.main's exit_process)."""
+    if distributed:
+        train_dit.torch.distributed.barrier()
+        if exit_process:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
+        train_dit.torch.distributed.destroy_process_group()
+    return result
 
 
 if __name__ == "__main__":
-    main()
+    main(exit_process=True)
