@@ -75,3 +75,17 @@ def kill_tree(pid):
     for p in tree:
         with contextlib.suppress(OSError):
             os.kill(p, signal.SIGKILL)
+
+
+def as_loaded_in_bf16(model):
+    """A diffusers model as from_pretrained(torch_dtype=torch.bfloat16) loads it: fp32 where a
+    name component is in _keep_in_fp32_modules (Wan: norm1..3, scale_shift_table,
+    time_embedder, rope), bf16 elsewhere. Returns the model."""
+    import torch
+
+    keep = set(model._keep_in_fp32_modules)
+    with torch.no_grad():
+        for name, t in [*model.named_parameters(), *model.named_buffers()]:
+            if t.is_floating_point():
+                t.data = t.data.float() if keep & set(name.split(".")) else t.data.to(torch.bfloat16)
+    return model

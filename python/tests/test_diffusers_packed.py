@@ -21,6 +21,7 @@ import functools
 
 import pytest
 import torch
+from conftest import as_loaded_in_bf16
 
 pytest.importorskip("diffusers")
 from diffusers import WanTransformer3DModel  # noqa: E402
@@ -42,12 +43,8 @@ ERRORS = {}  # case -> (output error, gradient error), relative to max|ref|, pri
 def make_model(dtype="fp32", seed=0, **overrides):
     torch.manual_seed(seed)
     model = WanTransformer3DModel(**{**TINY, **overrides})
-    if dtype == "bf16":  # what from_pretrained(torch_dtype=bf16) loads: _keep_in_fp32_modules stay fp32
-        keep = set(model._keep_in_fp32_modules)
-        with torch.no_grad():
-            for name, t in [*model.named_parameters(), *model.named_buffers()]:
-                if t.is_floating_point():
-                    t.data = t.data.float() if keep & set(name.split(".")) else t.data.to(torch.bfloat16)
+    if dtype == "bf16":
+        as_loaded_in_bf16(model)
     return model
 
 

@@ -24,7 +24,7 @@ import sys
 import pytest
 import torch
 
-from conftest import DATASETS, REPO
+from conftest import DATASETS, REPO, as_loaded_in_bf16
 
 pytest.importorskip("diffusers")
 from diffusers import WanTransformer3DModel  # noqa: E402
@@ -58,13 +58,7 @@ def make_model(dtype: str, seed: int = 0, **overrides) -> WanTransformer3DModel:
     if dtype == "bf16-cast":
         model.to(torch.bfloat16)
     if dtype == "bf16":
-        # what from_pretrained(torch_dtype=torch.bfloat16) loads: fp32 where a name component
-        # is in _keep_in_fp32_modules (norm1..3, scale_shift_table, time_embedder, rope)
-        keep = set(model._keep_in_fp32_modules)
-        with torch.no_grad():
-            for name, t in [*model.named_parameters(), *model.named_buffers()]:
-                if t.is_floating_point():
-                    t.data = t.data.float() if keep & set(name.split(".")) else t.data.to(torch.bfloat16)
+        as_loaded_in_bf16(model)
     return model
 
 
