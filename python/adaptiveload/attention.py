@@ -124,92 +124,156 @@ def _host_offsets(q, k, cu_q, cu_k) -> Tuple[torch.Tensor, torch.Tensor]:
     return cq, ck
 
 
-def _segments(q, k, cu_q, cu_k) -> List[Tuple[int, int, int, int]]:
-    """The non-empty query segments as (q rows a:b, k rows c:d), offsets checked."""
-    cq, ck = _host_offsets(q, k, cu_q, cu_k)
-    a, b, c, d = cq[:-1].tolist(), cq[1:].tolist(), ck[:-1].tolist(), ck[1:].tolist()
-    return [s for s in zip(a, b, c, d) if s[1] > s[0]]
-
-
 def _no_autocast(t):
     return torch.autocast(device_type=t.device.type, enabled=False)
 
 
-def _sdpa_segment(qi, ki, vi, scale):
-    """One segment's forward: qi [Lq, H, d], ki / vi [Lk, H_kv, d] -> [Lq, H, d_v]; grouped k / v
-    heads repeated."""
-    rep = qi.shape[1] // ki.shape[1]
-    qi, ki, vi = qi.transpose(0, 1), ki.transpose(0, 1), vi.transpose(0, 1)  # [heads, L, d]
-    if rep > 1:
-        ki, vi = ki.repeat_interleave(rep, 0), vi.repeat_interleave(rep, 0)
-    return F.scaled_dot_product_attention(qi, ki, vi, scale=scale).transpose(0, 1)
+def _groups(q, k, cu_q, cu_k) -> List[Tuple[int, int, List[int], List[int]]]:
+    """The non-empty query segments grouped by shape, offsets checked: (L_q, L_k, first q rows,
+    first k rows) per distinct (L_q, L_k), in order of first appearance. Each group runs as one
+    batched attention call [G, H, L, d]: a pack of 30 images of one size is one call, not 30."""
+    cq, ck = _host_offsets(q, k, cu_q, cu_k)
+    groups = {}
+    for a, b, c, d in zip(cq[:-1].tolist(), cq[1:].tolist(), ck[:-1].tolist(), ck[1:].tolist()):
+        if b > a:
+            g = groups.setdefault((b - a, d - c), ([], []))
+            g[0].append(a)
+            g[1].append(c)
+    return [(lq, lk, a, c) for (lq, lk), (a, c) in groups.items()]
+
+
+def _adjacent(starts: List[int], length: int) -> bool:
+    return all(y - x == length for x, y in zip(starts, starts[1:]))
+
+
+def _gather(t, starts: List[int], length: int):
+    """Rows of G segments of `length` rows each, from t [N, H(, d)] -> [G, H, length(, d)]: a view
+    when the segments are adjacent (a run of equal samples), else one index_select copy."""
+    if _adjacent(starts, length):
+        x = t[starts[0]:starts[0] + len(starts) * length]
+    else:
+        x = t.index_select(0, _row_index(starts, length, t.device))
+    return x.view(len(starts), length, *t.shape[1:]).transpose(1, 2)
+
+
+def _scatter(dst, starts: List[int], length: int, x) -> None:
+    """_gather's inverse: x [G, H, length(, d)] written to its segments' rows of dst [N, H(, d)]."""
+    rows = x.transpose(1, 2).reshape(-1, *dst.shape[1:])
+    if _adjacent(starts, length):
+        dst[starts[0]:starts[0] + len(starts) * length] = rows
+    else:
+        dst.index_copy_(0, _row_index(starts, length, dst.device), rows)
+
+
+def _row_index(starts: List[int], length: int, device):
+    return (torch.tensor(starts)[:, None] + torch.arange(length)).reshape(-1).to(device)
+
+
+def _lse_dtype(dtype):
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _fused_cpu(t) -> bool:
+    """PyTorch's fused CPU flash-attention kernels (forward with logsumexp, backward from it) take
+    fp32, fp64, bf16 and fp16 CPU tensors (strided: no copies for our [G, H, L, d] views). They
+    crash the process on an empty batch, which the groups never are."""
+    return t.device.type == "cpu"
 
 
 @torch.library.custom_op("adaptiveload::varlen_sdpa_fwd", mutates_args=())
 def varlen_sdpa_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
-                    cu_seqlens_k: torch.Tensor, scale: Optional[float]) -> torch.Tensor:
-    """varlen_attention's sdpa backend as an op: scaled_dot_product_attention on each segment
-    -> [total_q, H, d_v], contiguous. Reads the offsets on the host (checked)."""
+                    cu_seqlens_k: torch.Tensor, scale: Optional[float]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """varlen_attention's sdpa backend as an op -> (out [total_q, H, d_v] contiguous, logsumexp
+    [total_q, H] fp32, fp64 for fp64 inputs): attention over each group of equal-shape segments
+    in one call. On the CPU PyTorch's fused flash kernel, whose logsumexp (per query row and
+    head, of the scaled scores) the backward reads; elsewhere scaled_dot_product_attention, and
+    the logsumexp is zeros, unread (varlen_sdpa_bwd recomputes there). Reads the offsets on the
+    host (checked)."""
     _check_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k)
     out = q.new_empty((q.shape[0], q.shape[1], v.shape[2]))  # every row is in one segment
+    lse = q.new_zeros((q.shape[0], q.shape[1]), dtype=_lse_dtype(q.dtype))
+    rep = q.shape[1] // k.shape[1]
     with _no_autocast(q):  # in the inputs' dtype: varlen_attention applies autocast before the op
-        for a, b, c, d in _segments(q, k, cu_seqlens_q, cu_seqlens_k):
-            out[a:b] = _sdpa_segment(q[a:b], k[c:d], v[c:d], scale)
-    return out
+        for lq, lk, a, c in _groups(q, k, cu_seqlens_q, cu_seqlens_k):
+            qg, kg, vg = _gather(q, a, lq), _gather(k, c, lk), _gather(v, c, lk)  # [G, heads, L, d]
+            if rep > 1:
+                kg, vg = kg.repeat_interleave(rep, 1), vg.repeat_interleave(rep, 1)
+            if _fused_cpu(q):
+                og, lg = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                    qg, kg, vg, dropout_p=0.0, is_causal=False, attn_mask=None, scale=scale)
+                _scatter(lse, a, lq, lg)
+            else:
+                og = F.scaled_dot_product_attention(qg, kg, vg, scale=scale)
+            _scatter(out, a, lq, og)
+    return out, lse
 
 
-# Query rows per step of the backward: bounds each of its [H, rows, L_k] fp32 temporaries
-# (scores, probabilities, their gradient; a handful live at once) to 64 MiB whatever the
-# segment's length.
+# Query rows per step of the recomputing backward: bounds each of its [G, H, rows, L_k] fp32
+# temporaries (scores, probabilities, their gradient; a handful live at once) to 64 MiB
+# whatever the segments' length.
 _BWD_SCORES = 1 << 24
 
 
-def _sdpa_segment_bwd(do, q, k, v, scale):
-    """One segment's attention backward, from the definition: do, q [Lq, H, d], k, v
-    [Lk, H_kv, d] -> (dq, dk, dv) in fp32 (fp64 for fp64 inputs). P = softmax(s q k^T) is
-    recomputed; dv = P^T do, dS = P * (do v^T - rowsum(P * do v^T)), dq = s dS k,
-    dk = s dS^T q, over blocks of query rows; grouped heads summed back to H_kv."""
-    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
-    H, Hk, d = q.shape[1], k.shape[1], q.shape[2]
-    rep = H // Hk
-    s = scale if scale is not None else 1.0 / d ** 0.5
-    qh, doh = q.to(acc).transpose(0, 1), do.to(acc).transpose(0, 1)  # [H, Lq, d]
-    kh, vh = k.to(acc).transpose(0, 1), v.to(acc).transpose(0, 1)  # [H_kv, Lk, d]
-    if rep > 1:
-        kh, vh = kh.repeat_interleave(rep, 0), vh.repeat_interleave(rep, 0)  # [H, Lk, d]
+def _sdpa_bwd_recompute(do, q, k, v, scale):
+    """Attention backward from the definition, for devices without the fused CPU kernel: do, q
+    [G, H, Lq, d], k, v [G, H, Lk, d] -> (dq, dk, dv) in fp32 (fp64 for fp64 inputs).
+    P = softmax(s q k^T) is recomputed; dv = P^T do, dS = P * (do v^T - rowsum(P * do v^T)),
+    dq = s dS k, dk = s dS^T q, over blocks of query rows."""
+    acc = _lse_dtype(q.dtype)
+    s = scale if scale is not None else 1.0 / q.shape[-1] ** 0.5
+    qh, doh, kh, vh = (t.to(acc) for t in (q, do, k, v))
     dq = torch.empty_like(qh)
     dk, dv = torch.zeros_like(kh), torch.zeros_like(vh)
-    step = max(1, _BWD_SCORES // max(1, H * kh.shape[1]))
-    for r in range(0, qh.shape[1], step):
-        qr, dor = qh[:, r:r + step], doh[:, r:r + step]
-        p = torch.softmax(qr @ kh.transpose(1, 2) * s, -1)  # [H, rows, Lk]
-        dp = dor @ vh.transpose(1, 2)
+    step = max(1, _BWD_SCORES // max(1, kh.shape[0] * kh.shape[1] * kh.shape[2]))
+    for r in range(0, qh.shape[2], step):
+        qr, dor = qh[:, :, r:r + step], doh[:, :, r:r + step]
+        p = torch.softmax(qr @ kh.transpose(-1, -2) * s, -1)  # [G, H, rows, Lk]
+        dp = dor @ vh.transpose(-1, -2)
         ds = p * (dp - (p * dp).sum(-1, keepdim=True))
-        dq[:, r:r + step] = ds @ kh * s
-        dk += ds.transpose(1, 2) @ qr * s
-        dv += p.transpose(1, 2) @ dor
-    if rep > 1:
-        dk, dv = (t.unflatten(0, (Hk, rep)).sum(1) for t in (dk, dv))
-    return dq.transpose(0, 1), dk.transpose(0, 1), dv.transpose(0, 1)
+        dq[:, :, r:r + step] = ds @ kh * s
+        dk += ds.transpose(-1, -2) @ qr * s
+        dv += p.transpose(-1, -2) @ dor
+    return dq, dk, dv
 
 
 @torch.library.custom_op("adaptiveload::varlen_sdpa_bwd", mutates_args=())
 def varlen_sdpa_bwd(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                    cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, scale: Optional[float]
+                    out: torch.Tensor, logsumexp: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                    cu_seqlens_k: torch.Tensor, scale: Optional[float]
                     ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """varlen_sdpa_fwd's backward: (dq, dk, dv) in q's dtype, contiguous; each segment's
-    attention recomputed (nothing [L, L] is saved by the forward) and differentiated from its
-    definition in fp32 (_sdpa_segment_bwd: plain tensor ops, so it runs below autograd and
-    under dispatch modes, where torch.func.vjp's wrappers do not). Key rows of a segment
-    without queries get zero gradients. First order only: the op is not differentiable."""
+    """varlen_sdpa_fwd's backward: (dq, dk, dv) in q's dtype, contiguous, from the forward's out
+    and logsumexp, one call per group of equal-shape segments. On the CPU PyTorch's fused flash
+    backward (nothing [L, L] is kept between the passes); elsewhere each group's softmax is
+    recomputed and differentiated in fp32 (_sdpa_bwd_recompute: plain tensor ops, so it runs
+    below autograd and under dispatch modes, where torch.func.vjp's wrappers do not). Key rows
+    of a segment without queries get zero gradients. First order only."""
     _check_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k)
-    if grad_out.shape != (q.shape[0], q.shape[1], v.shape[2]):
-        raise ValueError(f"varlen_attention backward: grad_out {tuple(grad_out.shape)} must be the output's shape "
-                         f"{(q.shape[0], q.shape[1], v.shape[2])}")
+    shape = (q.shape[0], q.shape[1], v.shape[2])
+    for name, t in (("grad_out", grad_out), ("out", out)):
+        if t.shape != shape:
+            raise ValueError(f"varlen_attention backward: {name} {tuple(t.shape)} must be the output's shape {shape}")
+    if logsumexp.shape != shape[:2]:
+        raise ValueError(f"varlen_attention backward: logsumexp {tuple(logsumexp.shape)} must be [total_q, heads] "
+                         f"{shape[:2]}")
     dq, dk, dv = q.new_zeros(q.shape), k.new_zeros(k.shape), v.new_zeros(v.shape)
-    with _no_autocast(q):  # fp32 math even when backward() is called under autocast
-        for a, b, c, d in _segments(q, k, cu_seqlens_q, cu_seqlens_k):
-            dq[a:b], dk[c:d], dv[c:d] = _sdpa_segment_bwd(grad_out[a:b], q[a:b], k[c:d], v[c:d], scale)
+    Hk, rep = k.shape[1], q.shape[1] // k.shape[1]
+    with _no_autocast(q):  # in the inputs' dtype (fp32 math when recomputing) even under autocast
+        for lq, lk, a, c in _groups(q, k, cu_seqlens_q, cu_seqlens_k):
+            qg, kg, vg = _gather(q, a, lq), _gather(k, c, lk), _gather(v, c, lk)
+            dog = _gather(grad_out, a, lq)
+            if rep > 1:
+                kg, vg = kg.repeat_interleave(rep, 1), vg.repeat_interleave(rep, 1)
+            if _fused_cpu(q):
+                dqg, dkg, dvg = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+                    dog, qg, kg, vg, _gather(out, a, lq), _gather(logsumexp, a, lq), 0.0, False,
+                    attn_mask=None, scale=scale)
+            else:
+                dqg, dkg, dvg = _sdpa_bwd_recompute(dog, qg, kg, vg, scale)
+            if rep > 1:  # grouped heads summed back to H_kv
+                dkg, dvg = (t.unflatten(1, (Hk, rep)).sum(2) for t in (dkg, dvg))
+            _scatter(dq, a, lq, dqg)
+            _scatter(dk, c, lk, dkg)
+            _scatter(dv, c, lk, dvg)
     return dq, dk, dv
 
 
@@ -217,24 +281,27 @@ def varlen_sdpa_bwd(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v:
 def _varlen_sdpa_fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, scale):
     # The offsets' values are data: the implementation checks them, not this kernel.
     _check_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k)
-    return q.new_empty((q.shape[0], q.shape[1], v.shape[2]))
+    return (q.new_empty((q.shape[0], q.shape[1], v.shape[2])),
+            q.new_empty((q.shape[0], q.shape[1]), dtype=_lse_dtype(q.dtype)))
 
 
 @varlen_sdpa_bwd.register_fake
-def _varlen_sdpa_bwd_fake(grad_out, q, k, v, cu_seqlens_q, cu_seqlens_k, scale):
+def _varlen_sdpa_bwd_fake(grad_out, q, k, v, out, logsumexp, cu_seqlens_q, cu_seqlens_k, scale):
     _check_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):
     q, k, v, cu_q, cu_k, scale = inputs
-    ctx.save_for_backward(q, k, v, cu_q, cu_k)  # recomputed per segment in the backward: no [L, L] saved
+    out, lse = output
+    ctx.mark_non_differentiable(lse)
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)  # O(N) statistics: no [L, L] saved
     ctx.scale = scale
 
 
-def _backward(ctx, grad_out):
-    q, k, v, cu_q, cu_k = ctx.saved_tensors
-    dq, dk, dv = varlen_sdpa_bwd(grad_out, q, k, v, cu_q, cu_k, ctx.scale)
+def _backward(ctx, grad_out, grad_lse):
+    q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+    dq, dk, dv = varlen_sdpa_bwd(grad_out, q, k, v, out, lse, cu_q, cu_k, ctx.scale)
     return dq, dk, dv, None, None, None
 
 
@@ -290,4 +357,4 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqle
     if backend == "flex":
         cq, ck = _host_offsets(q, k, cu_seqlens_q, cu_seqlens_k)
         return _flex(q, k, v, cq, ck, scale)
-    return varlen_sdpa_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, scale)
+    return varlen_sdpa_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, scale)[0]

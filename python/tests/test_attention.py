@@ -36,6 +36,8 @@ CASES = [
     ([6, 11, 2], [3, 8, 5], 4, 4),         # cross-attention: text of another length per sample
     ([5, 0, 7], [2, 4, 6], 2, 2),          # cross, an empty query segment with keys
     ([10, 3], None, 4, 2),                 # grouped heads (GQA)
+    ([3, 5, 3, 0, 3, 5], None, 2, 2),      # equal shapes apart: one batched call per shape, gathered
+    ([4, 4, 4, 7], [2, 2, 2, 3], 4, 2),    # a run of equal shapes (a view), cross, grouped heads
 ]
 
 
@@ -159,7 +161,10 @@ def test_opcheck_sdpa_ops(lq, lk, hq, hk):
     for c in (cu(lq), cu(lq).long()):
         torch.library.opcheck(varlen_sdpa_fwd, (q, k, v, c, cu(lk), None))
     grad = torch.randn(q.shape, generator=torch.Generator().manual_seed(1))
-    torch.library.opcheck(varlen_sdpa_bwd, (grad, q.detach(), k.detach(), v.detach(), cu(lq), cu(lk), 0.3))
+    q, k, v = q.detach(), k.detach(), v.detach()
+    out, lse = varlen_sdpa_fwd(q, k, v, cu(lq), cu(lk), 0.3)
+    assert out.shape == q.shape and lse.shape == (sum(lq), hq) and lse.dtype == torch.float32
+    torch.library.opcheck(varlen_sdpa_bwd, (grad, q, k, v, out, lse, cu(lq), cu(lk), 0.3))
 
 
 @pytest.mark.parametrize("lq,lk,hq,hk", OP_CASES)
@@ -248,4 +253,33 @@ def test_bf16_and_direct_op_calls():
     with pytest.raises(ValueError, match="head_dim of q"):
         varlen_sdpa_fwd(x, x[..., :2], x[..., :2], cu([5]), cu([5]), None)
     with pytest.raises(ValueError, match="grad_out"):
-        varlen_sdpa_bwd(x[:4], x, x, x, cu([5]), cu([5]), None)
+        varlen_sdpa_bwd(x[:4], x, x, x, x, x[..., 0], cu([5]), cu([5]), None)
+    with pytest.raises(ValueError, match="logsumexp"):
+        varlen_sdpa_bwd(x, x, x, x, x, x[:4, :, 0], cu([5]), cu([5]), None)
+
+
+@pytest.mark.parametrize("lq,lk,hq,hk", CASES[-3:])
+def test_recomputing_backward_off_the_cpu_kernels(monkeypatch, lq, lk, hq, hk):
+    """The path for devices without PyTorch's fused CPU kernels (scaled_dot_product_attention per
+    group, the backward recomputed in fp32), run here on the CPU: the same values as the fused
+    path within 1e-5."""
+    import adaptiveload.attention as attention
+
+    lk = lq if lk is None else lk
+    q, k, v = make_qkv(lq, lk, hq, hk, seed=11)
+    grad = torch.randn(sum(lq), hq, 8, generator=torch.Generator().manual_seed(12))
+    fused = varlen_attention(q, k, v, cu(lq), cu(lk), backend="sdpa")
+    want = torch.autograd.grad(fused, (q, k, v), grad)
+    monkeypatch.setattr(attention, "_fused_cpu", lambda t: False)
+    out = varlen_attention(q, k, v, cu(lq), cu(lk), backend="sdpa")
+    torch.testing.assert_close(out, fused, rtol=1e-5, atol=1e-5)
+    for name, a, b in zip("qkv", torch.autograd.grad(out, (q, k, v), grad), want):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=lambda m: f"d{name}: {m}")
+
+
+def test_gradcheck_fp64():
+    """gradcheck with its defaults on the fused CPU kernels in fp64: cross-attention, an empty
+    query segment, two segments of one shape apart, grouped heads."""
+    lq, lk = [3, 0, 2, 3], [2, 4, 3, 2]
+    q, k, v = (t.detach().double().requires_grad_() for t in make_qkv(lq, lk, 4, 2, seed=13, d=4))
+    assert torch.autograd.gradcheck(lambda *t: varlen_attention(*t, cu(lq), cu(lk), backend="sdpa"), (q, k, v))
