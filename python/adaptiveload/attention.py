@@ -165,6 +165,26 @@ def _scatter(dst, starts: List[int], length: int, x) -> None:
         dst.index_copy_(0, _row_index(starts, length, dst.device), rows)
 
 
+def _key_rows(groups, like):
+    """dk or dv [N_k, H_kv, d] for a group loop to write: uninitialised when the groups cover
+    every key row (zeroing costs about a small segment's attention), else zeros (key rows of a
+    segment without queries get zero gradients)."""
+    covered = sum(len(c) * lk for _, lk, _, c in groups)
+    return like.new_empty(like.shape) if covered == like.shape[0] else like.new_zeros(like.shape)
+
+
+def _whole(groups, n: int) -> bool:
+    """One group holding every query row in order: its kernel's outputs, [G, L, H, d] in memory,
+    are the pack's [n, H, d] rows already, used as they are (the common pack of equal samples)."""
+    return len(groups) == 1 and groups[0][2][0] == 0 and len(groups[0][2]) * groups[0][0] == n \
+        and _adjacent(groups[0][2], groups[0][0])
+
+
+def _rows_of(x, n: int):
+    """x [G, H, L(, d)] in a whole pack's order -> [n, H(, d)] (a view of the kernels' outputs)."""
+    return x.transpose(1, 2).reshape(n, *x.shape[1:2], *x.shape[3:]).contiguous()
+
+
 def _row_index(starts: List[int], length: int, device):
     return (torch.tensor(starts)[:, None] + torch.arange(length)).reshape(-1).to(device)
 
@@ -190,17 +210,21 @@ def varlen_sdpa_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlen
     the logsumexp is zeros, unread (varlen_sdpa_bwd recomputes there). Reads the offsets on the
     host (checked)."""
     _check_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k)
-    out = q.new_empty((q.shape[0], q.shape[1], v.shape[2]))  # every row is in one segment
-    lse = q.new_zeros((q.shape[0], q.shape[1]), dtype=_lse_dtype(q.dtype))
+    groups = _groups(q, k, cu_seqlens_q, cu_seqlens_k)
+    n, fused = q.shape[0], _fused_cpu(q)
+    out = q.new_empty((n, q.shape[1], v.shape[2]))  # every row is in one segment
+    lse = (q.new_empty if fused else q.new_zeros)((n, q.shape[1]), dtype=_lse_dtype(q.dtype))
     rep = q.shape[1] // k.shape[1]
     with _no_autocast(q):  # in the inputs' dtype: varlen_attention applies autocast before the op
-        for lq, lk, a, c in _groups(q, k, cu_seqlens_q, cu_seqlens_k):
+        for lq, lk, a, c in groups:
             qg, kg, vg = _gather(q, a, lq), _gather(k, c, lk), _gather(v, c, lk)  # [G, heads, L, d]
             if rep > 1:
                 kg, vg = kg.repeat_interleave(rep, 1), vg.repeat_interleave(rep, 1)
-            if _fused_cpu(q):
+            if fused:
                 og, lg = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
                     qg, kg, vg, dropout_p=0.0, is_causal=False, attn_mask=None, scale=scale)
+                if _whole(groups, n):
+                    return _rows_of(og, n), _rows_of(lg, n)
                 _scatter(lse, a, lq, lg)
             else:
                 og = F.scaled_dot_product_attention(qg, kg, vg, scale=scale)
@@ -255,10 +279,12 @@ def varlen_sdpa_bwd(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v:
     if logsumexp.shape != shape[:2]:
         raise ValueError(f"varlen_attention backward: logsumexp {tuple(logsumexp.shape)} must be [total_q, heads] "
                          f"{shape[:2]}")
-    dq, dk, dv = q.new_zeros(q.shape), k.new_zeros(k.shape), v.new_zeros(v.shape)
+    groups = _groups(q, k, cu_seqlens_q, cu_seqlens_k)
+    dq = q.new_empty(q.shape)  # every query row is in a non-empty segment
+    dk, dv = _key_rows(groups, k), _key_rows(groups, v)
     Hk, rep = k.shape[1], q.shape[1] // k.shape[1]
     with _no_autocast(q):  # in the inputs' dtype (fp32 math when recomputing) even under autocast
-        for lq, lk, a, c in _groups(q, k, cu_seqlens_q, cu_seqlens_k):
+        for lq, lk, a, c in groups:
             qg, kg, vg = _gather(q, a, lq), _gather(k, c, lk), _gather(v, c, lk)
             dog = _gather(grad_out, a, lq)
             if rep > 1:
@@ -271,6 +297,8 @@ def varlen_sdpa_bwd(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v:
                 dqg, dkg, dvg = _sdpa_bwd_recompute(dog, qg, kg, vg, scale)
             if rep > 1:  # grouped heads summed back to H_kv
                 dkg, dvg = (t.unflatten(1, (Hk, rep)).sum(2) for t in (dkg, dvg))
+            if _whole(groups, q.shape[0]) and _whole([(lk, lq, c, a)], k.shape[0]):
+                return _rows_of(dqg, q.shape[0]), _rows_of(dkg, k.shape[0]), _rows_of(dvg, v.shape[0])
             _scatter(dq, a, lq, dqg)
             _scatter(dk, c, lk, dkg)
             _scatter(dv, c, lk, dvg)

@@ -38,6 +38,8 @@ CASES = [
     ([10, 3], None, 4, 2),                 # grouped heads (GQA)
     ([3, 5, 3, 0, 3, 5], None, 2, 2),      # equal shapes apart: one batched call per shape, gathered
     ([4, 4, 4, 7], [2, 2, 2, 3], 4, 2),    # a run of equal shapes (a view), cross, grouped heads
+    ([5, 5, 5], [3, 3, 3], 4, 2),          # one shape: the kernels' outputs are the pack's rows
+    ([4, 0, 4], [2, 3, 2], 2, 2),          # one shape for the queries, keys of an empty one between
 ]
 
 
@@ -258,7 +260,7 @@ def test_bf16_and_direct_op_calls():
         varlen_sdpa_bwd(x, x, x, x, x, x[:4, :, 0], cu([5]), cu([5]), None)
 
 
-@pytest.mark.parametrize("lq,lk,hq,hk", CASES[-3:])
+@pytest.mark.parametrize("lq,lk,hq,hk", CASES[-4:])
 def test_recomputing_backward_off_the_cpu_kernels(monkeypatch, lq, lk, hq, hk):
     """The path for devices without PyTorch's fused CPU kernels (scaled_dot_product_attention per
     group, the backward recomputed in fp32), run here on the CPU: the same values as the fused
