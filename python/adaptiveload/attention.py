@@ -9,17 +9,19 @@ each attending only to itself (block-diagonal attention), in flash-attention's v
 
 Backends (`backend=`): "flash" (flash-attention's flash_attn_varlen_func; CUDA, fp16 / bf16),
 "flex" (PyTorch's FlexAttention with a document mask over the whole pack; forward only on the
-CPU, where PyTorch has no FlexAttention backward), "sdpa" (PyTorch's
-scaled_dot_product_attention on each segment), or "auto": flash where it is installed and the
+CPU, where PyTorch has no FlexAttention backward), "sdpa" (one batched attention call per
+group of equal-shape segments: PyTorch's fused CPU flash kernels on the CPU,
+scaled_dot_product_attention elsewhere), or "auto": flash where it is installed and the
 tensors qualify, else sdpa. Every backend computes the same function; forward and backward
 equal per-sample attention (python/tests/test_attention.py). The attention cost is the sum of
 the segments' L_q x L_k, not the pack's total squared, which is what the planner's packed cost
 model assumes (docs/planner.md).
 
-The sdpa backend is a custom op, torch.ops.adaptiveload.varlen_sdpa_fwd, with its backward
-another, varlen_sdpa_bwd (torch.library.custom_op: one implementation for every device, a fake
-kernel, autograd through register_autograd). Only their implementations read the offsets on
-the host (the per-segment loop needs them there), so torch.compile(fullgraph=True) traces
+The sdpa backend is a custom op, torch.ops.adaptiveload.varlen_sdpa_fwd -> (out, logsumexp),
+with its backward another, varlen_sdpa_bwd, which reads the saved out and logsumexp
+(torch.library.custom_op: one implementation for every device, a fake kernel, autograd through
+register_autograd). Only their implementations read the offsets on the host (grouping the
+segments needs them there), so torch.compile(fullgraph=True) traces
 varlen_attention as one opaque node whose fake kernel gives the output's shape from q and v
 alone. The offsets' values (0 first, non-decreasing, the row count last, keys for every
 non-empty query segment) are checked by those implementations, eagerly and when a compiled
