@@ -160,7 +160,7 @@ def _gather(t, starts: List[int], length: int):
 
 def _scatter(dst, starts: List[int], length: int, x) -> None:
     """_gather's inverse: x [G, H, length(, d)] written to its segments' rows of dst [N, H(, d)]."""
-    rows = x.transpose(1, 2).reshape(-1, *dst.shape[1:])
+    rows = x.transpose(1, 2).reshape(-1, *dst.shape[1:]).to(dst.dtype)  # the recomputing path's are fp32
     if _adjacent(starts, length):
         dst[starts[0]:starts[0] + len(starts) * length] = rows
     else:
@@ -214,8 +214,10 @@ def varlen_sdpa_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlen
     _check_tensors(q, k, v, cu_seqlens_q, cu_seqlens_k)
     groups = _groups(q, k, cu_seqlens_q, cu_seqlens_k)
     n, fused = q.shape[0], _fused_cpu(q)
-    out = q.new_empty((n, q.shape[1], v.shape[2]))  # every row is in one segment
-    lse = (q.new_empty if fused else q.new_zeros)((n, q.shape[1]), dtype=_lse_dtype(q.dtype))
+    whole = fused and _whole(groups, n)
+    if not whole:
+        out = q.new_empty((n, q.shape[1], v.shape[2]))  # every row is in one segment
+        lse = (q.new_empty if fused else q.new_zeros)((n, q.shape[1]), dtype=_lse_dtype(q.dtype))
     rep = q.shape[1] // k.shape[1]
     with _no_autocast(q):  # in the inputs' dtype: varlen_attention applies autocast before the op
         for lq, lk, a, c in groups:
@@ -225,7 +227,7 @@ def varlen_sdpa_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlen
             if fused:
                 og, lg = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
                     qg, kg, vg, dropout_p=0.0, is_causal=False, attn_mask=None, scale=scale)
-                if _whole(groups, n):
+                if whole:
                     return _rows_of(og, n), _rows_of(lg, n)
                 _scatter(lse, a, lq, lg)
             else:
@@ -282,8 +284,10 @@ def varlen_sdpa_bwd(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v:
         raise ValueError(f"varlen_attention backward: logsumexp {tuple(logsumexp.shape)} must be [total_q, heads] "
                          f"{shape[:2]}")
     groups = _groups(q, k, cu_seqlens_q, cu_seqlens_k)
-    dq = q.new_empty(q.shape)  # every query row is in a non-empty segment
-    dk, dv = _key_rows(groups, k), _key_rows(groups, v)
+    whole = _whole(groups, q.shape[0]) and _whole([(g[1], g[0], g[3], g[2]) for g in groups], k.shape[0])
+    if not whole:
+        dq = q.new_empty(q.shape)  # every query row is in a non-empty segment
+        dk, dv = _key_rows(groups, k), _key_rows(groups, v)
     Hk, rep = k.shape[1], q.shape[1] // k.shape[1]
     with _no_autocast(q):  # in the inputs' dtype (fp32 math when recomputing) even under autocast
         for lq, lk, a, c in groups:
@@ -299,8 +303,8 @@ def varlen_sdpa_bwd(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v:
                 dqg, dkg, dvg = _sdpa_bwd_recompute(dog, qg, kg, vg, scale)
             if rep > 1:  # grouped heads summed back to H_kv
                 dkg, dvg = (t.unflatten(1, (Hk, rep)).sum(2) for t in (dkg, dvg))
-            if _whole(groups, q.shape[0]) and _whole([(lk, lq, c, a)], k.shape[0]):
-                return _rows_of(dqg, q.shape[0]), _rows_of(dkg, k.shape[0]), _rows_of(dvg, v.shape[0])
+            if whole:  # in q's dtype: the recomputing path's are fp32
+                return tuple(_rows_of(g, t.shape[0]).to(t.dtype) for g, t in ((dqg, q), (dkg, k), (dvg, v)))
             _scatter(dq, a, lq, dqg)
             _scatter(dk, c, lk, dkg)
             _scatter(dv, c, lk, dvg)

@@ -277,6 +277,10 @@ def test_recomputing_backward_off_the_cpu_kernels(monkeypatch, lq, lk, hq, hk):
     torch.testing.assert_close(out, fused, rtol=1e-5, atol=1e-5)
     for name, a, b in zip("qkv", torch.autograd.grad(out, (q, k, v), grad), want):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=lambda m: f"d{name}: {m}")
+    qb, kb, vb = (t.detach().bfloat16().requires_grad_() for t in (q, k, v))  # gradients in the inputs' dtype
+    outb = varlen_attention(qb, kb, vb, cu(lq), cu(lk), backend="sdpa")
+    assert outb.dtype == torch.bfloat16
+    assert all(t.dtype == torch.bfloat16 for t in torch.autograd.grad(outb, (qb, kb, vb), grad.bfloat16()))
 
 
 def test_gradcheck_fp64():
