@@ -782,7 +782,7 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
                     entry = {"strategy": strategy, "fused_adaln": fused, "epoch": st.epoch,
                              "step": st.step, "rank": s.rank, "ids": mb, "padded": padded,
                              "group": list(ranks), "position": ranks.index(s.rank),
-                             "losses": per.detach().float().tolist()}
+                             "losses": per.detach().float().tolist(), "seconds": seconds}
                     if packs:  # the pack's distinct latent shapes (1: one bucket)
                         entry.update(packing="on", shapes=len({tuple(x.shape) for x in x0}))
                     log.write(json.dumps(entry) + "\n")
