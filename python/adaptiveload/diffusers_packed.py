@@ -99,7 +99,9 @@ def _check_attention(attn, where: str, cross: bool) -> None:
                                f"{_wan._type_name(type(getattr(attn, name)))}", API)
     if getattr(proc, "_parallel_config", None) is not None:
         raise _unsupported(where, "context parallelism is configured (processor._parallel_config)",
-                           "Sequence parallelism over packs is not implemented; run without a parallel config.")
+                           "A pack runs whole on one device (each sample's sequence is not split over ranks), so "
+                           "diffusers' context-parallel attention would not be applied: build the model without "
+                           "a parallel config for packs, or run its own forward sample by sample.")
     if cross and attn.add_k_proj is not None:
         raise _unsupported(where, f"image conditioning keys and values (added_kv_proj_dim="
                            f"{attn.added_kv_proj_dim}, Wan 2.1 I2V / FLF2V)", "Packs carry a text per sample, no "

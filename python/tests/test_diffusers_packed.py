@@ -298,7 +298,8 @@ def test_refuses_unknown_sources(monkeypatch):
 
 def test_refuses_what_it_does_not_support():
     """Image conditioning (Wan 2.1 I2V: image_dim, added_kv_proj_dim), another attention
-    processor, and hooks on modules whose forward the pack computes itself."""
+    processor, a context-parallel config, and hooks on modules whose forward the pack computes
+    itself."""
     msg = refused(make_model(image_dim=8, added_kv_proj_dim=32), al_diffusers.UnsupportedWanModelError,
                   r"model\.condition_embedder: an image embedder \(image_dim=8")
     assert "does not support" in msg and "image-to-video" in msg
@@ -312,6 +313,11 @@ def test_refuses_what_it_does_not_support():
     model.blocks[1].attn1.set_processor(Processor())
     refused(model, al_diffusers.UnrecognisedWanModelError, r"model\.blocks\[1\]\.attn1: processor is .*Processor, "
             "expected diffusers WanAttnProcessor")
+    model = make_model()
+    model.blocks[0].attn1.processor._parallel_config = object()  # what enable_parallelism sets
+    msg = refused(model, al_diffusers.UnsupportedWanModelError, r"model\.blocks\[0\]\.attn1: context parallelism "
+                  r"is configured")
+    assert "runs whole on one device" in msg and "sample by sample" in msg
     model = make_model()
     model.blocks[1].register_forward_pre_hook(lambda m, a: None)
     refused(model, al_diffusers.UnsupportedWanModelError, r"model\.blocks\[1\]: it has torch forward pre-hook")
