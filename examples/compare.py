@@ -21,6 +21,7 @@ import json
 import os
 import sys
 import time
+from statistics import median
 from typing import Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -146,12 +147,6 @@ def calibrate_profile(targs, path: str, max_batch: Optional[int], reps: int) -> 
           f"error median {100 * summary['median_rel_error']:.1f}%, max {100 * summary['max_rel_error']:.1f}%"
           f"{held_text}; wrote {path}", flush=True)
     return summary
-
-
-def median(v):
-    v = sorted(v)
-    n = len(v)
-    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
 
 
 def summarize(repeats):
@@ -333,9 +328,7 @@ def finish(distributed: bool, exit_process: bool, result):
     if distributed:
         train_dit.torch.distributed.barrier()
         if exit_process:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(0)
+            train_dit.exit_now()
         train_dit.torch.distributed.destroy_process_group()
     return result
 

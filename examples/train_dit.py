@@ -728,7 +728,8 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
         """This process's micro-batches of one global step (one sampler per emulated rank, or
         this rank's), the gradient sync, the optimizer step (measured: a step the summary
         counts, not a warm-up). Returns (per-rank compute seconds, sync + optimizer seconds,
-        this rank's wait for the slowest rank: see sync_wait)."""
+        under torchrun this rank's (busy, wait) wall seconds up to and at the step's barrier:
+        see sync_wait; else None)."""
         rank_times = []
         t_start = time.perf_counter()
         for s, st in zip(samplers, steps):
@@ -803,7 +804,7 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
         # Under torchrun, this rank's wall seconds from the step's start to the barrier (its
         # micro-batches and everything around them: inputs, logging) and its wait there.
         busy_s = time.perf_counter() - t_start
-        wait_s = (busy_s, sync_wait()) if ddp and not args.parallel else None
+        busy_wait = (busy_s, sync_wait()) if ddp and not args.parallel else None
         # The explicit all-reduce runs on the process group's threads (gloo), which the thread
         # clock would not see: under torchrun its region is timed on the wall clock.
         with Timer(device, "wall" if ddp and not args.parallel else args.clock) as tm:
@@ -817,7 +818,7 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
                     off += g.numel()
             opt.step()
             opt.zero_grad(set_to_none=True)
-        return rank_times, tm.elapsed(), wait_s
+        return rank_times, tm.elapsed(), busy_wait
 
     total_steps = samplers[0].num_steps
     warmup_in_loop = args.warmup
@@ -847,17 +848,17 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
         if device.type == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
-        rank_times, sync_s, wait_s = train_step(steps, log_it=True, measured=t >= warmup_in_loop)
+        rank_times, sync_s, busy_wait = train_step(steps, log_it=True, measured=t >= warmup_in_loop)
         if ddp:
             gathered = [None] * dist_world
-            torch.distributed.all_gather_object(gathered, (rank_times[0], wait_s))
-            rank_times, wait_s = [g[0] for g in gathered], [g[1] for g in gathered]
+            torch.distributed.all_gather_object(gathered, (rank_times[0], busy_wait))
+            rank_times, busy_wait = [g[0] for g in gathered], [g[1] for g in gathered]
         if t >= warmup_in_loop:
             pred.append(predicted_times[steps[0].step - plan_first])
             times.append(rank_times)
             extra.append(sync_s)
-            if ddp and wait_s[0] is not None:
-                waits.append(wait_s)  # per rank (busy, wait) wall seconds
+            if ddp and busy_wait[0] is not None:
+                waits.append(busy_wait)  # per rank (busy, wait) wall seconds
             samples += steps[0].global_samples
             tokens += steps[0].global_tokens
             if device.type == "cuda":
@@ -982,12 +983,18 @@ def main(argv=None, exit_process: bool = False) -> List[dict]:
             # the interpreter's exit) aborts a rank now and then in gloo's threads ("terminate
             # called without an active exception": 1 run in 6 to 19 of the FSDP2 x4 test);
             # ending the process here skips that teardown.
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(0)
+            exit_now()
         if owns_group:
             torch.distributed.destroy_process_group()
     return results
+
+
+def exit_now() -> None:
+    """Ends the process with status 0 at once (os._exit: no process-group or interpreter
+    teardown), its output flushed; for a torchrun script whose ranks are all done."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def init_distributed(device: str) -> None:

@@ -17,6 +17,7 @@ and the paper's best single exponent for comparison) is written as a profile tha
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from collections.abc import Mapping
@@ -175,15 +176,8 @@ def measure(model, c, shape, batch, device, reps, clock="wall", statistic="media
     # The median by default: a training epoch runs each micro-batch once and pays its jitter
     # (on a CPU the median of small micro-batches was 13-25% above the fastest, which priced
     # plans of many small micro-batches too low); min: the machine without interference.
-    return {"tokens": tokens, "batch": batch, "time_s": _statistic(times, statistic), "peak_bytes": peak}
-
-
-def _statistic(times, statistic: str) -> float:
-    if statistic == "min":
-        return min(times)
-    v = sorted(times)
-    n = len(v)
-    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+    return {"tokens": tokens, "batch": batch, "time_s": min(times) if statistic == "min" else statistics.median(times),
+            "peak_bytes": peak}
 
 
 def is_oom(e: BaseException) -> bool:
