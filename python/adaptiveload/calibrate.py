@@ -17,6 +17,7 @@ and the paper's best single exponent for comparison) is written as a profile tha
 import argparse
 import json
 import os
+import random
 import statistics
 import sys
 import time
@@ -70,7 +71,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpointing", action="store_true")
     p.add_argument("--fused", action="store_true", help="use the fused adaLN kernel in the model")
     p.add_argument("--out", "-o", default="profile.json")
-    p.add_argument("--measurements-out", help="also write the raw measurements (JSONL)")
+    p.add_argument("--measurements-out", help="also write the raw measurements (JSONL); with --packs the packs go "
+                   "to a file beside it, NAME.packs.jsonl (lines with parts [[S, B], ...], which the core's "
+                   "read_measurements does not take)")
+    p.add_argument("--packs", type=int, default=0, help="also measure this many packed micro-batches of mixed "
+                   "shapes (drawn with a fixed seed from the sweep's shapes, and the held-out ones with --held-out; "
+                   "each within --max-batch samples and --max-tokens) and report the fit's error on them")
+    p.add_argument("--fit-packs", action="store_true", help="fit the time model to the points and the packs "
+                   "together (fit_observations) and report both errors; memory stays the points' fit")
     return p
 
 
@@ -105,6 +113,12 @@ def check_args(p: argparse.ArgumentParser, args) -> torch.device:
                     ("--max-tokens", args.max_tokens), ("--threads", args.threads)):
         if v is not None and v < 1:
             p.error(f"{name} must be >= 1, got {v}")
+    if args.packs is None or not (0 <= args.packs <= 10000):
+        p.error(f"--packs must be a count of packs from 0 to 10000, got {args.packs}")
+    if args.fit_packs and args.packs < 1:
+        p.error("--fit-packs needs packs to fit: add --packs N (N >= 1)")
+    if args.packs and args.max_batch < 2:
+        p.error(f"--packs: a pack holds 2 or more samples, but --max-batch is {args.max_batch}")
     if not (0 < args.memory_fraction <= 1):  # False for NaN
         p.error(f"--memory-fraction must be in (0, 1], got {args.memory_fraction}")
     for name, path in (("--out", args.out), ("--measurements-out", args.measurements_out)):
@@ -222,6 +236,125 @@ def sweep(model, c, shapes, device, max_batch: int, reps: int, max_tokens=None, 
     return points
 
 
+def shape_tokens(shape) -> int:
+    """Tokens of a (frames, height, width) shape: latent frames 1 + (F - 1) / 4, patches of 16 x 16 pixels."""
+    return (1 + (shape[0] - 1) // 4) * (shape[1] // 16) * (shape[2] // 16)
+
+
+def draw_packs(shapes, count: int, max_batch: int, max_tokens=None, seed: int = 0):
+    """`count` packs, each a list of 2..max_batch (frames, height, width) shapes drawn from
+    `shapes` (a pure function of its arguments: random.Random(seed)), of at most max_tokens
+    tokens in all. Raises ValueError when no two shapes fit in max_tokens."""
+    pool = [s for s in shapes if max_tokens is None or shape_tokens(s) <= max_tokens]
+    smallest = sorted(shape_tokens(s) for s in pool)[:2]
+    if len(smallest) < 2 or (max_tokens is not None and sum(smallest) > max_tokens):
+        raise ValueError(f"no two of the shapes fit in {max_tokens} tokens (smallest: {smallest}); raise --max-tokens")
+    rng = random.Random(seed)
+    packs = []
+    while len(packs) < count:
+        want = rng.randint(2, max_batch)
+        pack, total = [], 0
+        for _ in range(8 * want):  # draws that do not fit are skipped; a few tries, then stop
+            if len(pack) == want:
+                break
+            s = rng.choice(pool)
+            if max_tokens is None or total + shape_tokens(s) <= max_tokens:
+                pack.append(s)
+                total += shape_tokens(s)
+        if len(pack) >= 2 and len({shape_tokens(s) for s in pack}) >= 2:  # a pack mixes shapes
+            packs.append(pack)
+    return packs
+
+
+def pack_parts(shapes):
+    """[[S, B], ...] of a pack's shapes, by tokens ascending: the ObservedMicroBatch parts."""
+    counts = {}
+    for s in shapes:
+        counts[shape_tokens(s)] = counts.get(shape_tokens(s), 0) + 1
+    return [[S, B] for S, B in sorted(counts.items())]
+
+
+def measure_pack(model, c, shapes, device, reps, clock="wall", statistic="median"):
+    """Forward + backward of the model's packed path (forward_packed on a PackedBatch) on
+    random latents of `shapes`, the flow-matching loss over every token; timed as measure()."""
+    from .packing import pack  # packing imports models.wan_dit
+
+    pt_, ph, pw = c.patch
+    x0 = [torch.randn(c.in_channels, 1 + (f - 1) // 4, h // 8, w // 8, device=device) for f, h, w in shapes]
+    eps = [torch.randn_like(x) for x in x0]
+    t = torch.rand(len(shapes), device=device)
+    xt = [(1 - ti) * x + ti * e for ti, x, e in zip(t.tolist(), x0, eps)]
+    texts = [torch.randn(c.text_len, c.text_dim, device=device) for _ in shapes]
+    amp = device.type == "cuda"
+    times = []
+    for i in range(reps + 1):  # the first is a warm-up
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+        t0 = time.thread_time() if clock == "thread" else time.perf_counter()
+        packed = pack(xt, c.patch, timesteps=t * 1000, text=texts)
+        target = pack([e - x for x, e in zip(x0, eps)], c.patch).tokens  # [N, C*pt*ph*pw]
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
+            loss = (model.forward_packed(packed).float() - target).pow(2).mean()
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            b.record()
+            b.synchronize()
+            dt = a.elapsed_time(b) / 1000.0
+        else:
+            dt = (time.thread_time() if clock == "thread" else time.perf_counter()) - t0
+        if i > 0:
+            times.append(dt)
+    parts = pack_parts(shapes)
+    return {"parts": parts, "tokens": int(packed.cu_seqlens[-1]), "samples": len(shapes),
+            "time_s": min(times) if statistic == "min" else statistics.median(times),
+            "peak_bytes": torch.cuda.max_memory_allocated() if device.type == "cuda" else None}
+
+
+def pack_price(cost: Mapping, parts) -> float:
+    """The time model's seconds for one packed micro-batch of parts [[S, B], ...]: overhead +
+    sum_i B_i t(S_i) (1 + N_half / N), t(S) = a S + b S^2 + c0, N = sum_i B_i S_i (the core's
+    observation_time, cost/calibration.cpp, which the binding does not expose)."""
+    N = sum(S * B for S, B in parts)
+    work = sum(B * (cost["a"] * S + cost["b"] * S * S + cost["c0"]) for S, B in parts)
+    return cost["overhead_s"] + work * (1 + cost["half_efficiency_tokens"] / N)
+
+
+def rel_errors(cost: Mapping, measurements):
+    """(median, max) relative error of pack_price against time_s over measurements with parts
+    (a point is one part [[tokens, batch]])."""
+    e = [abs(pack_price(cost, m.get("parts") or [[m["tokens"], m["batch"]]]) - m["time_s"]) / m["time_s"]
+         for m in measurements]
+    return (statistics.median(e), max(e)) if e else (0.0, 0.0)
+
+
+def sweep_packs(model, c, packs, device, reps, clock="wall", statistic="median"):
+    """measure_pack on each pack (a list of shapes); an out-of-memory error skips that pack. Prints each."""
+    out = []
+    for i, shapes in enumerate(packs):
+        try:
+            m = measure_pack(model, c, shapes, device, reps, clock, statistic)
+        except RuntimeError as e:
+            if not is_oom(e):
+                raise
+            torch.cuda.empty_cache()
+            print(f"pack [{i + 1}/{len(packs)}]: out of memory, skipped", flush=True)
+            continue
+        out.append(m)
+        parts = " ".join(f"{S}x{B}" for S, B in m["parts"])
+        print(f"pack [{i + 1}/{len(packs)}] {m['samples']} samples N={m['tokens']:6d} ({parts}): "
+              f"{m['time_s'] * 1000:9.2f} ms", flush=True)
+    return out
+
+
+def packs_path(measurements_out: str) -> str:
+    base = measurements_out[:-len(".jsonl")] if measurements_out.endswith(".jsonl") else measurements_out
+    return base + ".packs.jsonl"
+
+
 def main(argv=None):
     p = parser()
     args = p.parse_args(argv)
@@ -237,18 +370,32 @@ def main(argv=None):
                 memory_fraction=args.memory_fraction)
     points = sweep(model, c, SHAPES[name_of_sweep], device, **opts)
     held = sweep(model, c, HELD_OUT[name_of_sweep], device, label="held out ", **opts) if args.held_out else []
+    packs = []
+    if args.packs:
+        pool = SHAPES[name_of_sweep] + (HELD_OUT[name_of_sweep] if args.held_out else [])
+        try:
+            drawn = draw_packs(pool, args.packs, args.max_batch, args.max_tokens)
+        except ValueError as e:
+            p.error(f"--packs: {e}")
+        packs = sweep_packs(model, c, drawn, device, args.reps, args.clock, args.statistic)
     if args.measurements_out:
         with open(args.measurements_out, "w") as f:
             for pt in points:
                 f.write(json.dumps(pt) + "\n")
             for pt in held:
                 f.write(json.dumps(dict(pt, held_out=True)) + "\n")
+        if packs:  # a file of their own: read_measurements takes one (tokens, batch) per line
+            with open(packs_path(args.measurements_out), "w") as f:
+                for m in packs:
+                    f.write(json.dumps(m) + "\n")
     name = args.device_name or (torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu")
     try:
         profile, summary = fit(points, args.model or c.preset, name, held)
     except ValueError as e:  # too few usable measurements (every shape out of memory, say)
         print(f"adaptiveload calibrate: error: cannot fit the {len(points)} measurement(s): {e}", file=sys.stderr)
         return None
+    if packs:
+        profile, summary = with_packs(profile, summary, points, packs, args.fit_packs, held)
     with open(args.out, "w") as f:
         f.write(profile + "\n")
     print(f"fit of {summary['points']} measurements: seconds per sample = {summary['a']:.4g}*S + "
@@ -261,8 +408,38 @@ def main(argv=None):
         print(f"held-out error ({summary['held_out_points']} measurements of {len(HELD_OUT[name_of_sweep])} shapes "
               f"not fitted): median {100 * summary['held_out_median_rel_error']:.1f}%, max "
               f"{100 * summary['held_out_max_rel_error']:.1f}%")
+    if packs:
+        how = "fitted with the points" if args.fit_packs else "not fitted"
+        print(f"pack error ({summary['pack_points']} packs of mixed shapes, {how}): median "
+              f"{100 * summary['pack_median_rel_error']:.1f}%, max {100 * summary['pack_max_rel_error']:.1f}%")
     print(f"wrote {args.out}")
     return summary
+
+
+def with_packs(profile: str, summary: dict, points, packs, fit_packs: bool, held=()):
+    """The profile and summary with the fit's errors on `packs` (fit.pack_points,
+    pack_median_rel_error, pack_max_rel_error) and the packs themselves (a "packs" list, each
+    with its predicted_s, so a reader can recompute). With fit_packs the cost is refitted to
+    points and packs together (fit_observations) and the points' errors are this fit's."""
+    j = json.loads(profile)
+    if fit_packs:
+        obs = [([(pt["tokens"], pt["batch"])], pt["time_s"]) for pt in points]
+        obs += [([[tuple(q) for q in m["parts"]]], m["time_s"]) for m in packs]
+        cost_json, _ = _C.fit_observations(obs)
+        j["cost"] = json.loads(cost_json)
+        med, mx = rel_errors(j["cost"], points)
+        j["fit"]["median_rel_error"], j["fit"]["max_rel_error"] = med, mx
+        j["fit"]["fitted_packs"] = True
+        summary = dict(summary, **j["cost"], median_rel_error=med, max_rel_error=mx)
+        if held:
+            hm, hx = rel_errors(j["cost"], held)
+            summary["held_out_median_rel_error"], summary["held_out_max_rel_error"] = hm, hx
+            j["fit"]["held_out_median_rel_error"], j["fit"]["held_out_max_rel_error"] = hm, hx
+    med, mx = rel_errors(j["cost"], packs)
+    j["fit"]["pack_points"], j["fit"]["pack_median_rel_error"], j["fit"]["pack_max_rel_error"] = len(packs), med, mx
+    j["packs"] = [dict(m, predicted_s=pack_price(j["cost"], m["parts"])) for m in packs]
+    summary = dict(summary, pack_points=len(packs), pack_median_rel_error=med, pack_max_rel_error=mx)
+    return json.dumps(j, indent=2), summary
 
 
 if __name__ == "__main__":
