@@ -159,12 +159,10 @@ def _checked(points, what: str):
     return checked
 
 
-def measure(model, c, shape, batch, device, reps, clock="wall", statistic="median"):
-    frames, height, width = shape
-    f = 1 + (frames - 1) // 4
-    x0 = torch.randn(batch, c.in_channels, f, height // 8, width // 8, device=device)
-    ctx = torch.randn(batch, c.text_len, c.text_dim, device=device)
-    amp = device.type == "cuda"
+def timed(step, model, device, reps: int, clock: str = "wall"):
+    """Seconds of forward (`step()`, returning the loss) + backward, `reps` times after one
+    warm-up: CUDA events on a GPU, else the wall clock or (clock "thread") this thread's CPU
+    time. The peak-memory counter is reset before each repetition."""
     times = []
     for i in range(reps + 1):  # the first is a warm-up
         if device.type == "cuda":
@@ -173,9 +171,7 @@ def measure(model, c, shape, batch, device, reps, clock="wall", statistic="media
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
         t0 = time.thread_time() if clock == "thread" else time.perf_counter()
-        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
-            loss = wan_dit.flow_matching_loss(model, x0, ctx).mean()
-        loss.backward()
+        step().backward()
         model.zero_grad(set_to_none=True)
         if device.type == "cuda":
             b.record()
@@ -185,6 +181,20 @@ def measure(model, c, shape, batch, device, reps, clock="wall", statistic="media
             dt = (time.thread_time() if clock == "thread" else time.perf_counter()) - t0
         if i > 0:
             times.append(dt)
+    return times
+
+
+def measure(model, c, shape, batch, device, reps, clock="wall", statistic="median"):
+    frames, height, width = shape
+    f = 1 + (frames - 1) // 4
+    x0 = torch.randn(batch, c.in_channels, f, height // 8, width // 8, device=device)
+    ctx = torch.randn(batch, c.text_len, c.text_dim, device=device)
+    amp = device.type == "cuda"
+    def step():
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
+            return wan_dit.flow_matching_loss(model, x0, ctx).mean()
+
+    times = timed(step, model, device, reps, clock)
     peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else None
     tokens = f * (height // 16) * (width // 16)
     # The median by default: a training epoch runs each micro-batch once and pays its jitter
@@ -286,28 +296,16 @@ def measure_pack(model, c, shapes, device, reps, clock="wall", statistic="median
     xt = [(1 - ti) * x + ti * e for ti, x, e in zip(t.tolist(), x0, eps)]
     texts = [torch.randn(c.text_len, c.text_dim, device=device) for _ in shapes]
     amp = device.type == "cuda"
-    times = []
-    for i in range(reps + 1):  # the first is a warm-up
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-        t0 = time.thread_time() if clock == "thread" else time.perf_counter()
+    packed = None
+
+    def step():
+        nonlocal packed
         packed = pack(xt, c.patch, timesteps=t * 1000, text=texts)
         target = pack([e - x for x, e in zip(x0, eps)], c.patch).tokens  # [N, C*pt*ph*pw]
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
-            loss = (model.forward_packed(packed).float() - target).pow(2).mean()
-        loss.backward()
-        model.zero_grad(set_to_none=True)
-        if device.type == "cuda":
-            b.record()
-            b.synchronize()
-            dt = a.elapsed_time(b) / 1000.0
-        else:
-            dt = (time.thread_time() if clock == "thread" else time.perf_counter()) - t0
-        if i > 0:
-            times.append(dt)
+            return (model.forward_packed(packed).float() - target).pow(2).mean()
+
+    times = timed(step, model, device, reps, clock)
     parts = pack_parts(shapes)
     return {"parts": parts, "tokens": int(packed.cu_seqlens[-1]), "samples": len(shapes),
             "time_s": min(times) if statistic == "min" else statistics.median(times),
