@@ -313,12 +313,10 @@ def measure_pack(model, c, shapes, device, reps, clock="wall", statistic="median
 
 
 def pack_price(cost: Mapping, parts) -> float:
-    """The time model's seconds for one packed micro-batch of parts [[S, B], ...]: overhead +
-    sum_i B_i t(S_i) (1 + N_half / N), t(S) = a S + b S^2 + c0, N = sum_i B_i S_i (the core's
-    observation_time, cost/calibration.cpp, which the binding does not expose)."""
-    N = sum(S * B for S, B in parts)
-    work = sum(B * (cost["a"] * S + cost["b"] * S * S + cost["c0"]) for S, B in parts)
-    return cost["overhead_s"] + work * (1 + cost["half_efficiency_tokens"] / N)
+    """The time model's seconds for one micro-batch of parts [[S, B], ...] (one part: a point):
+    overhead + sum_i B_i t(S_i) (1 + N_half / N), t(S) = a S + b S^2 + c0, N = sum_i B_i S_i, as
+    the core prices it (_C.observation_time)."""
+    return _C.observation_time(cost, [[tuple(p) for p in parts]])
 
 
 def rel_errors(cost: Mapping, measurements):

@@ -72,6 +72,14 @@ SeqParallel group_sp(const Planner& self, int group, int world_size) {
   return group == 1 ? SeqParallel{} : self.sim_env(W).layout.sp;
 }
 
+// One micro-batch as Python gives it: (tokens, batch), or for a pack a list of (tokens, batch)
+// parts.
+ObservedMicroBatch observed_micro_batch(const pb::handle& mb) {
+  const pb::sequence seq = pb::reinterpret_borrow<pb::sequence>(mb);
+  if (seq.size() == 2 && pb::isinstance<pb::int_>(seq[0])) return {seq[0].cast<int64_t>(), seq[1].cast<int64_t>()};
+  return ObservedMicroBatch(mb.cast<std::vector<std::pair<int64_t, int64_t>>>());
+}
+
 pb::dict state_to_dict(const PlanState& s) {
   pb::dict d;
   d["version"] = s.version;
@@ -473,13 +481,7 @@ void bind_planner(pb::module_& m) {
           const auto [mbs, t] = h.cast<std::pair<pb::sequence, double>>();
           Observation o;
           o.time_s = t;
-          for (const pb::handle& mb : mbs) {
-            const pb::sequence seq = pb::reinterpret_borrow<pb::sequence>(mb);
-            if (seq.size() == 2 && pb::isinstance<pb::int_>(seq[0]))
-              o.micro_batches.emplace_back(seq[0].cast<int64_t>(), seq[1].cast<int64_t>());
-            else
-              o.micro_batches.emplace_back(mb.cast<std::vector<std::pair<int64_t, int64_t>>>());
-          }
+          for (const pb::handle& mb : mbs) o.micro_batches.push_back(observed_micro_batch(mb));
           obs.push_back(std::move(o));
         }
         CalibrationFit f = fit_observations(obs, overhead_s, half_efficiency_tokens);
@@ -492,6 +494,22 @@ void bind_planner(pb::module_& m) {
       pb::arg("observations"), pb::arg("overhead_s") = -1.0, pb::arg("half_efficiency_tokens") = -1.0,
       "Fits the cost model (overhead and half-efficiency tokens kept when given >= 0) to [([(tokens, batch), ...], seconds), ...] (one rank's step each; a packed micro-batch is a list of (tokens, batch) parts) and returns "
       "(cost_json, summary) for Planner.resume(..., new_cost=cost_json).");
+  m.def(
+      "observation_time",
+      [](const pb::dict& cost, const pb::sequence& micro_batches) {
+        CalibrationFit f;
+        f.a = cost["a"].cast<double>(), f.b = cost["b"].cast<double>(), f.c0 = cost["c0"].cast<double>();
+        f.overhead_s = cost["overhead_s"].cast<double>();
+        f.half_efficiency_tokens = cost["half_efficiency_tokens"].cast<double>();
+        Observation o;
+        for (const pb::handle& mb : micro_batches) o.micro_batches.push_back(observed_micro_batch(mb));
+        return observation_time(f, o);
+      },
+      pb::arg("cost"), pb::arg("micro_batches"),
+      "The cost model's seconds for micro-batches run one after another: `cost` has a, b, c0, overhead_s "
+      "and half_efficiency_tokens (a profile's or fit_observations' cost object); each micro-batch is "
+      "(tokens, batch) or, for a pack, a list of (tokens, batch) parts, priced overhead + sum_i B_i t(S_i) "
+      "(1 + N_half / N).");
   m.def(
       "parse_state", [](const std::string& text) { return state_to_dict(state_from_json(text)); },
       pb::arg("state_json"),

@@ -41,3 +41,25 @@ def test_packs_measured_and_their_errors_in_the_profile(tmp_path, monkeypatch):
         assert m["samples"] == sum(B for _, B in m["parts"]) and m["predicted_s"] > 0
     assert [m["parts"] for m in lines] == [m["parts"] for m in j["packs"]]
     assert all("parts" not in json.loads(s) for s in meas.read_text().splitlines())
+
+
+def test_pack_price_is_the_cores_pack_formula_and_fit_observations_inverts_it():
+    # The profile's pack predictions come from the core (_C.observation_time): a pack costs one
+    # overhead, its samples' work and the ramp on its total tokens; a point is one part.
+    from adaptiveload import _C
+    cost = {"a": 2e-6, "b": 3e-10, "c0": 1e-4, "overhead_s": 0.01, "half_efficiency_tokens": 500.0}
+    t = lambda S: cost["a"] * S + cost["b"] * S * S + cost["c0"]  # noqa: E731
+    parts = [[1024, 2], [256, 5]]
+    N = 1024 * 2 + 256 * 5
+    want = 0.01 + (2 * t(1024) + 5 * t(256)) * (1 + 500.0 / N)
+    assert calibrate.pack_price(cost, parts) == pytest.approx(want, rel=1e-12)
+    assert calibrate.pack_price(cost, [[1024, 2]]) == pytest.approx(0.01 + t(1024) * (2 + 500.0 / 1024), rel=1e-12)
+    # Two micro-batches run one after the other: their times add.
+    both = _C.observation_time(cost, [[tuple(p) for p in parts], (1024, 2)])
+    assert both == pytest.approx(want + calibrate.pack_price(cost, [[1024, 2]]), rel=1e-12)
+    # Observations priced by it are fitted back to the same model (overhead and N_half kept).
+    shapes = [[[S, B]] for S in (64, 256, 1024, 4096) for B in (1, 3)] + [[[4096, 1], [64, 7]], [[1024, 2], [256, 5]]]
+    obs = [([[tuple(p) for p in s]], calibrate.pack_price(cost, s)) for s in shapes]
+    _, fit = _C.fit_observations(obs, cost["overhead_s"], cost["half_efficiency_tokens"])
+    for k in ("a", "b", "c0"):
+        assert fit[k] == pytest.approx(cost[k], rel=1e-6)
