@@ -316,14 +316,17 @@ void print_table(const Planner& planner, const Manifest& manifest, const Compari
   // so its samples/s is over a different set and it gets no speedup (marked '*').
   const double base = speedup_base(c.metrics);
   bool any_dropped = false;
-  out << std::left << std::setw(13) << "strategy" << std::right;
+  // The name column fits the longest name ("balanced bucketed" with --packing on), 13 wide at least.
+  size_t name_width = 13;
+  for (const auto& m : c.metrics) name_width = std::max(name_width, m.name.size() + 1);
+  out << std::left << std::setw(int(name_width)) << "strategy" << std::right;
   for (const MetricColumn& col : metric_columns())
     if (col.cli_width > 0) out << std::setw(col.cli_width) << col.heading(false);
   out << "\n";
   for (const auto& m : c.metrics) {
     any_dropped = any_dropped || m.dropped > 0;
     const Speedup s = speedup(m, base);
-    out << std::left << std::setw(13) << m.name << std::right;
+    out << std::left << std::setw(int(name_width)) << m.name << std::right;
     for (const MetricColumn& col : metric_columns())
       if (col.cli_width > 0) out << std::setw(col.cli_width) << col.text(m, s, false);
     out << "\n";

@@ -7,9 +7,9 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "test_support.h"
-#include <sstream>
 
 namespace {
 
@@ -124,6 +124,22 @@ TEST(Cli, PackingOnAddsThePackersAndMarksThePlan) {
     EXPECT_EQ(sps.count(name), 1u) << name;
   // Packed balanced at least as fast as the greedy packer on the real manifests.
   EXPECT_GE(sps["balanced"], sps["greedy_pack"]);
+  // The table's columns line up under the header, "balanced bucketed" (17 letters) included.
+  CliRun table = run("plan -m " + kTaichi + " -m " + kCoco + " --packing on -q");
+  ASSERT_EQ(table.code, 0) << table.err;
+  std::istringstream lines(table.out);
+  std::string row, header;
+  size_t rows = 0;
+  while (std::getline(lines, row)) {
+    if (header.empty()) {
+      if (row.rfind("strategy ", 0) == 0) header = row;
+      continue;
+    }
+    if (row.empty()) break;
+    ++rows;
+    EXPECT_EQ(row.size(), header.size()) << row;
+  }
+  EXPECT_EQ(rows, 6u) << table.out;
   // The plan says it is packed; a pack mixes buckets; every sample once.
   const std::string out = ::testing::TempDir() + "packed.jsonl";
   CliRun w = run("plan -m " + kTaichi + " -m " + kCoco + " --packing on -s balanced -w 4 --out " + out + " -q");
