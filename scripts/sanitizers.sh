@@ -49,7 +49,7 @@ if [ "$WHAT" = all ] || [ "$WHAT" = tsan ]; then
   t=$(date +%s)
   if OMP_TOOL_LIBRARIES="$ARCHER" OMP_NUM_THREADS=4 \
      TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1:suppressions=$PWD/fuzz/tsan.supp" \
-     ctest --test-dir build-tsan -R adaln --output-on-failure -j1 --timeout 900 >build-tsan/ctest.log 2>&1; then
+     ctest --test-dir build-tsan -R adaln --output-on-failure -j"$JOBS" --timeout 900 >build-tsan/ctest.log 2>&1; then
     log "tsan: $(grep -E 'tests passed' build-tsan/ctest.log) in $(( $(date +%s) - t )) s (Archer: $ARCHER)"
   else
     grep -E 'WARNING: ThreadSanitizer|SUMMARY|Failed|tests passed' build-tsan/ctest.log | head -n 40
