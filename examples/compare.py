@@ -171,6 +171,9 @@ def summarize(repeats):
             "samples_per_s_runs": sps, "samples_per_s_predicted": r0["predicted"]["throughput_samples_per_s"],
             "time_s_median": median([r["measured"]["time_s"] for r in runs]),
             "idle_measured_runs": waited or None,
+            # The prediction with the profile's jitter (train_dit.jitter_prediction), None without it.
+            "imbalance_predicted_jitter": r0["predicted"].get("with_jitter", {}).get("imbalance"),
+            "samples_per_s_predicted_jitter": r0["predicted"].get("with_jitter", {}).get("throughput_samples_per_s"),
         })
     base = {r["fused_adaln"]: r["samples_per_s_median"] for r in rows
             if r["strategy"] == "equal_tokens" and r["packing"] == "off"}
@@ -226,13 +229,16 @@ def markdown_repeated(rows, meta):
            "predicted | samples/s measured, median [min - max] | samples/s predicted | speedup vs "
            "equal_tokens (measured median, same kernel) |" + head,
            "|---|---|---|---|---|---|---|---|" + sep]
+    # With the profile's jitter the predicted cells add the prediction that prices it.
+    jit = lambda r, k, f: "" if r.get(k) is None else f" ({f(r[k])} with jitter)"  # noqa: E731
     for r in rows:
         sp = "-" if r["speedup_vs_equal_tokens"] is None else f"{r['speedup_vs_equal_tokens']:.2f}x"
         out.append(f"| {r['strategy']} | {'on' if r['fused_adaln'] else 'off'} | {r['steps']} | "
                    f"{pct(r['imbalance_median'])} [{pct(r['imbalance_min'])} - {pct(r['imbalance_max'])}] | "
-                   f"{pct(r['imbalance_predicted'])} | {r['samples_per_s_median']:.2f} "
-                   f"[{r['samples_per_s_min']:.2f} - {r['samples_per_s_max']:.2f}] | "
-                   f"{r['samples_per_s_predicted']:.2f} | {sp} |" + cell(r))
+                   f"{pct(r['imbalance_predicted'])}{jit(r, 'imbalance_predicted_jitter', pct)} | "
+                   f"{r['samples_per_s_median']:.2f} [{r['samples_per_s_min']:.2f} - {r['samples_per_s_max']:.2f}] | "
+                   f"{r['samples_per_s_predicted']:.2f}{jit(r, 'samples_per_s_predicted_jitter', lambda v: f'{v:.2f}')} | "
+                   f"{sp} |" + cell(r))
     waited = [r for r in rows if r.get("idle_measured_runs")]
     if waited:
         out += ["", "Idle measured at the ranks (torchrun: each rank's wait at a barrier for the step's slowest, "

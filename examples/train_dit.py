@@ -73,6 +73,7 @@ import inspect
 import json
 import math
 import os
+import random
 import re
 import sys
 import time
@@ -86,6 +87,7 @@ except ImportError:  # running from a source checkout with the extension built i
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
     import adaptiveload
 
+from adaptiveload import calibrate
 from adaptiveload import sequence_parallel as spl
 from adaptiveload.models import wan_dit, wan_dit_packed
 from adaptiveload.sampler import MAX_INT64, MAX_MEM_BUDGET, MAX_SEED, MAX_WORLD_SIZE
@@ -304,6 +306,34 @@ def metrics(times: List[List[float]], samples: int, tokens: int, extra_s: List[f
         "steps": len(times),
         "samples": samples,
     }
+
+
+def profile_jitter(path: Optional[str]) -> Optional[dict]:
+    """The profile's "jitter" (calibrate.fit_jitter: how much a micro-batch's seconds vary
+    between runs, against its seconds), or None (no profile, or one calibrated without it)."""
+    if not path:
+        return None
+    with open(path) as f:
+        return json.load(f).get("jitter")
+
+
+def jitter_prediction(mb_times, jitter: dict, samples: int, tokens: int, extra_s: List[float],
+                      draws: int = 200, seed: int = 0) -> Dict[str, float]:
+    """metrics() of the epoch the cost model prices when every micro-batch's seconds vary as
+    calibration measured them: each micro-batch (mb_times[t][r][i], its price) takes
+    price * exp(sigma(price) Z), Z standard normal (the median stays the price), so a step waits
+    for the slowest of its ranks' noisy sums, which pricing each micro-batch at one value does
+    not see. The mean of `draws` such epochs (a fixed seed: the same figures every run)."""
+    rng = random.Random(seed)
+    sig = [[[calibrate.jitter_sigma(jitter, x) for x in rank] for rank in step] for step in mb_times]
+    out = {"imbalance": 0.0, "throughput_samples_per_s": 0.0, "throughput_tokens_per_s": 0.0, "time_s": 0.0}
+    for _ in range(draws):
+        times = [[sum(x * math.exp(s * rng.gauss(0.0, 1.0)) for x, s in zip(rank, srank))
+                  for rank, srank in zip(step, sstep)] for step, sstep in zip(mb_times, sig)]
+        m = metrics(times, samples, tokens, extra_s)
+        for k in out:
+            out[k] += m[k] / draws
+    return dict(out, steps=len(mb_times), samples=samples, draws=draws)
 
 
 def make_batch(sampler, rows: List[int], c: wan_dit.WanDiTConfig, device, dtype, gen: torch.Generator):
@@ -835,6 +865,11 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
     samples = tokens = 0
     predicted_times = samplers[0].predicted_rank_times()  # [steps][W] seconds, the planner's model
     plan_first = samplers[0].num_steps - len(predicted_times)  # global index of the plan's first step
+    # With the profile's jitter: every micro-batch's price, [steps][W][micro-batches], to price
+    # the measured steps' spread (jitter_prediction).
+    jitter = profile_jitter(args.profile)
+    mb_times = samplers[0].predicted_micro_batch_times() if jitter else None
+    pred_mb = []
     adaptations = []
     stride = max(1, total_steps // run_steps) if args.spread else 1
     for t in range(run_steps):
@@ -855,6 +890,8 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
             rank_times, busy_wait = [g[0] for g in gathered], [g[1] for g in gathered]
         if t >= warmup_in_loop:
             pred.append(predicted_times[steps[0].step - plan_first])
+            if mb_times is not None:
+                pred_mb.append(mb_times[steps[0].step - plan_first])
             times.append(rank_times)
             extra.append(sync_s)
             if ddp and busy_wait[0] is not None:
@@ -871,6 +908,7 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
                 steps_iters = [s.steps() for s in samplers]  # the re-planned rest of the epoch
                 predicted_times = samplers[0].predicted_rank_times()
                 plan_first = samplers[0].num_steps - len(predicted_times)
+                mb_times = samplers[0].predicted_micro_batch_times() if jitter else None
     if log:
         log.close()
     if args.save_model:
@@ -891,6 +929,9 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
         measured["busy_wait_s"] = waits
     allreduce = samplers[0].budgets.get("allreduce_s", 0.0)
     predicted = metrics(pred, samples, tokens, [allreduce] * len(pred))
+    if jitter:
+        # The same steps with the calibrated spread of every micro-batch's seconds.
+        predicted["with_jitter"] = jitter_prediction(pred_mb, jitter, samples, tokens, [allreduce] * len(pred_mb))
     if peaks:
         total_mem = torch.cuda.get_device_properties(device).total_memory
         measured["peak_memory_bytes"] = max(peaks)
@@ -968,6 +1009,8 @@ def main(argv=None, exit_process: bool = False) -> List[dict]:
                       f"imbalance {100 * m['imbalance']:5.1f}% "
                       f"(predicted {100 * p['imbalance']:5.1f}%)  {m['throughput_samples_per_s']:8.2f} samples/s "
                       f"(predicted {p['throughput_samples_per_s']:8.2f})  steps {m['steps']}"
+                      + (f"  with jitter: imbalance {100 * p['with_jitter']['imbalance']:5.1f}% "
+                         f"{p['with_jitter']['throughput_samples_per_s']:8.2f} samples/s" if "with_jitter" in p else "")
                       + (f"  idle at the barrier {100 * m['idle_measured']:5.1f}% (busy outside the timed compute "
                          f"{100 * m['outside_compute']:4.1f}%)" if "idle_measured" in m else ""),
                       flush=True)

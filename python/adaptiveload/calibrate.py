@@ -16,6 +16,7 @@ and the paper's best single exponent for comparison) is written as a profile tha
 """
 import argparse
 import json
+import math
 import os
 import random
 import statistics
@@ -201,7 +202,38 @@ def measure(model, c, shape, batch, device, reps, clock="wall", statistic="media
     # (on a CPU the median of small micro-batches was 13-25% above the fastest, which priced
     # plans of many small micro-batches too low); min: the machine without interference.
     return {"tokens": tokens, "batch": batch, "time_s": min(times) if statistic == "min" else statistics.median(times),
-            "peak_bytes": peak}
+            "peak_bytes": peak, "log_spread": log_spread(times)}
+
+
+def log_spread(times) -> float:
+    """The repetitions' spread: the standard deviation of log(seconds) (0 with fewer than two)."""
+    if len(times) < 2 or min(times) <= 0:
+        return 0.0
+    return statistics.stdev(math.log(t) for t in times)
+
+
+def fit_jitter(measurements):
+    """How much a micro-batch's seconds vary from run to run, against its seconds T: the
+    repetitions' log spread sigma(T) = k * T^q, least squares in log-log over the measurements
+    with a spread (small micro-batches vary more on a CPU). None with fewer than 3 of them.
+    examples/train_dit.py prices an epoch with it (each micro-batch's time its price times
+    exp(sigma Z), a step waiting for the slowest of its ranks' sums)."""
+    xy = [(math.log(m["time_s"]), math.log(m["log_spread"])) for m in measurements
+          if m.get("log_spread", 0) > 0 and m["time_s"] > 0]
+    if len(xy) < 3:
+        return None
+    mx, my = statistics.fmean(x for x, _ in xy), statistics.fmean(y for _, y in xy)
+    sxx = sum((x - mx) ** 2 for x, _ in xy)
+    q = sum((x - mx) * (y - my) for x, y in xy) / sxx if sxx > 0 else 0.0
+    k = math.exp(my - q * mx)
+    err = [abs(k * math.exp(q * x) - math.exp(y)) / math.exp(y) for x, y in xy]
+    return {"k": k, "q": q, "points": len(xy), "median_log_spread": statistics.median(math.exp(y) for _, y in xy),
+            "median_rel_error": statistics.median(err)}
+
+
+def jitter_sigma(jitter, seconds: float) -> float:
+    """sigma(T) of a fit_jitter result at T = seconds (capped at 1; 0 for T <= 0)."""
+    return min(1.0, jitter["k"] * seconds ** jitter["q"]) if seconds > 0 else 0.0
 
 
 def is_oom(e: BaseException) -> bool:
@@ -309,7 +341,8 @@ def measure_pack(model, c, shapes, device, reps, clock="wall", statistic="median
     parts = pack_parts(shapes)
     return {"parts": parts, "tokens": int(packed.cu_seqlens[-1]), "samples": len(shapes),
             "time_s": min(times) if statistic == "min" else statistics.median(times),
-            "peak_bytes": torch.cuda.max_memory_allocated() if device.type == "cuda" else None}
+            "peak_bytes": torch.cuda.max_memory_allocated() if device.type == "cuda" else None,
+            "log_spread": log_spread(times)}
 
 
 def pack_price(cost: Mapping, parts) -> float:
@@ -392,6 +425,12 @@ def main(argv=None):
         return None
     if packs:
         profile, summary = with_packs(profile, summary, points, packs, args.fit_packs, held)
+    jitter = fit_jitter(points)
+    if jitter:
+        j = json.loads(profile)
+        j["jitter"] = jitter
+        profile = json.dumps(j, indent=2)
+        summary = dict(summary, jitter=jitter)
     with open(args.out, "w") as f:
         f.write(profile + "\n")
     print(f"fit of {summary['points']} measurements: seconds per sample = {summary['a']:.4g}*S + "
@@ -404,6 +443,10 @@ def main(argv=None):
         print(f"held-out error ({summary['held_out_points']} measurements of {len(HELD_OUT[name_of_sweep])} shapes "
               f"not fitted): median {100 * summary['held_out_median_rel_error']:.1f}%, max "
               f"{100 * summary['held_out_max_rel_error']:.1f}%")
+    if jitter:
+        print(f"jitter ({jitter['points']} measurements): the repetitions' log spread = {jitter['k']:.3g} * T^"
+              f"{jitter['q']:.3f} (median {100 * jitter['median_log_spread']:.1f}%, fit error median "
+              f"{100 * jitter['median_rel_error']:.0f}%)")
     if packs:
         how = "fitted with the points" if args.fit_packs else "not fitted"
         print(f"pack error ({summary['pack_points']} packs of mixed shapes, {how}): median "

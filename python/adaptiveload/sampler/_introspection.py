@@ -78,6 +78,15 @@ class _Introspection:
         plan, [steps][world_size] (for comparing the cost model with measurements)."""
         return self._planner(self.world_size).rank_times(self._plan)
 
+    def predicted_micro_batch_times(self) -> List[List[List[float]]]:
+        """The planner's price of every micro-batch of the current plan, [steps][world_size]
+        [micro-batches] seconds (Planner.micro_batch_seconds, a group's micro-batch on each of its
+        ranks); a rank's sum is its predicted_rank_times entry. For pricing the spread of a
+        step (the slowest of its ranks' noisy sums), which the sums alone do not give."""
+        p, plan, W = self._planner(self.world_size), self._plan, self.world_size
+        return [[[p.micro_batch_seconds(mb, g, W) for mb, g in zip(plan.rank_step(t, r), plan.rank_step_groups(t, r))]
+                 for r in range(W)] for t in range(plan.num_steps)]
+
     def __repr__(self) -> str:
         if not hasattr(self, "_plan"):
             return "AdaptiveBatchSampler(<not initialised>)"
