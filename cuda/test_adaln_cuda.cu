@@ -49,23 +49,7 @@ bool g_small = false;
     }                                                                           \
   } while (0)
 
-std::vector<AdalnCase> combos() {
-  std::vector<AdalnCase> out;
-  for (DType xt : {DType::F32, DType::BF16, DType::F16})
-    for (bool mod_f32 : {true, false})
-      for (bool per_token : {false, true})
-        for (int affine : {0, 1}) {
-          if (xt == DType::F32 && !mod_f32) continue;
-          AdalnCase c;
-          c.x_dtype = xt;
-          c.mod_dtype = mod_f32 ? DType::F32 : xt;
-          c.weight_dtype = (affine && !mod_f32) ? xt : DType::F32;
-          c.per_token = per_token;
-          c.weight = c.bias = affine != 0;
-          out.push_back(c);
-        }
-  return out;
-}
+std::vector<AdalnCase> combos() { return adaln_check::dtype_combos(true, true); }
 
 AdalnCase shaped(AdalnCase c, int64_t B, int64_t L, int64_t D, uint64_t seed, int64_t pad = 0) {
   c.batch = B;

@@ -32,22 +32,7 @@ const std::vector<int64_t> kDims = {1, 7, 64, 1023, 1152, 1500, 1536, 3000, 3072
 const std::vector<int64_t> kRows = {1, 3, 257, 4099};
 
 // All (x dtype, mod dtype, per_token, affine) combinations.
-std::vector<AdalnCase> combos() {
-  std::vector<AdalnCase> out;
-  for (DType xt : {DType::F32, DType::BF16, DType::F16})
-    for (bool mod_f32 : {true, false})
-      for (bool per_token : {false, true})
-        for (int affine : {0, 1}) {
-          AdalnCase c;
-          c.x_dtype = xt;
-          c.mod_dtype = mod_f32 ? DType::F32 : xt;
-          c.weight_dtype = (affine && !mod_f32) ? xt : DType::F32;
-          c.per_token = per_token;
-          c.weight = c.bias = affine != 0;
-          out.push_back(c);
-        }
-  return out;
-}
+std::vector<AdalnCase> combos() { return adaln_check::dtype_combos(true); }
 
 AdalnCase with_shape(AdalnCase c, int64_t batch, int64_t L, int64_t D, uint64_t seed) {
   c.batch = batch;

@@ -25,20 +25,7 @@ using adaln_check::AdalnProblem;
 namespace {
 
 // (x dtype, mod dtype, affine) combinations; segments take [n, D] modulation.
-std::vector<AdalnCase> combos() {
-  std::vector<AdalnCase> out;
-  for (DType xt : {DType::F32, DType::BF16, DType::F16})
-    for (bool mod_f32 : {true, false})
-      for (int affine : {0, 1}) {
-        AdalnCase c;
-        c.x_dtype = xt;
-        c.mod_dtype = mod_f32 ? DType::F32 : xt;
-        c.weight_dtype = (affine && !mod_f32) ? xt : DType::F32;
-        c.weight = c.bias = affine != 0;
-        out.push_back(c);
-      }
-  return out;
-}
+std::vector<AdalnCase> combos() { return adaln_check::dtype_combos(false); }
 
 AdalnCase segmented(AdalnCase c, std::vector<int64_t> lens, int64_t D, uint64_t seed,
                     bool i64 = true) {

@@ -470,5 +470,23 @@ AdalnCheck check_adaln_bwd(const AdalnCase& c, const AdalnKernel& kernel) {
   return out;
 }
 
+std::vector<AdalnCase> dtype_combos(bool with_per_token, bool distinct) {
+  std::vector<AdalnCase> out;
+  for (DType xt : {DType::F32, DType::BF16, DType::F16})
+    for (bool mod_f32 : {true, false})
+      for (bool per_token : {false, true})
+        for (int affine : {0, 1}) {
+          if ((per_token && !with_per_token) || (distinct && xt == DType::F32 && !mod_f32)) continue;
+          AdalnCase c;
+          c.x_dtype = xt;
+          c.mod_dtype = mod_f32 ? DType::F32 : xt;
+          c.weight_dtype = (affine && !mod_f32) ? xt : DType::F32;
+          c.per_token = per_token;
+          c.weight = c.bias = affine != 0;
+          out.push_back(c);
+        }
+  return out;
+}
+
 }  // namespace adaln_check
 }  // namespace adaptiveload

@@ -60,6 +60,13 @@ struct AdalnCase {
   std::vector<int64_t> mod_row_of() const;  // [rows]: the modulation row of each row
 };
 
+// The dtype and flag combinations the kernels take, in one order (x F32, BF16, F16; the
+// modulation F32 or x's dtype; per-token modulation off, then on; no affine, then weight and
+// bias, in x's dtype when the modulation is): shapes left at their defaults. with_per_token
+// false: per-token off only (segments take [n, D] modulation). distinct: without the
+// F32-x-with-x-dtype-modulation repeats of the F32 cases.
+std::vector<AdalnCase> dtype_combos(bool with_per_token, bool distinct = false);
+
 // All host tensors of one case and the params wired to them.
 struct AdalnProblem {
   AdalnCase c;
