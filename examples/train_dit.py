@@ -814,6 +814,8 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
                              "step": st.step, "rank": s.rank, "ids": mb, "padded": padded,
                              "group": list(ranks), "position": ranks.index(s.rank),
                              "losses": per.detach().float().tolist(), "seconds": seconds}
+                    if mb_times is not None:  # the planner's price of it (a profile with jitter)
+                        entry["predicted_s"] = mb_times[st.step - plan_first][s.rank][i]
                     if packs:  # the pack's distinct latent shapes (1: one bucket)
                         entry.update(packing="on", shapes=len({tuple(x.shape) for x in x0}))
                     log.write(json.dumps(entry) + "\n")

@@ -17,7 +17,8 @@
 #   scripts/cpu_eval.sh                 everything
 #   STEPS="real2 emulated" scripts/cpu_eval.sh    some of: calibrate real2 emulated kernels adapt
 # Environment: OUT (out/cpu_eval), SUBSET (200 rows of each manifest: 400 samples an epoch),
-# REPEAT (5), EMULATED ("4 8"), PYTHON (.venv/bin/python), CALIB_REPS (5)
+# REPEAT (5), EMULATED ("4 8"), PYTHON (.venv/bin/python), CALIB_REPS (5), CALIB_INTERLEAVE (0: the
+# repetitions back to back; R: calibrate --interleave R, each point timed once a round in a shuffled order)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/cpu_eval}
@@ -25,6 +26,7 @@ SUBSET=${SUBSET:-200}
 REPEAT=${REPEAT:-5}
 EMULATED=${EMULATED:-4 8}
 CALIB_REPS=${CALIB_REPS:-5}
+CALIB_INTERLEAVE=${CALIB_INTERLEAVE:-0}
 PY=${PYTHON:-.venv/bin/python}
 STEPS=${STEPS:-calibrate real2 emulated kernels adapt}
 [ -x "$PY" ] || command -v "$PY" >/dev/null || { echo "cpu_eval: no Python at $PY (run scripts/python_env.sh, or set PYTHON)" >&2; exit 2; }
@@ -43,7 +45,7 @@ table() { sed -n '/^# Whole epochs/,/^Reported by the paper/p' "$1/compare.md" |
 if want calibrate || [ ! -f "$PROFILE" ]; then
   stamp "calibrating the miniature (shapes of the mini grid, held-out shapes)"
   "$PY" -m adaptiveload.calibrate --config tiny --sweep mini --held-out --threads 1 --clock thread \
-    --max-batch 64 --max-tokens 4096 --reps "$CALIB_REPS" --out "$PROFILE" \
+    --max-batch 64 --max-tokens 4096 --reps "$CALIB_REPS" --interleave "$CALIB_INTERLEAVE" --out "$PROFILE" \
     --measurements-out "$OUT/measurements.jsonl" | tail -4
 fi
 if want real2; then

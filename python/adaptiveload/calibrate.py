@@ -68,6 +68,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--statistic", default="median", choices=["median", "min"], help="what of the repetitions a "
                    "point keeps: median (what an epoch pays: it runs each micro-batch once, jitter included) or min "
                    "(the fastest: the machine without interference)")
+    p.add_argument("--interleave", type=int, default=0, metavar="R",
+                   help="after the sweep, time every point (held-out ones too) once a round for R rounds, in a "
+                        "new shuffled order each round (a fixed seed), and keep those times instead of the "
+                        "back-to-back repetitions: a training epoch switches shapes every micro-batch, and its "
+                        "micro-batches vary more, and cost more, than one shape repeated (default 0: off)")
     p.add_argument("--memory-fraction", type=float, default=0.85, help="stop before this share of device memory")
     p.add_argument("--checkpointing", action="store_true")
     p.add_argument("--fused", action="store_true", help="use the fused adaLN kernel in the model")
@@ -114,6 +119,8 @@ def check_args(p: argparse.ArgumentParser, args) -> torch.device:
                     ("--max-tokens", args.max_tokens), ("--threads", args.threads)):
         if v is not None and v < 1:
             p.error(f"{name} must be >= 1, got {v}")
+    if args.interleave is None or not (0 <= args.interleave <= 1000):
+        p.error(f"--interleave must be a number of rounds from 0 (off) to 1000, got {args.interleave}")
     if args.packs is None or not (0 <= args.packs <= 10000):
         p.error(f"--packs must be a count of packs from 0 to 10000, got {args.packs}")
     if args.fit_packs and args.packs < 1:
@@ -160,12 +167,13 @@ def _checked(points, what: str):
     return checked
 
 
-def timed(step, model, device, reps: int, clock: str = "wall"):
+def timed(step, model, device, reps: int, clock: str = "wall", warmup: bool = True):
     """Seconds of forward (`step()`, returning the loss) + backward, `reps` times after one
-    warm-up: CUDA events on a GPU, else the wall clock or (clock "thread") this thread's CPU
-    time. The peak-memory counter is reset before each repetition."""
+    warm-up (none with warmup False): CUDA events on a GPU, else the wall clock or (clock
+    "thread") this thread's CPU time. The peak-memory counter is reset before each repetition."""
     times = []
-    for i in range(reps + 1):  # the first is a warm-up
+    for i in range(reps + 1 if warmup else reps):
+        i += 0 if warmup else 1  # i == 0: the warm-up, not kept
         if device.type == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
@@ -185,24 +193,49 @@ def timed(step, model, device, reps: int, clock: str = "wall"):
     return times
 
 
-def measure(model, c, shape, batch, device, reps, clock="wall", statistic="median"):
+def point_step(model, c, shape, batch, device):
+    """forward of `model` on random inputs of `batch` samples of (frames, height, width)
+    `shape`, as a function returning the loss (for timed())."""
     frames, height, width = shape
     f = 1 + (frames - 1) // 4
     x0 = torch.randn(batch, c.in_channels, f, height // 8, width // 8, device=device)
     ctx = torch.randn(batch, c.text_len, c.text_dim, device=device)
     amp = device.type == "cuda"
+
     def step():
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
             return wan_dit.flow_matching_loss(model, x0, ctx).mean()
+    return step
 
-    times = timed(step, model, device, reps, clock)
+
+def measure(model, c, shape, batch, device, reps, clock="wall", statistic="median"):
+    times = timed(point_step(model, c, shape, batch, device), model, device, reps, clock)
     peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else None
-    tokens = f * (height // 16) * (width // 16)
     # The median by default: a training epoch runs each micro-batch once and pays its jitter
     # (on a CPU the median of small micro-batches was 13-25% above the fastest, which priced
     # plans of many small micro-batches too low); min: the machine without interference.
-    return {"tokens": tokens, "batch": batch, "time_s": min(times) if statistic == "min" else statistics.median(times),
+    return {"tokens": shape_tokens(shape), "batch": batch, "shape": list(shape),
+            "time_s": min(times) if statistic == "min" else statistics.median(times),
             "peak_bytes": peak, "log_spread": log_spread(times)}
+
+
+def interleave(model, c, points, device, rounds: int, clock="wall", statistic="median", seed: int = 0):
+    """Times every point (a measure() result) once a round for `rounds` rounds, the points in a
+    new order each round (random.Random(seed)), so each runs after other shapes as in a
+    training epoch; returns the points with time_s (the statistic of the rounds), log_spread
+    (theirs) and interleaved = rounds. The inputs are made before each timing, outside it."""
+    rng = random.Random(seed)
+    times = [[] for _ in points]
+    order = list(range(len(points)))
+    for r in range(rounds):
+        rng.shuffle(order)
+        for i in order:
+            pt = points[i]
+            times[i] += timed(point_step(model, c, tuple(pt["shape"]), pt["batch"], device), model, device, 1,
+                              clock, warmup=False)
+        print(f"interleaved round {r + 1}/{rounds}: {len(points)} points", flush=True)
+    return [dict(pt, time_s=min(t) if statistic == "min" else statistics.median(t), log_spread=log_spread(t),
+                 interleaved=rounds) for pt, t in zip(points, times)]
 
 
 def log_spread(times) -> float:
@@ -251,7 +284,7 @@ def sweep(model, c, shapes, device, max_batch: int, reps: int, max_tokens=None, 
     for si, shape in enumerate(shapes):
         batch = 1
         prev = None
-        tokens = (1 + (shape[0] - 1) // 4) * (shape[1] // 16) * (shape[2] // 16)
+        tokens = shape_tokens(shape)
         while batch <= max_batch and (max_tokens is None or batch == 1 or batch * tokens <= max_tokens):
             if total and prev and prev["peak_bytes"]:
                 # Activations grow linearly in B: extrapolate from the last point.
@@ -399,6 +432,9 @@ def main(argv=None):
                 memory_fraction=args.memory_fraction)
     points = sweep(model, c, SHAPES[name_of_sweep], device, **opts)
     held = sweep(model, c, HELD_OUT[name_of_sweep], device, label="held out ", **opts) if args.held_out else []
+    if args.interleave:
+        both = interleave(model, c, points + held, device, args.interleave, args.clock, args.statistic)
+        points, held = both[:len(points)], both[len(points):]
     packs = []
     if args.packs:
         pool = SHAPES[name_of_sweep] + (HELD_OUT[name_of_sweep] if args.held_out else [])

@@ -73,3 +73,32 @@ def test_jitter_prediction_prices_the_wait_for_the_slowest_rank():
     assert large["throughput_samples_per_s"] < small["throughput_samples_per_s"] < plain
     # A fixed seed: the same figures every run.
     assert train_dit.jitter_prediction(steps, {"k": 0.2, "q": 0.0}, 16, 1000, [0.0, 0.0]) == large
+
+
+def test_interleave_times_every_point_in_shuffled_rounds(tmp_path, monkeypatch):
+    monkeypatch.setitem(calibrate.SHAPES, "tiny", [(1, 32, 48), (5, 32, 48), (1, 64, 64)])
+    seen = []
+    timed = calibrate.timed
+
+    def spy(step, model, device, reps, clock="wall", warmup=True):
+        seen.append((reps, warmup))
+        return timed(step, model, device, reps, clock, warmup)
+    monkeypatch.setattr(calibrate, "timed", spy)
+    out, meas = tmp_path / "p.json", tmp_path / "m.jsonl"
+    calibrate.main(["--config", "tiny", "--layers", "1", "--device", "cpu", "--threads", "1", "--reps", "1",
+                    "--max-batch", "2", "--interleave", "3", "--out", str(out), "--measurements-out", str(meas)])
+    pts = [json.loads(s) for s in meas.read_text().splitlines()]
+    n = len(pts)
+    assert n == 6  # 3 shapes at B = 1, 2
+    # The sweep (a warm-up and one repetition each), then 3 rounds of one unwarmed timing each.
+    assert seen == [(1, True)] * n + [(1, False)] * (3 * n)
+    for pt in pts:
+        assert pt["interleaved"] == 3 and pt["time_s"] > 0 and pt["log_spread"] >= 0
+        assert pt["tokens"] == calibrate.shape_tokens(pt["shape"])
+    assert "jitter" in json.loads(out.read_text())
+
+
+def test_interleave_out_of_range_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        calibrate.main(["--config", "tiny", "--out", str(tmp_path / "p.json"), "--interleave", "-1"])
+    assert e.value.code == 2 and "--interleave" in capsys.readouterr().err
