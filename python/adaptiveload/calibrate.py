@@ -172,8 +172,8 @@ def timed(step, model, device, reps: int, clock: str = "wall", warmup: bool = Tr
     warm-up (none with warmup False): CUDA events on a GPU, else the wall clock or (clock
     "thread") this thread's CPU time. The peak-memory counter is reset before each repetition."""
     times = []
-    for i in range(reps + 1 if warmup else reps):
-        i += 0 if warmup else 1  # i == 0: the warm-up, not kept
+    first = 1 if warmup else 0  # runs before `first` are the warm-up, not kept
+    for i in range(first + reps):
         if device.type == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
@@ -188,7 +188,7 @@ def timed(step, model, device, reps: int, clock: str = "wall", warmup: bool = Tr
             dt = a.elapsed_time(b) / 1000.0
         else:
             dt = (time.thread_time() if clock == "thread" else time.perf_counter()) - t0
-        if i > 0:
+        if i >= first:
             times.append(dt)
     return times
 

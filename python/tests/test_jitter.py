@@ -57,7 +57,7 @@ def test_micro_batch_prices_add_up_to_the_rank_times():
             assert len(prices) == len(s._plan.rank_step(t, r))
             assert sum(prices) == pytest.approx(total, rel=1e-9)
             plan_mbs += len(prices)
-    assert plan_mbs > s.num_steps * 4 - 1  # every rank has work in every step
+    assert plan_mbs >= s.num_steps * 4  # every rank has work in every step
 
 
 def test_jitter_prediction_prices_the_wait_for_the_slowest_rank():

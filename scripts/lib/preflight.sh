@@ -27,7 +27,7 @@ _PREFLIGHT_TOOLCHAIN_PKGS="libc6-dev linux-libc-dev libstdc++-12-dev libgcc-12-d
 preflight_headers() {
   local cc="$1" flags="$2"
   shift 2
-  local deps bad=0 f h pkg i=0 jobs
+  local deps bad=0 f h k pkg i=0 jobs
   deps="$(mktemp)"
   jobs="$(nproc 2>/dev/null || echo 2)"
   # COMPILER -M on every source, nproc at a time; each writes its own .d and, on failure,
@@ -40,10 +40,10 @@ preflight_headers() {
     if [ $((i % jobs)) = 0 ]; then wait; fi
   done
   wait
-  for ((f = 1; f <= i; f++)); do
-    cat "$deps.$f.d" >>"$deps" 2>/dev/null
-    if [ -s "$deps.$f.fail" ]; then cat "$deps.$f.fail" >&2; bad=1; fi
-    rm -f "$deps.$f.d" "$deps.$f.err" "$deps.$f.fail"
+  for ((k = 1; k <= i; k++)); do
+    cat "$deps.$k.d" >>"$deps" 2>/dev/null
+    if [ -s "$deps.$k.fail" ]; then cat "$deps.$k.fail" >&2; bad=1; fi
+    rm -f "$deps.$k.d" "$deps.$k.err" "$deps.$k.fail"
   done
   # The system headers (the copy, torch's and CUDA's headers and the venv are not), and the
   # package owning each: one dpkg -S for all of them (one call a header took ~0.1 s each,
