@@ -14,6 +14,8 @@ Packed balanced beside bucketed balanced (--packing both: each strategy bucketed
 in every repetition; the packed rows say their speedup over the same strategy bucketed):
   python examples/compare.py --strategies balanced --packing both --fused off --epoch --subset 200 \
       --repeat 3 --threads 1 --clock thread -w 4 -m data/taichi_hd.csv -m data/coco2017_val_images.csv
+Every run of a repetition one after the other, or with --interleave a global step each in turn (the
+same machine state for every strategy, step by step: the paired ratios then see no drift between runs).
 Other options are train_dit.py's (--model wan-dit, our own DiT, is the default).
 """
 import argparse
@@ -188,7 +190,7 @@ def summarize(repeats):
 def paired_ratios(rows):
     """Per repetition, balanced's measured samples/s over each other strategy's (same kernel and
     packing, the same samples and the same machine state: they ran in the same repetition, one
-    after the other): "balanced_over_runs", and the planner's ratio "balanced_over_predicted"
+    after the other, or with --interleave a step each in turn): "balanced_over_runs", and the planner's ratio "balanced_over_predicted"
     (None for balanced itself, or with no balanced row beside it)."""
     bal = {(r["fused_adaln"], r["packing"]): r for r in rows if r["strategy"] == "balanced"}
     for r in rows:
@@ -268,6 +270,10 @@ def main(argv=None, exit_process: bool = False):
                    help=f"comma list, or 'all' ({','.join(ALL_STRATEGIES)}); default: %(default)s")
     p.add_argument("--repeat", type=int, default=1, help="run every strategy x kernel setting N times "
                    "(interleaved) and report the median and range of the measured figures")
+    p.add_argument("--discard", type=int, default=0, metavar="N", help="run N repetitions first and report "
+                   "none of them: a process's first epochs run slower than its later ones (allocator, caches; "
+                   "measured 1.13-1.22x on the CPU miniature), which would fall on the first repetition's first "
+                   "runs (default: %(default)s)")
     p.add_argument("--calibrate", action="store_true", help="measure the model on this device first and plan "
                    "every run with the fitted profile (written to OUT_DIR/profile.json); replaces --profile")
     p.add_argument("--fused", default="both", choices=["off", "on", "both"], help="fused adaLN kernel settings "
@@ -278,6 +284,8 @@ def main(argv=None, exit_process: bool = False):
     args, rest = p.parse_known_args(argv)
     if args.repeat < 1:
         p.error(f"--repeat must be >= 1, got {args.repeat}")
+    if not 0 <= args.discard <= 100:
+        p.error(f"--discard must be a number of repetitions from 0 to 100, got {args.discard}")
     if args.calibrate and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         p.error("--calibrate measures in one process: calibrate first (python -m adaptiveload.calibrate, or this "
                 "script without torchrun), then pass --profile under torchrun")
@@ -294,6 +302,10 @@ def main(argv=None, exit_process: bool = False):
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if distributed:  # one process group for every repetition (train_dit.main keeps a caller's)
         train_dit.init_distributed(train_dit.parse_args(targs).device)
+    for i in range(args.discard):
+        if rank0:
+            print(f"== discarded repetition {i + 1}/{args.discard} ({time.perf_counter() - t0:.0f} s)", flush=True)
+        train_dit.main(targs)
     repeats = []
     for i in range(args.repeat):
         if args.repeat > 1 and rank0:
@@ -307,12 +319,14 @@ def main(argv=None, exit_process: bool = False):
     span = (f"whole epochs of {r0['measured']['samples']} samples" if "--epoch" in targs
             else f"{r0['measured']['steps']} steps each")
     meta = (f"{r0['model']} {r0['config']} ({r0['layers']} layers), {r0['world_size']} ranks {r0['mode']}, "
-            f"{r0['device']} ({r0['clock']} clock), {span}")
+            f"{r0['device']} ({r0['clock']} clock), {span}"
+            + (", the runs interleaved a step each in turn" if "--interleave" in targs else ""))
     out = {"meta": meta, "paper": train_dit.PAPER, "elapsed_s": elapsed, "calibration": calibration,
            "argv": targs}
     if args.repeat > 1:
         rows = summarize(repeats)
-        meta += f", {args.repeat} repetitions, {elapsed:.0f} s in all"
+        discarded = f" after {args.discard} discarded" if args.discard else ""
+        meta += f", {args.repeat} repetitions{discarded}, {elapsed:.0f} s in all"
         md = markdown_repeated(rows, meta)
         out.update(meta=meta, rows=rows, runs=results, repeats=repeats)
     else:

@@ -233,6 +233,10 @@ def parse_args(argv=None):
                    "always uses per-sample inputs (its ranks must hold the same tensors)")
     p.add_argument("--save-model", help="after the run, write the model's full state dict (torch.save) here "
                    "(under torchrun, rank 0 writes it; FSDP2's shards are gathered)")
+    p.add_argument("--interleave", action="store_true", help="advance the runs (every strategy x --fused x "
+                   "--packing) one global step each in turn instead of one run after another, so a drift of the "
+                   "machine's speed (clock frequency, caches, other load) falls on every run alike and their "
+                   "ratios pair step by step; each run keeps its own model, optimizer and plan")
     p.add_argument("--out", help="write the summaries (JSON list) here")
     p.add_argument("--log-samples", help="append the sample ids each rank trained, one JSON line per micro-batch "
                    "(under torchrun, one file per process: PATH.rankN); a micro-batch on a sequence-parallel "
@@ -667,6 +671,38 @@ def check_packed_model(args, ddp: bool) -> None:
 
 def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: int, report: bool = True,
                  packing: bool = False) -> dict:
+    """One run (a strategy, a kernel setting, a packing) start to end: its summary."""
+    run = strategy_steps(args, strategy, fused, dist_rank, dist_world, report, packing)
+    while True:
+        try:
+            next(run)
+        except StopIteration as done:
+            return done.value
+
+
+def run_interleaved(runs: list) -> list:
+    """Advances the runs (strategy_steps generators) one measured global step each in turn, in
+    their order, until each has ended: a drift of the machine's speed (clock frequency, caches,
+    other load) then falls on every run alike, step by step, instead of on whichever ran at the
+    time. Returns their summaries in the runs' order. Every rank of a torchrun job takes the
+    same turns (the plans are the same on every rank), so the collectives match."""
+    results = [None] * len(runs)
+    live = list(range(len(runs)))
+    while live:
+        for i in list(live):
+            try:
+                next(runs[i])
+            except StopIteration as done:
+                results[i] = done.value
+                live.remove(i)
+    return results
+
+
+def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world: int, report: bool = True,
+                   packing: bool = False):
+    """A generator of one run: it sets the run up (samplers, model, warm-up) and trains one
+    global step a turn, yielding after each step of the loop; its return value (StopIteration's)
+    is the run's summary. run_strategy runs it to the end, run_interleaved beside others."""
     device = torch.device(args.device)
     ddp = dist_world > 1
     # Trained as packs: packing asked for, or a strategy that always packs (its micro-batches mix shapes).
@@ -750,7 +786,8 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
     loss_scale = W if ddp and args.parallel else 1
     # One log per process (ranks of a torchrun job append to their own file).
     log_path = f"{args.log_samples}.rank{dist_rank}" if args.log_samples and ddp else args.log_samples
-    log = open(log_path, "a") if log_path else None
+    # Line-buffered: interleaved runs (--interleave) append to the same file, a whole line each.
+    log = open(log_path, "a", buffering=1) if log_path else None
     group_seconds: Dict[tuple, float] = {}  # emulated ranks: a group micro-batch's time, by (step, ranks, ids)
     mixed = [0, 0]  # packs this process trained in the measured steps, and those of them mixing shapes
 
@@ -911,6 +948,7 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
                 predicted_times = samplers[0].predicted_rank_times()
                 plan_first = samplers[0].num_steps - len(predicted_times)
                 mb_times = samplers[0].predicted_micro_batch_times() if jitter else None
+        yield  # one step done: run_interleaved may advance another run here
     if log:
         log.close()
     if args.save_model:
@@ -966,6 +1004,23 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
     }
 
 
+def say_result(r: dict, args, dist_rank: int) -> None:
+    """Rank 0 prints a run's line: measured and predicted idle and samples/s."""
+    if dist_rank != 0:
+        return
+    m, p = r["measured"], r["predicted"]
+    pk = f" packing={r['packing']:3s}" if args.packing != "off" or r["packing"] == "on" else ""
+    print(f"{r['strategy']:13s}{pk} fused={'on ' if r['fused_adaln'] else 'off'} "
+          f"imbalance {100 * m['imbalance']:5.1f}% "
+          f"(predicted {100 * p['imbalance']:5.1f}%)  {m['throughput_samples_per_s']:8.2f} samples/s "
+          f"(predicted {p['throughput_samples_per_s']:8.2f})  steps {m['steps']}"
+          + (f"  with jitter: imbalance {100 * p['with_jitter']['imbalance']:5.1f}% "
+             f"{p['with_jitter']['throughput_samples_per_s']:8.2f} samples/s" if "with_jitter" in p else "")
+          + (f"  idle at the barrier {100 * m['idle_measured']:5.1f}% (busy outside the timed compute "
+             f"{100 * m['outside_compute']:4.1f}%)" if "idle_measured" in m else ""),
+          flush=True)
+
+
 def main(argv=None, exit_process: bool = False) -> List[dict]:
     """Runs the strategies and returns their summaries. exit_process (the script's entry):
     under torchrun, once every rank is done, the process ends at once (os._exit) instead of
@@ -997,25 +1052,20 @@ def main(argv=None, exit_process: bool = False) -> List[dict]:
             local = int(os.environ.get("LOCAL_RANK", "0"))
             torch.cuda.set_device(local)
             args.device = f"cuda:{local}"
-    results = []
-    for strategy in args.strategy.split(","):
-        for packing, fused in [(pk, fu) for pk in packing_opts for fu in fused_opts]:
-            # What the plan leaves out is said once (the manifest and options are the same for every run).
-            r = run_strategy(args, strategy.strip(), fused, dist_rank, dist_world, report=not results,
-                             packing=packing)
-            results.append(r)
-            if dist_rank == 0:
-                m, p = r["measured"], r["predicted"]
-                pk = f" packing={r['packing']:3s}" if args.packing != "off" or r["packing"] == "on" else ""
-                print(f"{r['strategy']:13s}{pk} fused={'on ' if fused else 'off'} "
-                      f"imbalance {100 * m['imbalance']:5.1f}% "
-                      f"(predicted {100 * p['imbalance']:5.1f}%)  {m['throughput_samples_per_s']:8.2f} samples/s "
-                      f"(predicted {p['throughput_samples_per_s']:8.2f})  steps {m['steps']}"
-                      + (f"  with jitter: imbalance {100 * p['with_jitter']['imbalance']:5.1f}% "
-                         f"{p['with_jitter']['throughput_samples_per_s']:8.2f} samples/s" if "with_jitter" in p else "")
-                      + (f"  idle at the barrier {100 * m['idle_measured']:5.1f}% (busy outside the timed compute "
-                         f"{100 * m['outside_compute']:4.1f}%)" if "idle_measured" in m else ""),
-                      flush=True)
+    runs = [(strategy.strip(), packing, fused) for strategy in args.strategy.split(",")
+            for packing, fused in [(pk, fu) for pk in packing_opts for fu in fused_opts]]
+    # What the plan leaves out is said once (the manifest and options are the same for every run).
+    if args.interleave:
+        results = run_interleaved([strategy_steps(args, strategy, fused, dist_rank, dist_world, report=i == 0,
+                                                  packing=packing)
+                                   for i, (strategy, packing, fused) in enumerate(runs)])
+        for r in results:
+            say_result(r, args, dist_rank)
+    else:
+        results = []
+        for i, (strategy, packing, fused) in enumerate(runs):
+            results.append(run_strategy(args, strategy, fused, dist_rank, dist_world, report=i == 0, packing=packing))
+            say_result(results[-1], args, dist_rank)
     if dist_rank == 0 and args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=2)

@@ -18,7 +18,9 @@
 #   STEPS="real2 emulated" scripts/cpu_eval.sh    some of: calibrate real2 emulated kernels adapt
 # Environment: OUT (out/cpu_eval), SUBSET (200 rows of each manifest: 400 samples an epoch),
 # REPEAT (5), EMULATED ("4 8"), PYTHON (.venv/bin/python), CALIB_REPS (5), CALIB_INTERLEAVE (0: the
-# repetitions back to back; R: calibrate --interleave R, each point timed once a round in a shuffled order)
+# repetitions back to back; R: calibrate --interleave R, each point timed once a round in a shuffled order),
+# RUNS (interleaved: compare.py --interleave, the strategies a step each in turn; sequential: one run
+# after another), DISCARD (0: compare.py --discard N, repetitions run first and not reported)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/cpu_eval}
@@ -27,6 +29,8 @@ REPEAT=${REPEAT:-5}
 EMULATED=${EMULATED:-4 8}
 CALIB_REPS=${CALIB_REPS:-5}
 CALIB_INTERLEAVE=${CALIB_INTERLEAVE:-0}
+RUNS=${RUNS:-interleaved}
+DISCARD=${DISCARD:-0}
 PY=${PYTHON:-.venv/bin/python}
 STEPS=${STEPS:-calibrate real2 emulated kernels adapt}
 [ -x "$PY" ] || command -v "$PY" >/dev/null || { echo "cpu_eval: no Python at $PY (run scripts/python_env.sh, or set PYTHON)" >&2; exit 2; }
@@ -35,6 +39,11 @@ export OMP_NUM_THREADS=1 PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 PROFILE="$OUT/profile.json"
 COMMON=(--config tiny --grid mini --epoch --subset "$SUBSET" --threads 1 --clock thread
         -m data/taichi_hd.csv -m data/coco2017_val_images.csv)
+case "$RUNS" in
+  interleaved) ORDER=(--interleave --discard "$DISCARD") ;;
+  sequential) ORDER=(--discard "$DISCARD") ;;
+  *) echo "cpu_eval: RUNS is interleaved or sequential, got '$RUNS'" >&2; exit 2 ;;
+esac
 STRATS=equal_tokens,dual,balanced
 t0=$(date +%s)
 stamp() { echo "== cpu_eval: $1 ($(($(date +%s) - t0)) s, load $(cut -d' ' -f1-3 /proc/loadavg))"; }
@@ -51,7 +60,7 @@ fi
 if want real2; then
   stamp "2 real ranks (torchrun, gloo)"
   "$PY" -m torch.distributed.run --nproc_per_node 2 examples/compare.py "${COMMON[@]}" --strategies "$STRATS" \
-    --fused off --repeat "$REPEAT" --profile "$PROFILE" --out-dir "$OUT/real2" > "$OUT/real2.log" 2>&1 ||
+    --fused off --repeat "$REPEAT" "${ORDER[@]}" --profile "$PROFILE" --out-dir "$OUT/real2" > "$OUT/real2.log" 2>&1 ||
     { tail -40 "$OUT/real2.log" >&2; exit 1; }
   table "$OUT/real2"
 fi
@@ -59,7 +68,7 @@ if want emulated; then
   for w in $EMULATED; do
     stamp "$w emulated ranks"
     "$PY" examples/compare.py "${COMMON[@]}" -w "$w" --strategies "$STRATS" --fused off --repeat "$REPEAT" \
-      --profile "$PROFILE" --out-dir "$OUT/emulated$w" > "$OUT/emulated$w.log" 2>&1 ||
+      "${ORDER[@]}" --profile "$PROFILE" --out-dir "$OUT/emulated$w" > "$OUT/emulated$w.log" 2>&1 ||
       { tail -40 "$OUT/emulated$w.log" >&2; exit 1; }
     table "$OUT/emulated$w"
   done
@@ -67,7 +76,7 @@ fi
 if want kernels; then
   stamp "fused adaLN off and on, bucketed and packed balanced (4 emulated ranks)"
   "$PY" examples/compare.py "${COMMON[@]}" -w 4 --strategies balanced --fused both --packing both \
-    --repeat "$REPEAT" --profile "$PROFILE" --out-dir "$OUT/kernels" > "$OUT/kernels.log" 2>&1 ||
+    --repeat "$REPEAT" "${ORDER[@]}" --profile "$PROFILE" --out-dir "$OUT/kernels" > "$OUT/kernels.log" 2>&1 ||
     { tail -40 "$OUT/kernels.log" >&2; exit 1; }
   table "$OUT/kernels"
 fi

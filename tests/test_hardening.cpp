@@ -59,8 +59,11 @@ Manifest small_manifest() {
 }
 
 void expect_finite_metrics(const Metrics& m, const std::string& ctx) {
-  for (const MetricField& f : metric_fields())
-    if (f.real()) EXPECT_TRUE(std::isfinite(f.number(m))) << ctx << " " << f.key;
+  for (const MetricField& f : metric_fields()) {
+    if (f.real()) {
+      EXPECT_TRUE(std::isfinite(f.number(m))) << ctx << " " << f.key;
+    }
+  }
 }
 
 // Every budget, cost and metric of a planner finite, every strategy's plan within contract.

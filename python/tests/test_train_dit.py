@@ -266,6 +266,73 @@ def test_packed_emulated_epoch_matches_its_unpacked_run(tmp_path, model):
         assert [r["packing"] for r in both] == ["off", "on"] and both[0]["packs"] is None
 
 
+def test_interleaved_runs_train_what_they_train_one_after_another(tmp_path):
+    """--interleave: the runs take one global step each in turn (the log alternates between
+    them step by step), and each run trains exactly what it trains alone: the same steps, the
+    same micro-batches on the same ranks, the same per-sample losses (per-sample inputs), the
+    same summary counts."""
+    manifest = write_csv(tmp_path / "m.csv", real_rows(6, 24))
+    base = TINY + ["-m", manifest, "-w", "2", "--epoch", "--inputs", "per-sample", "--strategy",
+                   "equal_tokens,balanced"]
+    logs, results = {}, {}
+    for mode in ("sequential", "interleaved"):
+        logs[mode] = tmp_path / f"{mode}.jsonl"
+        results[mode] = train_dit.main(base + ["--log-samples", str(logs[mode])]
+                                       + (["--interleave"] if mode == "interleaved" else []))
+    seq, inter = ([json.loads(line) for line in open(logs[m])] for m in ("sequential", "interleaved"))
+    key = lambda e: (e["strategy"], e["step"], e["rank"], e["ids"], e["losses"])  # noqa: E731
+    assert sorted(map(key, inter), key=str) == sorted(map(key, seq), key=str)
+    # Sequential: every equal_tokens line before every balanced line. Interleaved: the steps in
+    # the order they ran alternate between the strategies while both still have steps.
+    order = lambda log: [s for i, s in enumerate(e["strategy"] for e in log)  # noqa: E731
+                         if i == 0 or (log[i - 1]["strategy"], log[i - 1]["step"]) != (log[i]["strategy"], log[i]["step"])]
+    assert order(seq) == sorted(order(seq), key=["equal_tokens", "balanced"].index)
+    turns = order(inter)
+    steps = {s: turns.count(s) for s in ("equal_tokens", "balanced")}
+    both = 2 * min(steps.values())
+    assert min(steps.values()) >= 2, steps
+    assert turns[:both] == ["equal_tokens", "balanced"] * (both // 2), turns
+    for a, b in zip(results["sequential"], results["interleaved"]):
+        assert a["strategy"] == b["strategy"]
+        for k in ("steps", "samples"):
+            assert a["measured"][k] == b["measured"][k], (a["strategy"], k)
+        assert a["predicted"] == b["predicted"]
+
+
+def test_compare_discards_its_warm_up_repetitions(tmp_path, monkeypatch, capsys):
+    """compare.py --discard N: N repetitions run first (the same runs, the same arguments) and
+    none of them is in the table or the JSON; --interleave reaches train_dit and the table says
+    so; --discard out of range is refused naming it."""
+    sys.path.insert(0, os.path.join(REPO, "examples"))
+    try:
+        import compare
+    finally:
+        sys.path.pop(0)
+    calls = []
+
+    def fake_main(argv):  # the n-th call's samples/s is 100 + n: the discarded ones are told apart
+        calls.append(list(argv))
+        sps = 100.0 + len(calls)
+        return [{"strategy": s, "fused_adaln": False, "plan_steps": 3, "model": "wan-dit", "config": "tiny",
+                 "layers": 2, "world_size": 2, "mode": "emulated", "device": "cpu", "clock": "thread",
+                 "measured": {"imbalance": 0.1, "throughput_samples_per_s": sps, "steps": 3, "samples": 9,
+                              "time_s": 9 / sps, "throughput_tokens_per_s": 1.0},
+                 "predicted": {"imbalance": 0.1, "throughput_samples_per_s": 100.0, "throughput_tokens_per_s": 1.0}}
+                for s in ("equal_tokens", "balanced")]
+
+    monkeypatch.setattr(compare.train_dit, "main", fake_main)
+    rows = compare.main(["--out-dir", str(tmp_path), "--strategies", "equal_tokens,balanced", "--fused", "off",
+                         "--repeat", "2", "--discard", "2", "--epoch", "--interleave"])
+    assert len(calls) == 4 and all(c == calls[0] for c in calls) and "--interleave" in calls[0]
+    assert [r["samples_per_s_runs"] for r in rows] == [[103.0, 104.0], [103.0, 104.0]]
+    out = json.loads((tmp_path / "compare.json").read_text())
+    assert len(out["repeats"]) == 2 and "2 repetitions after 2 discarded" in out["meta"]
+    assert "the runs interleaved a step each in turn" in (tmp_path / "compare.md").read_text()
+    with pytest.raises(SystemExit) as e:
+        compare.main(["--out-dir", str(tmp_path), "--discard", "-1"])
+    assert e.value.code == 2 and "--discard must be" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv,message", [
     (["--sp", "2", "--packing", "on"], "--sp 2 runs every sample on a sequence-parallel group of 2"),
 ])
