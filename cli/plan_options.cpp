@@ -294,7 +294,7 @@ void print_table(const Planner& planner, const Manifest& manifest, const Compari
   out << "model " << planner.model().name << ", " << cfg.world_size << " x " << planner.device().name << ", cost model "
       << planner.cost().name() << ", checkpointing " << (cfg.checkpointing ? "on" : "off")
       << ", " << (planner.sharded() ? "fsdp" : "ddp") << ", " << sync_name(planner.sync()) << " sync"
-      << (cfg.sync == "auto" ? " (auto)" : "") << (planner.packing() ? ", packing on" : "") << ", seed " << cfg.seed
+      << (planner.options().sync ? "" : " (auto)") << (planner.packing() ? ", packing on" : "") << ", seed " << cfg.seed
       << ", epoch " << cfg.epoch << "\n";
   out << "global batch: " << planner.global_batch_text() << "\n";
   if (planner.max_group() > 1) {
@@ -302,7 +302,7 @@ void print_table(const Planner& planner, const Manifest& manifest, const Compari
     std::map<int, int64_t> per_g;
     for (size_t b = 0; b < bk.buckets.size(); ++b)
       if (bk.bucket_counts[b] > 0) per_g[planner.bucket_groups().empty() ? 1 : planner.bucket_groups()[b]] += bk.bucket_counts[b];
-    out << "sequence parallelism (" << cfg.sp << ", sizes " << cfg.sp_sizes << "): samples on g GPUs:";
+    out << "sequence parallelism (" << sp_policy_text(planner.options()) << ", sizes " << cfg.sp_sizes << "): samples on g GPUs:";
     for (const auto& [g, n] : per_g) out << " g=" << g << " " << thousands(n);
     const std::string mixing = strategy_names("/", "/", mixes_groups);
     out << "; " << mixing << " mixes them, " << strategy_names("/", "/", runs_one_group) << " run all on g="

@@ -116,17 +116,18 @@ std::string fixed_group_rows_text() {
 std::string sp_item(const Planner& planner, const std::vector<Metrics>& metrics) {
   const Bucketing& bk = planner.bucketing();
   const auto& cfg = planner.config();
+  const SpPolicy policy = planner.options().sp;
   std::ostringstream o;
-  o << "<li>sequence parallelism (Ulysses): policy <b>" << xml_escape(cfg.sp) << "</b>";
-  if (cfg.sp == "auto")
+  o << "<li>sequence parallelism (Ulysses): policy <b>" << xml_escape(sp_policy_text(planner.options())) << "</b>";
+  if (policy == SpPolicy::kAuto)
     o << " (a sample that does not fit one GPU runs on the smallest group it fits, or a larger "
          "one where balanced's simulation says that shortens the epoch)";
-  else if (cfg.sp == "min")
+  else if (policy == SpPolicy::kMin)
     o << " (every sample on the smallest group it fits)";
-  else if (cfg.sp == "per-sample")
+  else if (policy == SpPolicy::kPerSample)
     o << " (balanced tries groups even for samples that fit one GPU)";
-  else if (cfg.sp != "off")
-    o << " (every sample on " << xml_escape(cfg.sp) << " GPUs)";
+  else if (policy == SpPolicy::kFixed)
+    o << " (every sample on " << planner.options().sp_group << " GPUs)";
   const SeqParallel sp = planner.seq_parallel();
   std::string usable;
   for (int g = 1; g <= kMaxGroup; g *= 2)
@@ -157,9 +158,9 @@ std::string sp_item(const Planner& planner, const std::vector<Metrics>& metrics)
   for (size_t i = 0; i < used.size(); ++i)
     o << (i ? ";" : "") << " g=" << used[i].first << " by " << used[i].second;
   o << ". ";
-  if (cfg.sp == "auto" || cfg.sp == "per-sample" || cfg.sp == "min")
+  if (policy == SpPolicy::kAuto || policy == SpPolicy::kPerSample || policy == SpPolicy::kMin)
     o << strategy_names(", ", " and ", mixes_groups) << " mixes group sizes per sample"
-      << (cfg.sp == "min" ? " (each on the smallest it fits)"
+      << (policy == SpPolicy::kMin ? " (each on the smallest it fits)"
                           : " and keeps the fastest choice it simulates")
       << "; " << strategy_names(", ", " and ", runs_one_group) << " run every sample on g=" << planner.max_group()
       << " (the largest any sample needs)";
@@ -188,7 +189,7 @@ std::string inputs_section(const Planner& planner, const Manifest* manifest,
     << xml_escape(planner.device().name) << "</b>, grid " << xml_escape(planner.grid().name)
     << ", cost model " << xml_escape(planner.cost().name()) << ", checkpointing "
     << (cfg.checkpointing ? "on" : "off") << ", " << (planner.sharded() ? "fsdp" : "ddp") << ", <b>"
-    << sync_name(planner.sync()) << " sync</b> (" << (cfg.sync == "auto" ? "auto; " : "")
+    << sync_name(planner.sync()) << " sync</b> (" << (planner.options().sync ? "" : "auto; ")
     << sync_text(planner) << "), seed " << cfg.seed << ", epoch " << cfg.epoch << "</li>\n";
   if (sp_in_use(planner, metrics)) o << sp_item(planner, metrics);
   o << "<li>global batch: " << xml_escape(planner.global_batch_text()) << "</li>\n";
