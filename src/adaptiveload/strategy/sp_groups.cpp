@@ -62,9 +62,10 @@ Plan plan_step(const PlanProblem& pr, const BucketedPool& pool, const GroupBucke
   });
   std::vector<int64_t> clock(K * W, 0);
   std::vector<uint64_t> where(items.size());  // t * W + first rank of its block
-  // Rank-seconds (ticks) of the items from position i on.
-  std::vector<double> rest(order.size() + 1, 0);
-  for (size_t i = order.size(); i-- > 0;) rest[i] = rest[i + 1] + double(to_ticks(items[order[i]].cost)) * items[order[i]].group;
+  // Rank-ticks of the items from position i on (128-bit: a sum over every rank of the epoch).
+  std::vector<__int128> rest(order.size() + 1, 0);
+  for (size_t i = order.size(); i-- > 0;)
+    rest[i] = rest[i + 1] + __int128(to_ticks(items[order[i]].cost)) * items[order[i]].group;
   std::vector<int64_t> level(K), top_of(K);
   size_t i = 0;
   while (i < order.size()) {
@@ -72,26 +73,28 @@ Plan plan_step(const PlanProblem& pr, const BucketedPool& pool, const GroupBucke
     const uint64_t per_step = W / uint64_t(g);
     // Each step's level: its longest rank so far, or lambda where the work left brings every
     // step up to it: sum_t W max(M_t, lambda) = work left + the clocks so far.
-    double have = rest[i];
+    __int128 have = rest[i];
     for (uint64_t t = 0; t < K; ++t) {
       int64_t m = 0;
-      for (uint64_t r = 0; r < W; ++r) m = std::max(m, clock[t * W + r]), have += double(clock[t * W + r]);
+      for (uint64_t r = 0; r < W; ++r) m = std::max(m, clock[t * W + r]), have += clock[t * W + r];
       top_of[t] = m;
     }
     std::vector<int64_t> sorted_top(top_of);
     std::sort(sorted_top.begin(), sorted_top.end());
-    // lambda: with the j largest steps above it, (K - j) lambda + sum of those = have / W.
-    double above = 0, lambda = 0;
-    for (uint64_t j = 0; j <= K; ++j) {
-      const double x = (have / double(W) - above) / double(K - j);
-      const double lo = j < K ? double(sorted_top[K - 1 - j]) : 0;
-      if (j == K || x >= lo) {
-        lambda = j == K ? 0 : x;
+    // lambda: with the j largest steps above it, (K - j) lambda + sum of those = have / W, in
+    // whole ticks (the floor of the exact quotient; the test x >= lo exact as num >= lo * den).
+    __int128 above = 0;
+    int64_t lambda = 0;
+    for (uint64_t j = 0; j < K; ++j) {
+      const __int128 num = have - __int128(W) * above, den = __int128(W) * __int128(K - j);
+      const int64_t lo = sorted_top[K - 1 - j];
+      if (num >= __int128(lo) * den) {
+        lambda = int64_t(num / den);  // num >= 0 here (lo >= 0): the division is the floor
         break;
       }
       above += lo;
     }
-    for (uint64_t t = 0; t < K; ++t) level[t] = std::max<int64_t>(top_of[t], int64_t(lambda));
+    for (uint64_t t = 0; t < K; ++t) level[t] = std::max<int64_t>(top_of[t], lambda);
     if (g > 1) {
       // Wide micro-batches are coarse: best fit (the block whose room below its step's level
       // fits it most tightly; the roomiest when none does) leaves whole rooms for the next
