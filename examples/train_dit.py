@@ -681,8 +681,9 @@ def run_strategy(args, strategy: str, fused: bool, dist_rank: int, dist_world: i
 
 
 def run_interleaved(runs: list) -> list:
-    """Advances the runs (strategy_steps generators) one measured global step each in turn, in
-    their order, until each has ended: a drift of the machine's speed (clock frequency, caches,
+    """Advances the runs (strategy_steps generators) one global step of their loops each in turn
+    (a run's set-up and epoch warm-up come with its first turn), in their order, until each has
+    ended: a drift of the machine's speed (clock frequency, caches,
     other load) then falls on every run alike, step by step, instead of on whichever ran at the
     time. Returns their summaries in the runs' order. Every rank of a torchrun job takes the
     same turns (the plans are the same on every rank), so the collectives match."""
