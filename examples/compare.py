@@ -190,8 +190,9 @@ def summarize(repeats):
 def paired_ratios(rows):
     """Per repetition, balanced's measured samples/s over each other strategy's (same kernel and
     packing, the same samples and the same machine state: they ran in the same repetition, one
-    after the other, or with --interleave a step each in turn): "balanced_over_runs", and the planner's ratio "balanced_over_predicted"
-    (None for balanced itself, or with no balanced row beside it)."""
+    after the other, or with --interleave a step each in turn): "balanced_over_runs", and the
+    planner's ratio "balanced_over_predicted" (None for balanced itself, or with no balanced row
+    beside it)."""
     bal = {(r["fused_adaln"], r["packing"]): r for r in rows if r["strategy"] == "balanced"}
     for r in rows:
         b = bal.get((r["fused_adaln"], r["packing"])) if r["strategy"] != "balanced" else None
@@ -271,9 +272,9 @@ def main(argv=None, exit_process: bool = False):
     p.add_argument("--repeat", type=int, default=1, help="run every strategy x kernel setting N times "
                    "(interleaved) and report the median and range of the measured figures")
     p.add_argument("--discard", type=int, default=0, metavar="N", help="run N repetitions first and report "
-                   "none of them: a process's first epochs run slower than its later ones (allocator, caches; "
-                   "measured 1.13-1.22x on the CPU miniature), which would fall on the first repetition's first "
-                   "runs (default: %(default)s)")
+                   "none of them: a process's first epochs can run slower than its later ones (allocator, "
+                   "caches; 1.13-1.22x on the CPU miniature on one machine, not on another), which would fall on "
+                   "the first repetition's first runs (default: %(default)s)")
     p.add_argument("--calibrate", action="store_true", help="measure the model on this device first and plan "
                    "every run with the fitted profile (written to OUT_DIR/profile.json); replaces --profile")
     p.add_argument("--fused", default="both", choices=["off", "on", "both"], help="fused adaLN kernel settings "
