@@ -81,6 +81,10 @@ add real-sp-2              "R --sp 2"
 add real-sp-auto-hunyuan   "R --model hunyuanvideo -w 16"
 add real-sp-micro-14b      "R --model wan2.1-14b --sp per-sample --sync micro -w 16"
 add real-sp-sizes          "R --model wan2.1-14b --sp auto --sp-sizes 1,2,4 -w 16"
+add real-sp-2-micro        "R --sp 2 --sync micro"
+add long-sp-hunyuan-micro  "R --model hunyuanvideo -w 16 --sync micro --grid wan-long"
+add long-sp-14b-micro-s256 "R --model wan2.1-14b --sp per-sample --sync micro -w 16 --grid wan-long --global-batch samples:256"
+add long-sp-14b            "R --model wan2.1-14b --sp per-sample -w 16 --grid wan-long"
 add real-power             "R --cost-model power"
 add real-ckpt-off          "R --checkpointing off"
 add real-wan-long          "R --grid wan-long"
@@ -103,7 +107,7 @@ add clips8k-dup            "G3 G3 --on-duplicate skip --on-oversize skip"
 add real-jsonl             "J"
 add real-jsonl-micro       "J --sync micro --global-batch samples:96"
 plans=(real real-jsonl real-micro real-fsdp14b-w16 real-samples64 real-free real-drop real-sp-min-14b real-sp-micro-14b
-  mix50k mix50k-micro mix3k-micro-drop clips8k-micro-w16)
+  real-sp-2-micro long-sp-hunyuan-micro long-sp-14b-micro-s256 long-sp-14b mix50k mix50k-micro mix3k-micro-drop clips8k-micro-w16)
 reports=(real real-micro real-sp-min-14b mix3k)
 if [ "$BIG" = 1 ]; then
   add big10m "BIG --on-oversize skip"

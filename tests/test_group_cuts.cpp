@@ -44,9 +44,10 @@ TEST(GroupCuts, BucketCostsOnTheirGroups) {
   const GroupBuckets c = group_bucket_costs(p.pr);
   EXPECT_EQ(c.g, (std::vector<int>{2, 1, 1}));
   EXPECT_EQ(c.cap, (std::vector<int64_t>{1, 5, 64}));
-  EXPECT_DOUBLE_EQ(c.per[1], 30000e-9);
-  EXPECT_DOUBLE_EQ(c.fixed[1], 1e-3);
-  EXPECT_LT(c.per[0], 200000e-9);  // split over 2 ranks (no all-to-all cost here)
+  // Ticks (ns): 30 us a sample, 1 ms fixed.
+  EXPECT_EQ(c.per[1], 30000);
+  EXPECT_EQ(c.fixed[1], 1000000);
+  EXPECT_LT(c.per[0], 200000);  // split over 2 ranks (no all-to-all cost here)
 }
 
 TEST(GroupCuts, CutsEvenlyWithinTheCap) {
@@ -61,8 +62,7 @@ TEST(GroupCuts, CutsEvenlyWithinTheCap) {
   EXPECT_EQ(items[2].count, 2u);
   EXPECT_EQ(items[1].begin, 5u);
   EXPECT_EQ(items[2].begin + items[2].count, 9u);
-  EXPECT_DOUBLE_EQ(items[0].cost,
-                   group_microbatch_time(p.cost, 3, p.buckets[1], 1, p.pr.layout.sp));
+  EXPECT_EQ(items[0].cost, to_ticks(group_microbatch_time(p.cost, 3, p.buckets[1], 1, p.pr.layout.sp)));
   cut_bucket(items, c, p.pr, 0, 0, 2, 100);  // the cap (1) wins
   ASSERT_EQ(items.size(), 5u);
   EXPECT_EQ(items[3].count, 1u);
@@ -86,9 +86,12 @@ TEST(GroupCuts, SplitHalfKeepsEverySample) {
 TEST(GroupCuts, BatchForATime) {
   Problem p;
   const GroupBuckets c = group_bucket_costs(p.pr);
-  EXPECT_EQ(batch_for(c, 1, 1e-3 + 3.5 * 30000e-9), 3);
-  EXPECT_EQ(batch_for(c, 1, 1.0), 5);  // the cap
-  EXPECT_EQ(batch_for(c, 1, 0.0), 1);  // at least one
+  EXPECT_EQ(batch_for(c, 1, 1000000 + 35 * 3000), 3);  // 3.5 samples' ticks above the fixed cost
+  EXPECT_EQ(batch_for(c, 1, 1000000 + 3 * 30000), 3);  // exactly 3 fit
+  EXPECT_EQ(batch_for(c, 1, 1000000 + 3 * 30000 - 1), 2);
+  EXPECT_EQ(batch_for(c, 1, 1000000000), 5);  // the cap
+  EXPECT_EQ(batch_for(c, 1, kMaxTicks), 5);
+  EXPECT_EQ(batch_for(c, 1, 0), 1);  // at least one
 }
 
 TEST(GroupCuts, PaddingTakesTheSmallestGroupThatFits) {

@@ -1,7 +1,6 @@
 #include "adaptiveload/strategy/group_cuts.h"
 
 #include <algorithm>
-#include <cmath>
 #include <string>
 
 #include "adaptiveload/strategy/plan_writer.h"
@@ -24,8 +23,8 @@ GroupBuckets group_bucket_costs(const PlanProblem& pr) {
       cap = std::min<int64_t>(cap, std::max<int64_t>(1, pr.mem_budget_tokens / per_gpu));
     }
     c.cap[b] = std::min<int64_t>(cap, kMaxMicroBatch);
-    c.per[b] = group_work(*pr.cost, MicroShape::uniform(1, bk), g, pr.layout.sp);
-    c.fixed[b] = std::max(0.0, group_cost(*pr.cost, MicroShape::uniform(1, bk), g, pr.layout.sp) - c.per[b]);
+    c.per[b] = to_ticks(group_work(*pr.cost, MicroShape::uniform(1, bk), g, pr.layout.sp));
+    c.fixed[b] = std::max<Ticks>(0, group_ticks(pr, MicroShape::uniform(1, bk), g) - c.per[b]);
   }
   return c;
 }
@@ -42,7 +41,7 @@ void cut_bucket(std::vector<GroupItem>& out, const GroupBuckets& c, const PlanPr
     const uint32_t cnt = uint32_t(q + (i < extra ? 1 : 0));
     GroupItem it;
     it.count = it.own = cnt, it.begin = at, it.bucket = uint16_t(b), it.group = uint8_t(c.g[b]);
-    it.cost = group_cost(*pr.cost, MicroShape::uniform(cnt, (*pr.buckets)[b]), c.g[b], pr.layout.sp);
+    it.cost = group_ticks(pr, MicroShape::uniform(cnt, (*pr.buckets)[b]), c.g[b]);
     out.push_back(it);
     at += cnt;
   }
@@ -55,16 +54,20 @@ GroupItem split_half(GroupItem& src, const PlanProblem& pr) {
   const uint32_t half = src.count / 2;
   src.count -= half, src.own = src.count;
   moved.begin = src.begin + src.count, moved.count = moved.own = half;
-  src.cost = pr.cost->cost(MicroShape::uniform(src.count, (*pr.buckets)[src.bucket]));
-  moved.cost = pr.cost->cost(MicroShape::uniform(moved.count, (*pr.buckets)[moved.bucket]));
+  src.cost = to_ticks(pr.cost->cost(MicroShape::uniform(src.count, (*pr.buckets)[src.bucket])));
+  moved.cost = to_ticks(pr.cost->cost(MicroShape::uniform(moved.count, (*pr.buckets)[moved.bucket])));
   return moved;
 }
 
-// Largest batch of bucket b whose micro-batch takes at most `seconds` (at least 1).
-int64_t batch_for(const GroupBuckets& c, size_t b, double seconds) {
-  const double x = std::floor((seconds - c.fixed[b]) / c.per[b]);
-  if (!(x >= 1)) return 1;
-  return x >= double(c.cap[b]) ? c.cap[b] : int64_t(x);
+// Largest batch of bucket b whose micro-batch takes at most `ticks` (at least 1).
+int64_t batch_for(const GroupBuckets& c, size_t b, Ticks ticks) {
+  // per >= 1 (to_ticks); the quotient of non-negative ticks is the floor.
+  const Ticks x = ticks > c.fixed[b] ? (ticks - c.fixed[b]) / c.per[b] : 0;
+  return std::max<int64_t>(1, std::min<int64_t>(x, c.cap[b]));
+}
+
+Ticks group_ticks(const PlanProblem& pr, const MicroShape& s, int g) {
+  return to_ticks(group_cost(*pr.cost, s, g, pr.layout.sp));
 }
 
 // Writes the plan from, per rank-step (step-major), its list of item indices: an item on a
@@ -96,9 +99,7 @@ Plan write_group_plan(const PlanProblem& pr, const BucketedPool& pool, const std
 
 // A padded repeat of one sample: the cheapest bucket of the smallest group size <= g.
 GroupItem group_padding(const PlanProblem& pr, const BucketedPool& pool, const GroupBuckets& c, int g) {
-  auto cost_of = [&](size_t b) {
-    return group_cost(*pr.cost, MicroShape::uniform(1, (*pr.buckets)[b]), c.g[b], pr.layout.sp);
-  };
+  auto cost_of = [&](size_t b) { return group_ticks(pr, MicroShape::uniform(1, (*pr.buckets)[b]), c.g[b]); };
   bool fits = false;
   for (size_t b = 0; b < c.g.size() && !fits; ++b) fits = pool.begin[b + 1] > pool.begin[b] && c.g[b] <= g;
   if (!fits) throw ConfigError("balanced: no sample fits a free block of " + std::to_string(g) + " ranks");

@@ -1,18 +1,20 @@
 #pragma once
 // balanced on sequence-parallel groups of different sizes (strategy/sp_groups.cpp): cutting
 // each bucket into micro-batches on its group, the padded repeat that fills a free block, and
-// writing the plan from per-rank-step lists of these micro-batches. Costs are seconds on the
-// micro-batch's group, as the cost model gives them.
+// writing the plan from per-rank-step lists of these micro-batches. Costs are ticks on the
+// micro-batch's group (stages.h: the cost model's seconds rounded once), so every decision is
+// integer arithmetic, as in balanced's plain path.
 #include <cstdint>
 #include <vector>
 
+#include "adaptiveload/strategy/stages.h"
 #include "adaptiveload/strategy/strategy.h"
 
 namespace adaptiveload {
 
 // A micro-batch being placed on its group of ranks (a piece of one, once merged).
 struct GroupItem {
-  double cost = 0;             // seconds on its group
+  Ticks cost = 0;              // on its group
   uint64_t begin = 0;          // into the bucketed pool's ids (or the padding source)
   uint32_t count = 0;          // samples, over the chain of merged items
   uint32_t own = 0;            // of which in [begin, begin + own)
@@ -26,11 +28,11 @@ struct GroupItem {
 struct GroupBuckets {
   std::vector<int> g;
   std::vector<int64_t> cap;        // largest micro-batch
-  std::vector<double> per, fixed;  // seconds per sample, fixed seconds per micro-batch
+  std::vector<Ticks> per, fixed;  // per sample, fixed per micro-batch
 };
 
 // Per bucket: its group size, the largest micro-batch that fits (memory, M_mem) and its
-// seconds per sample and fixed seconds per micro-batch on that group.
+// ticks per sample and fixed ticks per micro-batch on that group.
 GroupBuckets group_bucket_costs(const PlanProblem& pr);
 // Cuts bucket b's samples [begin, end) of the bucketed pool into about equal micro-batches of
 // at most B (and the bucket's cap), appended to `out`.
@@ -39,9 +41,11 @@ void cut_bucket(std::vector<GroupItem>& out, const GroupBuckets& c, const PlanPr
 // Splits a one-GPU, unchained item of two or more samples: it keeps the first half (rounded
 // up) and returns the rest as a new item of the same bucket; both costs follow.
 GroupItem split_half(GroupItem& src, const PlanProblem& pr);
-// Largest batch of bucket b whose micro-batch takes at most `seconds` (at least 1, at most the
+// Largest batch of bucket b whose micro-batch takes at most `ticks` (at least 1, at most the
 // cap).
-int64_t batch_for(const GroupBuckets& c, size_t b, double seconds);
+int64_t batch_for(const GroupBuckets& c, size_t b, Ticks ticks);
+// A micro-batch's ticks on group g (group_cost, rounded once).
+Ticks group_ticks(const PlanProblem& pr, const MicroShape& s, int g);
 // Writes the plan from, per rank-step (step-major), its list of item indices.
 Plan write_group_plan(const PlanProblem& pr, const BucketedPool& pool,
                       const std::vector<GroupItem>& items, const std::vector<uint64_t>& list_begin,

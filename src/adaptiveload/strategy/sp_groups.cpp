@@ -28,7 +28,6 @@
 // (steps_of_slots). A rank that would be left without work in a slot (or a step) gets a
 // padded repeat, flagged and counted (the end-of-epoch policy is always pad here).
 #include <algorithm>
-#include <cmath>
 #include <numeric>
 #include <queue>
 #include <set>
@@ -50,9 +49,9 @@ struct Level {
   bool operator>(const Level& o) const { return clock != o.clock ? clock > o.clock : order > o.order; }
 };
 
-Plan plan_step(const PlanProblem& pr, const BucketedPool& pool, const GroupBuckets& c, uint64_t K, double work) {
+Plan plan_step(const PlanProblem& pr, const BucketedPool& pool, const GroupBuckets& c, uint64_t K, __int128 work) {
   const uint64_t W = uint64_t(pr.world_size);
-  const double share = work / double(K * W);  // seconds per rank-step
+  const Ticks share = Ticks(work / __int128(K * W));  // per rank-step
   std::vector<GroupItem> items;
   for (size_t b = 0; b < c.g.size(); ++b) cut_bucket(items, c, pr, b, pool.begin[b], pool.begin[b + 1], batch_for(c, b, share / 4));
   std::vector<uint32_t> order(items.size());
@@ -65,7 +64,7 @@ Plan plan_step(const PlanProblem& pr, const BucketedPool& pool, const GroupBucke
   // Rank-ticks of the items from position i on (128-bit: a sum over every rank of the epoch).
   std::vector<__int128> rest(order.size() + 1, 0);
   for (size_t i = order.size(); i-- > 0;)
-    rest[i] = rest[i + 1] + __int128(to_ticks(items[order[i]].cost)) * items[order[i]].group;
+    rest[i] = rest[i + 1] + __int128(items[order[i]].cost) * items[order[i]].group;
   std::vector<int64_t> level(K), top_of(K);
   size_t i = 0;
   while (i < order.size()) {
@@ -103,7 +102,7 @@ Plan plan_step(const PlanProblem& pr, const BucketedPool& pool, const GroupBucke
       for (uint64_t t = 0; t < K; ++t)
         for (uint64_t j = 0; j < per_step; ++j) rooms.insert({level[t] - clock[t * W + j * uint64_t(g)], j * K + t});
       for (; i < order.size() && items[order[i]].group == g; ++i) {
-        const int64_t cost = to_ticks(items[order[i]].cost);
+        const Ticks cost = items[order[i]].cost;
         auto it = rooms.lower_bound({cost, 0});
         if (it == rooms.end()) it = std::prev(rooms.end());
         const auto [room, key] = *it;
@@ -125,7 +124,7 @@ Plan plan_step(const PlanProblem& pr, const BucketedPool& pool, const GroupBucke
       heap.pop();
       const uint64_t t = top.block / per_step, first = (top.block % per_step) * uint64_t(g);
       where[order[i]] = t * W + first;
-      top.clock += to_ticks(items[order[i]].cost);
+      top.clock += items[order[i]].cost;
       for (uint64_t k = 0; k < uint64_t(g); ++k) clock[t * W + first + k] = top.clock + level[t];
       heap.push(top);
     }
@@ -179,7 +178,7 @@ Plan plan_step(const PlanProblem& pr, const BucketedPool& pool, const GroupBucke
           f->second.second = n;
           items[n].merged = 1;
           head.count += items[n].count;
-          head.cost = group_cost(*pr.cost, MicroShape::uniform(head.count, (*pr.buckets)[head.bucket]), head.group, pr.layout.sp);
+          head.cost = group_ticks(pr, MicroShape::uniform(head.count, (*pr.buckets)[head.bucket]), head.group);
           continue;
         }
       }
@@ -209,9 +208,9 @@ Plan plan_step(const PlanProblem& pr, const BucketedPool& pool, const GroupBucke
 }
 
 // One micro-sync plan for target tau, the one-GPU fill of a wide slot cut to at most
-// fill_cap seconds.
-Plan micro_once(const PlanProblem& pr, const BucketedPool& pool, const GroupBuckets& c, uint64_t K, double tau,
-                double fill_cap) {
+// fill_cap (both ticks).
+Plan micro_once(const PlanProblem& pr, const BucketedPool& pool, const GroupBuckets& c, uint64_t K, Ticks tau,
+                Ticks fill_cap) {
   const uint64_t W = uint64_t(pr.world_size);
   const size_t nb = c.g.size();
   // Wide micro-batches, longest first, packed into slots on aligned free blocks.
@@ -221,7 +220,7 @@ Plan micro_once(const PlanProblem& pr, const BucketedPool& pool, const GroupBuck
     if (c.g[b] > 1) cut_bucket(items, c, pr, b, pool.begin[b], pool.begin[b + 1], batch_for(c, b, tau)), next[b] = pool.begin[b + 1];
   std::stable_sort(items.begin(), items.end(), [](const GroupItem& a, const GroupItem& b) { return a.cost > b.cost; });
   std::vector<std::vector<uint32_t>> slots;  // per slot, item index per rank (UINT32_MAX: free)
-  std::vector<double> slot_max;
+  std::vector<Ticks> slot_max;
   constexpr size_t kOpenSlots = 4;  // recent slots a wide micro-batch may still join
   for (uint32_t n = 0; n < items.size(); ++n) {
     const uint64_t g = items[n].group;
@@ -240,22 +239,22 @@ Plan micro_once(const PlanProblem& pr, const BucketedPool& pool, const GroupBuck
       for (uint64_t k = 0; k < g; ++k) slots.back()[k] = n;
     }
   }
-  // One-GPU work: the bucket with the most left, cut to `seconds`.
+  // One-GPU work: the bucket with the most left, cut to `ticks`.
   std::vector<size_t> ones;
   for (size_t b = 0; b < nb; ++b)
     if (c.g[b] == 1) ones.push_back(b);
-  auto take = [&](double seconds) -> bool {
+  auto take = [&](Ticks ticks) -> bool {
     size_t best = SIZE_MAX;
-    double best_work = 0;
+    __int128 best_work = 0;
     for (size_t b : ones) {
-      const double left = double(pool.begin[b + 1] - next[b]) * c.per[b];
+      const __int128 left = __int128(pool.begin[b + 1] - next[b]) * c.per[b];
       if (left > best_work) best_work = left, best = b;
     }
     if (best == SIZE_MAX) return false;
-    const uint64_t n = std::min<uint64_t>(pool.begin[best + 1] - next[best], uint64_t(batch_for(c, best, seconds)));
+    const uint64_t n = std::min<uint64_t>(pool.begin[best + 1] - next[best], uint64_t(batch_for(c, best, ticks)));
     GroupItem it;
     it.begin = next[best], it.count = it.own = uint32_t(n), it.bucket = uint16_t(best), it.group = 1;
-    it.cost = pr.cost->cost(MicroShape::uniform(int64_t(n), (*pr.buckets)[best]));
+    it.cost = to_ticks(pr.cost->cost(MicroShape::uniform(int64_t(n), (*pr.buckets)[best])));
     items.push_back(it);
     next[best] += n;
     return true;
@@ -318,21 +317,22 @@ Plan micro_once(const PlanProblem& pr, const BucketedPool& pool, const GroupBuck
   return write_group_plan(pr, pool, items, begin, lists, steps);
 }
 
-Plan plan_micro(const PlanProblem& pr, const BucketedPool& pool, const GroupBuckets& c, uint64_t K, double work) {
+Plan plan_micro(const PlanProblem& pr, const BucketedPool& pool, const GroupBuckets& c, uint64_t K, __int128 work) {
   const uint64_t W = uint64_t(pr.world_size);
   // tau: the longest micro-batch any bucket's memory admits, at most a slot per step.
-  double tau = 0;
+  Ticks tau = 0;
   for (size_t b = 0; b < c.g.size(); ++b)
     if (pool.begin[b + 1] > pool.begin[b])
-      tau = std::max(tau, group_cost(*pr.cost, MicroShape::uniform(c.cap[b], (*pr.buckets)[b]), c.g[b], pr.layout.sp));
-  tau = std::min(tau, work / double(K * W));
+      tau = std::max(tau, group_ticks(pr, MicroShape::uniform(c.cap[b], (*pr.buckets)[b]), c.g[b]));
+  tau = Ticks(std::min<__int128>(tau, work / __int128(K * W)));
   // Fewer slots than the global batch's steps: smaller micro-batches, and the one-GPU fill
   // of wide slots held to tau, until the step count is kept (or nothing splits further).
-  double fill_cap = 1e300;
+  Ticks fill_cap = kMaxTicks;
   Plan p = micro_once(pr, pool, c, K, tau, fill_cap);
   shrink_to_steps(K, p.num_steps(), 8, [&](uint64_t have) -> std::optional<uint64_t> {
     fill_cap = tau;
-    tau *= std::max(0.25, 0.9 * double(have) / double(K));
+    // tau times max(1/4, 0.9 have / K), exactly: tau max(36 have, 10 K) / (40 K).
+    tau = Ticks(__int128(tau) * std::max<__int128>(__int128(36) * have, __int128(10) * K) / (__int128(40) * K));
     Plan q = micro_once(pr, pool, c, K, tau, fill_cap);
     if (q.num_steps() <= have) return std::nullopt;
     p = std::move(q);
@@ -353,16 +353,18 @@ Plan plan_balanced_groups(const PlanProblem& pr) {
     if (pool.begin[b + 1] > pool.begin[b] && (W % uint64_t(c.g[b]) != 0))
       throw ConfigError("balanced: sequence-parallel group of " + std::to_string(c.g[b]) + " for bucket " +
                         (*pr.buckets)[b].name() + " does not divide the world size " + std::to_string(W));
-  // Rank-seconds of the epoch's work, each bucket at its efficient micro-batch size.
-  double work = 0;
+  // Rank-ticks of the epoch's work, each bucket at its largest micro-batch (its fixed cost
+  // spread over the cap, rounded to the nearest tick per bucket).
+  __int128 work = 0;
   for (size_t b = 0; b < c.g.size(); ++b) {
-    const double n = double(pool.begin[b + 1] - pool.begin[b]);
-    work += double(c.g[b]) * n * (c.per[b] + c.fixed[b] / double(c.cap[b]));
+    const __int128 gn = __int128(c.g[b]) * __int128(pool.begin[b + 1] - pool.begin[b]);
+    work += gn * c.per[b] + (gn * c.fixed[b] + c.cap[b] / 2) / c.cap[b];
   }
   uint64_t K = pr.target_steps();
   if (K == 0) {
-    const double budget = pr.step_budget_s > 0 ? pr.step_budget_s : work / double(W);
-    K = uint64_t(std::max(1.0, std::ceil(work / (double(W) * budget))));
+    // The step budget's rank-steps: ceil(work / (W budget)); one step without a budget.
+    const __int128 wb = __int128(W) * to_ticks(pr.step_budget_s);
+    K = pr.step_budget_s > 0 ? uint64_t(std::max<__int128>(1, (work + wb - 1) / wb)) : 1;
   }
   // At most as many steps as give every rank a sample in each (a group's sample counts on
   // each of its g ranks); beyond that the steps would be padding.
