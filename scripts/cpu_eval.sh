@@ -4,9 +4,11 @@
 # for whole epochs of a fixed subset of the real manifests (data/), measured beside the
 # planner's prediction:
 #   1. calibration on the miniature's shapes, with held-out shapes (fit errors on shapes the
-#      fit never saw) -> OUT/profile.json
+#      fit never saw) -> OUT/profile.json; and again beside a co-runner training on the other
+#      core (calibrate --co-runners 1), as the 2 real ranks compute -> OUT/profile_loaded.json
 #   2. 2 real ranks (torchrun, gloo, one thread a rank): equal_tokens, dual, balanced, REPEAT
-#      interleaved repetitions, idle measured at the ranks' barrier, paired ratios
+#      interleaved repetitions, idle measured at the ranks' barrier, paired ratios; planned and
+#      predicted with OUT/profile_loaded.json
 #   3. emulated ranks (one process) at each of EMULATED (default 4 8), the same strategies
 #   4. the fused adaLN off and on, and --packing both (bucketed and packed), 4 emulated ranks
 #   5. online adaptation: balanced planned with the uncalibrated analytic model, with and
@@ -38,6 +40,7 @@ STEPS=${STEPS:-calibrate real2 emulated kernels adapt}
 mkdir -p "$OUT"
 export OMP_NUM_THREADS=1 PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 PROFILE="$OUT/profile.json"
+LOADED="$OUT/profile_loaded.json"
 COMMON=(--config tiny --grid mini --epoch --subset "$SUBSET" --threads 1 --clock thread
         -m data/taichi_hd.csv -m data/coco2017_val_images.csv)
 case "$RUNS" in
@@ -52,16 +55,23 @@ want() { [[ " $STEPS " == *" $1 "* ]]; }
 # The measured tables of a compare.py run (its full output is in DIR.log).
 table() { sed -n '/^# Whole epochs/,/^Reported by the paper/p' "$1/compare.md" | sed '$d'; }
 
+calibrate() {  # calibrate OUT_PROFILE MEASUREMENTS [calibrate options]
+  "$PY" -m adaptiveload.calibrate --config tiny --sweep mini --held-out --threads 1 --clock thread \
+    --max-batch 64 --max-tokens 4096 --reps "$CALIB_REPS" --interleave "$CALIB_INTERLEAVE" --out "$1" \
+    --measurements-out "$2" "${@:3}" | tail -5
+}
 if want calibrate || [ ! -f "$PROFILE" ]; then
   stamp "calibrating the miniature (shapes of the mini grid, held-out shapes)"
-  "$PY" -m adaptiveload.calibrate --config tiny --sweep mini --held-out --threads 1 --clock thread \
-    --max-batch 64 --max-tokens 4096 --reps "$CALIB_REPS" --interleave "$CALIB_INTERLEAVE" --out "$PROFILE" \
-    --measurements-out "$OUT/measurements.jsonl" | tail -4
+  calibrate "$PROFILE" "$OUT/measurements.jsonl"
+fi
+if want real2 && { want calibrate || [ ! -f "$LOADED" ]; }; then
+  stamp "calibrating the miniature beside a co-runner (the other core trains, as the second rank does)"
+  calibrate "$LOADED" "$OUT/measurements_loaded.jsonl" --co-runners 1
 fi
 if want real2; then
   stamp "2 real ranks (torchrun, gloo)"
   "$PY" -m torch.distributed.run --nproc_per_node 2 examples/compare.py "${COMMON[@]}" --strategies "$STRATS" \
-    --fused off --repeat "$REPEAT" "${ORDER[@]}" --profile "$PROFILE" --out-dir "$OUT/real2" > "$OUT/real2.log" 2>&1 ||
+    --fused off --repeat "$REPEAT" "${ORDER[@]}" --profile "$LOADED" --out-dir "$OUT/real2" > "$OUT/real2.log" 2>&1 ||
     { tail -40 "$OUT/real2.log" >&2; exit 1; }
   table "$OUT/real2"
 fi

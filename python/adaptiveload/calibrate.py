@@ -26,7 +26,7 @@ from collections.abc import Mapping
 
 import torch
 
-from . import _C, _checks
+from . import _C, _checks, co_runners
 from .models import wan_dit
 
 # (frames, height, width) shapes of the sweep: images, short and long clips, two resolutions.
@@ -73,6 +73,11 @@ def parser() -> argparse.ArgumentParser:
                         "new shuffled order each round (a fixed seed), and keep those times instead of the "
                         "back-to-back repetitions: a training epoch switches shapes every micro-batch, and its "
                         "micro-batches vary more, and cost more, than one shape repeated (default 0: off)")
+    p.add_argument("--co-runners", type=int, default=0, metavar="N",
+                   help="CPU only: N processes train the model beside the measurement (one thread each, the "
+                        "sweep's shapes in turn at up to --max-batch and --max-tokens), started before the first "
+                        "point and stopped after the last, so the times are those of a host whose other cores "
+                        "train too, as torchrun's ranks do on one CPU machine (default 0: measured alone)")
     p.add_argument("--memory-fraction", type=float, default=0.85, help="stop before this share of device memory")
     p.add_argument("--checkpointing", action="store_true")
     p.add_argument("--fused", action="store_true", help="use the fused adaLN kernel in the model")
@@ -121,6 +126,11 @@ def check_args(p: argparse.ArgumentParser, args) -> torch.device:
             p.error(f"{name} must be >= 1, got {v}")
     if args.interleave is None or not (0 <= args.interleave <= 1000):
         p.error(f"--interleave must be a number of rounds from 0 (off) to 1000, got {args.interleave}")
+    if args.co_runners is None or not (0 <= args.co_runners <= 256):
+        p.error(f"--co-runners must be a count of processes from 0 (off) to 256, got {args.co_runners}")
+    if args.co_runners and device.type != "cpu":
+        p.error(f"--co-runners loads the other cores of a CPU host; on {args.device} each rank has a device of "
+                "its own: leave it off")
     if args.packs is None or not (0 <= args.packs <= 10000):
         p.error(f"--packs must be a count of packs from 0 to 10000, got {args.packs}")
     if args.fit_packs and args.packs < 1:
@@ -430,19 +440,21 @@ def main(argv=None):
     opts = dict(max_batch=args.max_batch, reps=args.reps, max_tokens=args.max_tokens, clock=args.clock,
                 statistic=args.statistic,
                 memory_fraction=args.memory_fraction)
-    points = sweep(model, c, SHAPES[name_of_sweep], device, **opts)
-    held = sweep(model, c, HELD_OUT[name_of_sweep], device, label="held out ", **opts) if args.held_out else []
-    if args.interleave:
-        both = interleave(model, c, points + held, device, args.interleave, args.clock, args.statistic)
-        points, held = both[:len(points)], both[len(points):]
-    packs = []
+    pool = SHAPES[name_of_sweep] + (HELD_OUT[name_of_sweep] if args.held_out else [])
+    drawn = []
     if args.packs:
-        pool = SHAPES[name_of_sweep] + (HELD_OUT[name_of_sweep] if args.held_out else [])
         try:
             drawn = draw_packs(pool, args.packs, args.max_batch, args.max_tokens)
         except ValueError as e:
             p.error(f"--packs: {e}")
-        packs = sweep_packs(model, c, drawn, device, args.reps, args.clock, args.statistic)
+    with co_runners.co_running(args.co_runners, args.config, args.layers, SHAPES[name_of_sweep], args.max_batch,
+                               args.max_tokens, args.fused, args.checkpointing) as co_steps:
+        points = sweep(model, c, SHAPES[name_of_sweep], device, **opts)
+        held = sweep(model, c, HELD_OUT[name_of_sweep], device, label="held out ", **opts) if args.held_out else []
+        if args.interleave:
+            both = interleave(model, c, points + held, device, args.interleave, args.clock, args.statistic)
+            points, held = both[:len(points)], both[len(points):]
+        packs = sweep_packs(model, c, drawn, device, args.reps, args.clock, args.statistic) if drawn else []
     if args.measurements_out:
         with open(args.measurements_out, "w") as f:
             for pt in points:
@@ -462,11 +474,15 @@ def main(argv=None):
     if packs:
         profile, summary = with_packs(profile, summary, points, packs, args.fit_packs, held)
     jitter = fit_jitter(points)
-    if jitter:
+    if jitter or args.co_runners:
         j = json.loads(profile)
-        j["jitter"] = jitter
+        if jitter:
+            j["jitter"] = jitter
+            summary = dict(summary, jitter=jitter)
+        if args.co_runners:  # what the times were measured beside: co-runners and their steps
+            j["fit"]["co_runners"], j["fit"]["co_runner_steps"] = args.co_runners, co_steps
+            summary = dict(summary, co_runners=args.co_runners, co_runner_steps=co_steps)
         profile = json.dumps(j, indent=2)
-        summary = dict(summary, jitter=jitter)
     with open(args.out, "w") as f:
         f.write(profile + "\n")
     print(f"fit of {summary['points']} measurements: seconds per sample = {summary['a']:.4g}*S + "
@@ -487,6 +503,8 @@ def main(argv=None):
         how = "fitted with the points" if args.fit_packs else "not fitted"
         print(f"pack error ({summary['pack_points']} packs of mixed shapes, {how}): median "
               f"{100 * summary['pack_median_rel_error']:.1f}%, max {100 * summary['pack_max_rel_error']:.1f}%")
+    if args.co_runners:
+        print(f"measured beside {args.co_runners} co-runner(s) training: {', '.join(map(str, co_steps))} steps")
     print(f"wrote {args.out}")
     return summary
 
