@@ -4,11 +4,11 @@
 # for whole epochs of a fixed subset of the real manifests (data/), measured beside the
 # planner's prediction:
 #   1. calibration on the miniature's shapes, with held-out shapes (fit errors on shapes the
-#      fit never saw) -> OUT/profile.json; and again beside a co-runner training on the other
-#      core (calibrate --co-runners 1), as the 2 real ranks compute -> OUT/profile_loaded.json
+#      fit never saw) -> OUT/profile.json; with REAL2_PROFILE=loaded, again beside a co-runner
+#      training on the other core (calibrate --co-runners 1) -> OUT/profile_loaded.json
 #   2. 2 real ranks (torchrun, gloo, one thread a rank): equal_tokens, dual, balanced, REPEAT
 #      interleaved repetitions, idle measured at the ranks' barrier, paired ratios; planned and
-#      predicted with OUT/profile_loaded.json
+#      predicted with OUT/profile.json (REAL2_PROFILE=loaded: OUT/profile_loaded.json)
 #   3. emulated ranks (one process) at each of EMULATED (default 4 8), the same strategies
 #   4. the fused adaLN off and on, and --packing both (bucketed and packed), 4 emulated ranks
 #   5. online adaptation: balanced planned with the uncalibrated analytic model, with and
@@ -23,7 +23,10 @@
 # REPEAT (5), EMULATED ("4 8"), PYTHON (.venv/bin/python), CALIB_REPS (5), CALIB_INTERLEAVE (0: the
 # repetitions back to back; R: calibrate --interleave R, each point timed once a round in a shuffled order),
 # RUNS (interleaved: compare.py --interleave, the strategies a step each in turn; sequential: one run
-# after another), DISCARD (0: compare.py --discard N, repetitions run first and not reported)
+# after another), DISCARD (0: compare.py --discard N, repetitions run first and not reported),
+# REAL2_PROFILE (alone: the real ranks planned with the profile measured alone; loaded: with one
+# measured beside a co-runner. On 2026-12-04 alone predicted 2-rank epochs at 0.95-0.98x the
+# measured samples/s and loaded at 0.91-0.93x; on 2026-12-03, another VM, alone gave 1.18-1.21x)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/cpu_eval}
@@ -34,6 +37,7 @@ CALIB_REPS=${CALIB_REPS:-5}
 CALIB_INTERLEAVE=${CALIB_INTERLEAVE:-0}
 RUNS=${RUNS:-interleaved}
 DISCARD=${DISCARD:-0}
+REAL2_PROFILE=${REAL2_PROFILE:-alone}
 PY=${PYTHON:-.venv/bin/python}
 STEPS=${STEPS:-calibrate real2 emulated kernels adapt}
 [ -x "$PY" ] || command -v "$PY" >/dev/null || { echo "cpu_eval: no Python at $PY (run scripts/python_env.sh, or set PYTHON)" >&2; exit 2; }
@@ -43,6 +47,11 @@ PROFILE="$OUT/profile.json"
 LOADED="$OUT/profile_loaded.json"
 COMMON=(--config tiny --grid mini --epoch --subset "$SUBSET" --threads 1 --clock thread
         -m data/taichi_hd.csv -m data/coco2017_val_images.csv)
+case "$REAL2_PROFILE" in
+  alone) REAL2_USES="$PROFILE" ;;
+  loaded) REAL2_USES="$LOADED" ;;
+  *) echo "cpu_eval: REAL2_PROFILE is alone or loaded, got '$REAL2_PROFILE'" >&2; exit 2 ;;
+esac
 case "$RUNS" in
   interleaved) ORDER=(--interleave --discard "$DISCARD") ;;
   sequential) ORDER=(--discard "$DISCARD") ;;
@@ -58,20 +67,20 @@ table() { sed -n '/^# Whole epochs/,/^Reported by the paper/p' "$1/compare.md" |
 calibrate() {  # calibrate OUT_PROFILE MEASUREMENTS [calibrate options]
   "$PY" -m adaptiveload.calibrate --config tiny --sweep mini --held-out --threads 1 --clock thread \
     --max-batch 64 --max-tokens 4096 --reps "$CALIB_REPS" --interleave "$CALIB_INTERLEAVE" --out "$1" \
-    --measurements-out "$2" "${@:3}" | tail -5
+    --measurements-out "$2" "${@:3}" | grep -E '^(fit|held-out|jitter|pack error|measured beside|wrote)'
 }
 if want calibrate || [ ! -f "$PROFILE" ]; then
   stamp "calibrating the miniature (shapes of the mini grid, held-out shapes)"
   calibrate "$PROFILE" "$OUT/measurements.jsonl"
 fi
-if want real2 && { want calibrate || [ ! -f "$LOADED" ]; }; then
+if want real2 && [ "$REAL2_PROFILE" = loaded ] && { want calibrate || [ ! -f "$LOADED" ]; }; then
   stamp "calibrating the miniature beside a co-runner (the other core trains, as the second rank does)"
   calibrate "$LOADED" "$OUT/measurements_loaded.jsonl" --co-runners 1
 fi
 if want real2; then
   stamp "2 real ranks (torchrun, gloo)"
   "$PY" -m torch.distributed.run --nproc_per_node 2 examples/compare.py "${COMMON[@]}" --strategies "$STRATS" \
-    --fused off --repeat "$REPEAT" "${ORDER[@]}" --profile "$LOADED" --out-dir "$OUT/real2" > "$OUT/real2.log" 2>&1 ||
+    --fused off --repeat "$REPEAT" "${ORDER[@]}" --profile "$REAL2_USES" --out-dir "$OUT/real2" > "$OUT/real2.log" 2>&1 ||
     { tail -40 "$OUT/real2.log" >&2; exit 1; }
   table "$OUT/real2"
 fi
