@@ -54,8 +54,8 @@ GroupItem split_half(GroupItem& src, const PlanProblem& pr) {
   const uint32_t half = src.count / 2;
   src.count -= half, src.own = src.count;
   moved.begin = src.begin + src.count, moved.count = moved.own = half;
-  src.cost = to_ticks(pr.cost->cost(MicroShape::uniform(src.count, (*pr.buckets)[src.bucket])));
-  moved.cost = to_ticks(pr.cost->cost(MicroShape::uniform(moved.count, (*pr.buckets)[moved.bucket])));
+  src.cost = group_ticks(pr, MicroShape::uniform(src.count, (*pr.buckets)[src.bucket]), src.group);
+  moved.cost = group_ticks(pr, MicroShape::uniform(moved.count, (*pr.buckets)[moved.bucket]), moved.group);
   return moved;
 }
 

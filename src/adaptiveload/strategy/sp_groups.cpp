@@ -254,7 +254,7 @@ Plan micro_once(const PlanProblem& pr, const BucketedPool& pool, const GroupBuck
     const uint64_t n = std::min<uint64_t>(pool.begin[best + 1] - next[best], uint64_t(batch_for(c, best, ticks)));
     GroupItem it;
     it.begin = next[best], it.count = it.own = uint32_t(n), it.bucket = uint16_t(best), it.group = 1;
-    it.cost = to_ticks(pr.cost->cost(MicroShape::uniform(int64_t(n), (*pr.buckets)[best])));
+    it.cost = group_ticks(pr, MicroShape::uniform(int64_t(n), (*pr.buckets)[best]), 1);
     items.push_back(it);
     next[best] += n;
     return true;
