@@ -44,8 +44,7 @@ def co_running(n: int, config: str, layers, shapes, max_batch: int, max_tokens, 
         yield counts
         return
     from .calibrate import shape_tokens
-    batches = [max(1, min(max_batch, (max_tokens or 0) // shape_tokens(s))) if max_tokens else max_batch
-               for s in shapes]
+    batches = [max(1, min(max_batch, max_tokens // shape_tokens(s))) if max_tokens else max_batch for s in shapes]
     ctx = mp.get_context("spawn")  # no fork of a process that has torch's threads
     stop = ctx.Event()
     procs = []
