@@ -71,8 +71,9 @@ Plan plan_balanced(const PlanProblem& pr) {
     const Bucket& bk = (*pr.buckets)[b];
     tokens[b] = bk.tokens;
     in.image[b] = bk.frames == 1;
-    in.per[b] = to_ticks(pr.cost->work(MicroShape::uniform(1, bk)));
-    in.fixed[b] = std::max<int64_t>(0, to_ticks(pr.cost->cost(MicroShape::uniform(1, bk))) - in.per[b]);
+    const SampleTicks one = sample_ticks(pr, bk);
+    in.per[b] = one.per;
+    in.fixed[b] = one.fixed;
     // A new micro-batch takes at least enough samples to cover its own overhead.
     in.min_new[b] = std::max<int64_t>(1, (in.fixed[b] + in.per[b] - 1) / in.per[b]);
   }

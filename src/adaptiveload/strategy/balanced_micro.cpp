@@ -38,8 +38,9 @@ Plan plan_balanced_micro(const PlanProblem& pr) {
   std::vector<size_t> live;
   for (size_t b = 0; b < nb; ++b) {
     const Bucket& bk = (*pr.buckets)[b];
-    per[b] = to_ticks(pr.cost->work(MicroShape::uniform(1, bk)));
-    fixed[b] = std::max<int64_t>(0, to_ticks(pr.cost->cost(MicroShape::uniform(1, bk))) - per[b]);
+    const SampleTicks one = sample_ticks(pr, bk);
+    per[b] = one.per;
+    fixed[b] = one.fixed;
     count[b] = pool.begin[b + 1] - pool.begin[b];
     if (count[b]) live.push_back(b);
   }

@@ -23,8 +23,9 @@ GroupBuckets group_bucket_costs(const PlanProblem& pr) {
       cap = std::min<int64_t>(cap, std::max<int64_t>(1, pr.mem_budget_tokens / per_gpu));
     }
     c.cap[b] = std::min<int64_t>(cap, kMaxMicroBatch);
-    c.per[b] = to_ticks(group_work(*pr.cost, MicroShape::uniform(1, bk), g, pr.layout.sp));
-    c.fixed[b] = std::max<Ticks>(0, group_ticks(pr, MicroShape::uniform(1, bk), g) - c.per[b]);
+    const SampleTicks one = sample_ticks(pr, bk, g);
+    c.per[b] = one.per;
+    c.fixed[b] = one.fixed;
   }
   return c;
 }

@@ -43,7 +43,7 @@ constexpr double kStratified = -1, kSlotsByLoad = -2;  // the other layouts' tag
 
 std::vector<Ticks> per_sample_ticks(const PlanProblem& pr) {
   std::vector<Ticks> per(pr.buckets->size());
-  for (size_t b = 0; b < per.size(); ++b) per[b] = to_ticks(pr.cost->work(MicroShape::uniform(1, (*pr.buckets)[b])));
+  for (size_t b = 0; b < per.size(); ++b) per[b] = sample_ticks(pr, (*pr.buckets)[b]).per;
   return per;
 }
 

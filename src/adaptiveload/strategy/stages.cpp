@@ -15,6 +15,12 @@ Ticks to_ticks(double seconds) {
   return std::max<Ticks>(1, std::llround(t));
 }
 
+SampleTicks sample_ticks(const PlanProblem& pr, const Bucket& bk, int g) {
+  const MicroShape one = MicroShape::uniform(1, bk);
+  const Ticks per = to_ticks(group_work(*pr.cost, one, g, pr.layout.sp));
+  return {per, std::max<Ticks>(0, to_ticks(group_cost(*pr.cost, one, g, pr.layout.sp)) - per)};
+}
+
 void set_bucket_groups(PlanProblem& pr, const std::vector<uint8_t>& group) {
   if (std::any_of(group.begin(), group.end(), [](uint8_t g) { return g > 1; })) {
     pr.bucket_group = group;

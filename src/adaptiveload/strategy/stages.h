@@ -24,6 +24,15 @@ constexpr Ticks kMaxTicks = Ticks(1) << 60;
 // 2^60 ns on and for a time that is not a number.
 Ticks to_ticks(double seconds);
 
+// One sample of a bucket on a group of g ranks (g = 1: one GPU), in ticks: `per`, its work at
+// full efficiency (a large micro-batch's marginal cost, group_work), and `fixed`, what a
+// micro-batch of it costs beyond that (overhead and the small-batch ramp: group_cost of one
+// sample less `per`, at least 0). Every bucket-cutting stage prices a bucket from these.
+struct SampleTicks {
+  Ticks per, fixed;
+};
+SampleTicks sample_ticks(const PlanProblem& pr, const Bucket& bk, int g = 1);
+
 // Bucket b's samples on sequence-parallel groups of group[b] ranks, or no groups at all when
 // every group is of 1: a group of 1 is a rank, and the problem then takes balanced's plain
 // path (PlanProblem::group reads an empty list as 1 for every bucket).
