@@ -321,6 +321,7 @@ def main(argv=None, exit_process: bool = False):
             else f"{r0['measured']['steps']} steps each")
     meta = (f"{r0['model']} {r0['config']} ({r0['layers']} layers), {r0['world_size']} ranks {r0['mode']}, "
             f"{r0['device']} ({r0['clock']} clock), {span}"
+            + (", each rank's micro-batches spread over the step" if r0.get("rank_order") == "interleaved" else "")
             + (", the runs interleaved a step each in turn" if "--interleave" in targs else ""))
     out = {"meta": meta, "paper": train_dit.PAPER, "elapsed_s": elapsed, "calibration": calibration,
            "argv": targs}

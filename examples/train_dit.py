@@ -10,7 +10,9 @@ wan2.1-1.3b is Wan 2.1 T2V 1.3B's config), its adaLN fused by adaptiveload.diffu
 Two modes:
   emulated ranks (default): one process, one device; each global step runs every emulated
       rank's micro-batches in turn, timing each rank (CUDA events on GPU, wall clock on CPU);
-      the step time is the slowest rank's, as in synchronous data parallelism.
+      the step time is the slowest rank's, as in synchronous data parallelism. --rank-order
+      sequential (default) runs them rank by rank; interleaved spreads each rank's over the
+      step, so a drift of the machine's speed within a step falls on every rank alike.
   real data parallel: under torchrun (WORLD_SIZE set); NCCL on GPU, gloo on CPU. Each rank
       runs its micro-batches without synchronising gradients, then one explicit all-reduce
       per step; per-rank compute times are all-gathered.
@@ -36,8 +38,10 @@ planner may run a sample too big for one GPU on an aligned group of ranks (Plann
       group, then 1/g on each rank), and the loss is normalised by the step's samples, a
       group's counted once. --model diffusers-wan has no sp path: a plan with groups is refused.
   emulated ranks: a group's micro-batch runs once, whole, without sequence parallelism (the
-      same loss and gradients), on the group's first rank; each rank of the group is charged
-      1/g of its time, and it is logged once (position 0). A note on stderr says so.
+      same loss and gradients), when the first of the group's ranks reaches it (the group's
+      first rank with --rank-order sequential); each rank of the group is charged 1/g of its
+      time, and it is logged once, as the group's first rank's (position 0). A note on stderr
+      says so.
   --adapt-every with groups is refused (the refit does not model groups yet).
 
 Packing (--packing on; both: each strategy bucketed, then packed): the sampler plans packed
@@ -233,6 +237,12 @@ def parse_args(argv=None):
                    "always uses per-sample inputs (its ranks must hold the same tensors)")
     p.add_argument("--save-model", help="after the run, write the model's full state dict (torch.save) here "
                    "(under torchrun, rank 0 writes it; FSDP2's shards are gathered)")
+    p.add_argument("--rank-order", default="sequential", choices=["sequential", "interleaved"],
+                   help="emulated ranks: sequential runs a step's micro-batches rank by rank (rank 0's, then "
+                   "rank 1's, ...); interleaved spreads every rank's micro-batches over the step (by their "
+                   "planned prices, a rank's own in order), so a drift of the machine's speed within a step "
+                   "falls on every rank alike, as on ranks that run at once. The same micro-batches and "
+                   "losses; the gradient sums in another order. Ignored under torchrun (default: %(default)s)")
     p.add_argument("--interleave", action="store_true", help="advance the runs (every strategy x --fused x "
                    "--packing) one global step each in turn instead of one run after another, so a drift of the "
                    "machine's speed (clock frequency, caches, other load) falls on every run alike and their "
@@ -699,6 +709,26 @@ def run_interleaved(runs: list) -> list:
     return results
 
 
+def interleaved_order(prices: List[List[float]]) -> List[tuple]:
+    """The order in which emulated ranks run their micro-batches with --rank-order interleaved:
+    (rank position, micro-batch index) pairs. prices[k] is rank k's micro-batches' prices in
+    plan order; each micro-batch is placed at the midpoint of its span in its rank's share of
+    the step ((price before it + half its own) over the rank's total), and all run in that
+    order, so every rank's work spreads over the step's whole time as on ranks that run at once,
+    and a drift of the machine's speed within the step falls on every rank alike. A rank's own
+    micro-batches keep their order; ties go to the lower rank."""
+    keyed = []
+    for k, row in enumerate(prices):
+        total = sum(row)
+        before = 0.0
+        for i, x in enumerate(row):
+            mid = (before + x / 2) / total if total > 0 else (i + 0.5) / len(row)
+            keyed.append((mid, k, i))
+            before += x
+    keyed.sort()
+    return [(k, i) for _, k, i in keyed]
+
+
 def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world: int, report: bool = True,
                    packing: bool = False):
     """A generator of one run: it sets the run up (samplers, model, warm-up) and trains one
@@ -798,79 +828,90 @@ def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world:
         counts, not a warm-up). Returns (per-rank compute seconds, sync + optimizer seconds,
         under torchrun this rank's (busy, wait) wall seconds up to and at the step's barrier:
         see sync_wait; else None)."""
-        rank_times = []
+        rank_times = [0.0] * len(samplers)
         t_start = time.perf_counter()
-        for s, st in zip(samplers, steps):
+        if ddp and args.parallel == "fsdp2":
+            check_micro_batch_counts(len(steps[0].micro_batches), steps[0].step, dist_rank, dist_world)
+        if interleave_ranks:  # emulated ranks, each rank's micro-batches spread over the step
+            order = interleaved_order([[mb_times[st.step - plan_first][s.rank][i] for i in range(len(st.micro_batches))]
+                                       for s, st in zip(samplers, steps)])
+        else:  # rank by rank (one sampler under torchrun)
+            order = [(k, i) for k, st in enumerate(steps) for i in range(len(st.micro_batches))]
+        for k, i in order:
+            s, st = samplers[k], steps[k]
+            mb = st.micro_batches[i]
             n = len(st.micro_batches)
-            if ddp and args.parallel == "fsdp2":
-                check_micro_batch_counts(n, st.step, dist_rank, dist_world)
-            t_rank = 0.0
-            for i, mb in enumerate(st.micro_batches):
-                ranks = tuple(st.groups[i]) if st.groups else (s.rank,)
-                g = len(ranks)
-                key = (st.step, ranks, tuple(mb))
-                if g > 1 and not ddp and s.rank != ranks[0]:
-                    t_rank += group_seconds.pop(key) if s.rank == ranks[-1] else group_seconds[key]
-                    continue  # emulated: the group's first rank ran it (samplers go in rank order)
-                sp = groups[(g, dist_rank)] if g > 1 and ddp else None
-                # A group's ranks must hold the same tensors: per-sample inputs.
-                if packs:  # each sample at its own bucket (packing plans no groups)
-                    x0, ctx, tt, noise = pack_inputs(s, mb, c, device, dtype, args.seed, st.epoch,
-                                                     None if per_sample else gen)
-                elif per_sample or g > 1:
-                    x0, ctx, tt, noise = sample_inputs(s, mb, c, args.seed, st.epoch, device, dtype)
+            ranks = tuple(st.groups[i]) if st.groups else (s.rank,)
+            g = len(ranks)
+            key = (st.step, ranks, tuple(mb))
+            if g > 1 and not ddp and key in group_seconds:
+                # emulated: the group's first visit ran it; each of its ranks is charged once
+                seconds, left = group_seconds[key]
+                rank_times[k] += seconds
+                if left == 1:
+                    del group_seconds[key]
                 else:
-                    x0, ctx = make_batch(s, mb, c, device, dtype, gen)
-                # DDP: one all-reduce per step, in the last micro-batch's backward.
-                no_sync = args.parallel == "ddp" and ddp and i + 1 < n
-                with Timer(device, args.clock) as tm, (wrapped.no_sync() if no_sync else contextlib.nullcontext()):
-                    with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
-                        if varlen:
-                            per = wan_dit_packed.flow_matching_loss_packed(model, x0, ctx, t=tt, noises=noise,
-                                                                           forward=wrapped)
-                        elif packs:
-                            per = buckets_loss(wrapped, x0, ctx, tt, noise)
-                        elif per_sample or g > 1:
-                            per = flow_matching_loss_of(wrapped, x0, ctx, tt, noise, sp, c.patch)
-                        else:
-                            per = wan_dit.flow_matching_loss(wrapped, x0, ctx)
-                        # Padded repeats are trained too (every rank runs its micro-batches), so they
-                        # count in the normaliser.
-                        loss = per.sum() * loss_scale / (st.global_samples + st.padded_samples)
-                    loss.backward()
-                seconds = tm.elapsed()
-                if g > 1 and not ddp:
-                    seconds /= g  # each rank of the group busy 1/g of the whole micro-batch's time
-                    group_seconds[key] = seconds
-                t_rank += seconds
-                if packs and measured:
-                    mixed[0] += 1
-                    mixed[1] += len({tuple(x.shape) for x in x0}) > 1
-                if log and log_it:
-                    padded = bool(st.padded_micro_batches[i]) if st.padded_micro_batches else False
-                    entry = {"strategy": strategy, "fused_adaln": fused, "epoch": st.epoch,
-                             "step": st.step, "rank": s.rank, "ids": mb, "padded": padded,
-                             "group": list(ranks), "position": ranks.index(s.rank),
-                             "losses": per.detach().float().tolist(), "seconds": seconds}
-                    if mb_times is not None:  # the planner's price of it (a profile with jitter)
-                        entry["predicted_s"] = mb_times[st.step - plan_first][s.rank][i]
-                    if packs:  # the pack's distinct latent shapes (1: one bucket)
-                        entry.update(packing="on", shapes=len({tuple(x.shape) for x in x0}))
-                    log.write(json.dumps(entry) + "\n")
-            if n == 0 and ddp and args.parallel != "fsdp2":
-                # A rank with nothing to train in a step still joins the step's all-reduce (DDP's,
-                # or the explicit one over every parameter's gradient): a zero-weighted backward
-                # through the model, so its gradient is zeros.
-                x0 = torch.zeros((1, c.in_channels, 1, 2 * c.patch[1], 2 * c.patch[2]), device=device, dtype=dtype)
-                ctx = torch.zeros((1, c.text_len, c.text_dim), device=device, dtype=dtype)
-                t0 = torch.zeros(1, device=device)
-                if varlen:  # through the packed forward (DDP's hooks are armed by the module it wraps)
-                    per = wan_dit_packed.flow_matching_loss_packed(model, list(x0), list(ctx), t=t0, noises=list(x0),
-                                                                   forward=wrapped)
-                else:
-                    per = flow_matching_loss_of(wrapped, x0, ctx, t0, x0)
-                (per.sum() * 0).backward()
-            rank_times.append(t_rank)
+                    group_seconds[key] = (seconds, left - 1)
+                continue
+            sp = groups[(g, dist_rank)] if g > 1 and ddp else None
+            # A group's ranks must hold the same tensors: per-sample inputs.
+            if packs:  # each sample at its own bucket (packing plans no groups)
+                x0, ctx, tt, noise = pack_inputs(s, mb, c, device, dtype, args.seed, st.epoch,
+                                                 None if per_sample else gen)
+            elif per_sample or g > 1:
+                x0, ctx, tt, noise = sample_inputs(s, mb, c, args.seed, st.epoch, device, dtype)
+            else:
+                x0, ctx = make_batch(s, mb, c, device, dtype, gen)
+            # DDP: one all-reduce per step, in the last micro-batch's backward.
+            no_sync = args.parallel == "ddp" and ddp and i + 1 < n
+            with Timer(device, args.clock) as tm, (wrapped.no_sync() if no_sync else contextlib.nullcontext()):
+                with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
+                    if varlen:
+                        per = wan_dit_packed.flow_matching_loss_packed(model, x0, ctx, t=tt, noises=noise,
+                                                                       forward=wrapped)
+                    elif packs:
+                        per = buckets_loss(wrapped, x0, ctx, tt, noise)
+                    elif per_sample or g > 1:
+                        per = flow_matching_loss_of(wrapped, x0, ctx, tt, noise, sp, c.patch)
+                    else:
+                        per = wan_dit.flow_matching_loss(wrapped, x0, ctx)
+                    # Padded repeats are trained too (every rank runs its micro-batches), so they
+                    # count in the normaliser.
+                    loss = per.sum() * loss_scale / (st.global_samples + st.padded_samples)
+                loss.backward()
+            seconds = tm.elapsed()
+            if g > 1 and not ddp:
+                seconds /= g  # each rank of the group busy 1/g of the whole micro-batch's time
+                group_seconds[key] = (seconds, g - 1)
+            rank_times[k] += seconds
+            if packs and measured:
+                mixed[0] += 1
+                mixed[1] += len({tuple(x.shape) for x in x0}) > 1
+            if log and log_it:
+                padded = bool(st.padded_micro_batches[i]) if st.padded_micro_batches else False
+                entry = {"strategy": strategy, "fused_adaln": fused, "epoch": st.epoch,
+                         "step": st.step, "rank": ranks[0] if g > 1 and not ddp else s.rank, "ids": mb,
+                         "padded": padded, "group": list(ranks),
+                         "position": 0 if g > 1 and not ddp else ranks.index(s.rank),
+                         "losses": per.detach().float().tolist(), "seconds": seconds}
+                if mb_times is not None:  # the planner's price of it (with jitter or --rank-order interleaved)
+                    entry["predicted_s"] = mb_times[st.step - plan_first][s.rank][i]
+                if packs:  # the pack's distinct latent shapes (1: one bucket)
+                    entry.update(packing="on", shapes=len({tuple(x.shape) for x in x0}))
+                log.write(json.dumps(entry) + "\n")
+        if ddp and not steps[0].micro_batches and args.parallel != "fsdp2":
+            # A rank with nothing to train in a step still joins the step's all-reduce (DDP's,
+            # or the explicit one over every parameter's gradient): a zero-weighted backward
+            # through the model, so its gradient is zeros.
+            x0 = torch.zeros((1, c.in_channels, 1, 2 * c.patch[1], 2 * c.patch[2]), device=device, dtype=dtype)
+            ctx = torch.zeros((1, c.text_len, c.text_dim), device=device, dtype=dtype)
+            t0 = torch.zeros(1, device=device)
+            if varlen:  # through the packed forward (DDP's hooks are armed by the module it wraps)
+                per = wan_dit_packed.flow_matching_loss_packed(model, list(x0), list(ctx), t=t0, noises=list(x0),
+                                                               forward=wrapped)
+            else:
+                per = flow_matching_loss_of(wrapped, x0, ctx, t0, x0)
+            (per.sum() * 0).backward()
         # Under torchrun, this rank's wall seconds from the step's start to the barrier (its
         # micro-batches and everything around them: inputs, logging) and its wait there.
         busy_s = time.perf_counter() - t_start
@@ -891,6 +932,14 @@ def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world:
         return rank_times, tm.elapsed(), busy_wait
 
     total_steps = samplers[0].num_steps
+    predicted_times = samplers[0].predicted_rank_times()  # [steps][W] seconds, the planner's model
+    plan_first = samplers[0].num_steps - len(predicted_times)  # global index of the plan's first step
+    # Every micro-batch's price, [steps][W][micro-batches]: with the profile's jitter, to price
+    # the measured steps' spread (jitter_prediction); with --rank-order interleaved, to spread
+    # each emulated rank's micro-batches over the step (interleaved_order).
+    jitter = profile_jitter(args.profile)
+    interleave_ranks = args.rank_order == "interleaved" and not ddp
+    mb_times = samplers[0].predicted_micro_batch_times() if jitter or interleave_ranks else None
     warmup_in_loop = args.warmup
     run_steps = args.warmup + args.steps
     if args.epoch:
@@ -903,12 +952,6 @@ def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world:
     steps_iters = [s.steps() for s in samplers]
     times, extra, peaks, pred, waits = [], [], [], [], []
     samples = tokens = 0
-    predicted_times = samplers[0].predicted_rank_times()  # [steps][W] seconds, the planner's model
-    plan_first = samplers[0].num_steps - len(predicted_times)  # global index of the plan's first step
-    # With the profile's jitter: every micro-batch's price, [steps][W][micro-batches], to price
-    # the measured steps' spread (jitter_prediction).
-    jitter = profile_jitter(args.profile)
-    mb_times = samplers[0].predicted_micro_batch_times() if jitter else None
     pred_mb = []
     adaptations = []
     stride = max(1, total_steps // run_steps) if args.spread else 1
@@ -930,7 +973,7 @@ def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world:
             rank_times, busy_wait = [g[0] for g in gathered], [g[1] for g in gathered]
         if t >= warmup_in_loop:
             pred.append(predicted_times[steps[0].step - plan_first])
-            if mb_times is not None:
+            if jitter:
                 pred_mb.append(mb_times[steps[0].step - plan_first])
             times.append(rank_times)
             extra.append(sync_s)
@@ -948,7 +991,7 @@ def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world:
                 steps_iters = [s.steps() for s in samplers]  # the re-planned rest of the epoch
                 predicted_times = samplers[0].predicted_rank_times()
                 plan_first = samplers[0].num_steps - len(predicted_times)
-                mb_times = samplers[0].predicted_micro_batch_times() if jitter else None
+                mb_times = samplers[0].predicted_micro_batch_times() if jitter or interleave_ranks else None
         yield  # one step done: run_interleaved may advance another run here
     if log:
         log.close()
@@ -985,6 +1028,7 @@ def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world:
         "layers": c.layers,
         "world_size": W,
         "mode": (args.parallel or "ddp") if ddp else "emulated",  # ddp: the explicit all-reduce, or the wrapper
+        "rank_order": None if ddp else args.rank_order,  # emulated: rank by rank, or spread over the step
         "parallel": args.parallel if ddp else None,
         "sync": getattr(samplers[0], "sync", None),
         "inputs": "per-sample" if per_sample else "stream",

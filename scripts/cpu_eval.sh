@@ -27,6 +27,9 @@
 # REAL2_PROFILE (alone: the real ranks planned with the profile measured alone; loaded: with one
 # measured beside a co-runner. On 2026-12-04 alone predicted 2-rank epochs at 0.95-0.98x the
 # measured samples/s and loaded at 0.91-0.93x; on 2026-12-03, another VM, alone gave 1.18-1.21x)
+# RANK_ORDER (emulated ranks, steps 3-5: interleaved, train_dit --rank-order interleaved, each
+# rank's micro-batches spread over the step so the machine's drift within a step falls on every
+# rank alike, as on ranks that run at once; sequential: rank by rank)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/cpu_eval}
@@ -38,6 +41,7 @@ CALIB_INTERLEAVE=${CALIB_INTERLEAVE:-0}
 RUNS=${RUNS:-interleaved}
 DISCARD=${DISCARD:-0}
 REAL2_PROFILE=${REAL2_PROFILE:-alone}
+RANK_ORDER=${RANK_ORDER:-interleaved}
 PY=${PYTHON:-.venv/bin/python}
 STEPS=${STEPS:-calibrate real2 emulated kernels adapt}
 [ -x "$PY" ] || command -v "$PY" >/dev/null || { echo "cpu_eval: no Python at $PY (run scripts/python_env.sh, or set PYTHON)" >&2; exit 2; }
@@ -56,6 +60,10 @@ case "$RUNS" in
   interleaved) ORDER=(--interleave --discard "$DISCARD") ;;
   sequential) ORDER=(--discard "$DISCARD") ;;
   *) echo "cpu_eval: RUNS is interleaved or sequential, got '$RUNS'" >&2; exit 2 ;;
+esac
+case "$RANK_ORDER" in
+  interleaved | sequential) EMU=(--rank-order "$RANK_ORDER") ;;
+  *) echo "cpu_eval: RANK_ORDER is interleaved or sequential, got '$RANK_ORDER'" >&2; exit 2 ;;
 esac
 STRATS=equal_tokens,dual,balanced
 t0=$(date +%s)
@@ -87,7 +95,7 @@ fi
 if want emulated; then
   for w in $EMULATED; do
     stamp "$w emulated ranks"
-    "$PY" examples/compare.py "${COMMON[@]}" -w "$w" --strategies "$STRATS" --fused off --repeat "$REPEAT" \
+    "$PY" examples/compare.py "${COMMON[@]}" "${EMU[@]}" -w "$w" --strategies "$STRATS" --fused off --repeat "$REPEAT" \
       "${ORDER[@]}" --profile "$PROFILE" --out-dir "$OUT/emulated$w" > "$OUT/emulated$w.log" 2>&1 ||
       { tail -40 "$OUT/emulated$w.log" >&2; exit 1; }
     table "$OUT/emulated$w"
@@ -95,7 +103,7 @@ if want emulated; then
 fi
 if want kernels; then
   stamp "fused adaLN off and on, bucketed and packed balanced (4 emulated ranks)"
-  "$PY" examples/compare.py "${COMMON[@]}" -w 4 --strategies balanced --fused both --packing both \
+  "$PY" examples/compare.py "${COMMON[@]}" "${EMU[@]}" -w 4 --strategies balanced --fused both --packing both \
     --repeat "$REPEAT" "${ORDER[@]}" --profile "$PROFILE" --out-dir "$OUT/kernels" > "$OUT/kernels.log" 2>&1 ||
     { tail -40 "$OUT/kernels.log" >&2; exit 1; }
   table "$OUT/kernels"
@@ -109,7 +117,7 @@ if want adapt; then
       extra=()
       [ "$mode" = adapt ] && extra=(--adapt-every 2)
       [ "$mode" = profile ] && extra=(--profile "$PROFILE")
-      "$PY" examples/train_dit.py "${COMMON[@]}" -w 4 --strategy balanced "${extra[@]}" \
+      "$PY" examples/train_dit.py "${COMMON[@]}" "${EMU[@]}" -w 4 --strategy balanced "${extra[@]}" \
         --out "$OUT/adapt_${mode}_$i.json" 2>>"$OUT/adapt.log" | sed "s/^/$mode $i: /"
     done
   done

@@ -299,6 +299,76 @@ def test_interleaved_runs_train_what_they_train_one_after_another(tmp_path):
         assert a["predicted"] == b["predicted"]
 
 
+def test_rank_order_interleaved_spreads_every_emulated_rank_over_the_step(tmp_path):
+    """--rank-order interleaved: the emulated ranks train the same micro-batches on the same
+    ranks with the same per-sample losses as rank by rank (exactly in the first step, whose
+    weights are the same; later up to the order the gradients were summed in), and within each
+    step the micro-batches run in interleaved_order of their planned prices, each rank's in plan
+    order, not rank by rank."""
+    manifest = write_csv(tmp_path / "m.csv", real_rows(6, 24))
+    base = TINY + ["-m", manifest, "-w", "3", "--epoch", "--inputs", "per-sample", "--strategy", "balanced"]
+    logs = {}
+    for order in ("sequential", "interleaved"):
+        path = tmp_path / f"{order}.jsonl"
+        train_dit.main(base + ["--log-samples", str(path), "--rank-order", order])
+        logs[order] = [json.loads(line) for line in open(path)]
+    seq, inter = logs["sequential"], logs["interleaved"]
+    where = lambda e: (e["step"], e["rank"], tuple(e["ids"]))  # noqa: E731
+    assert sorted(map(where, inter)) == sorted(map(where, seq))
+    losses = {where(e): e["losses"] for e in seq}
+    first = min(e["step"] for e in seq)
+    for e in inter:
+        if e["step"] == first:
+            assert e["losses"] == losses[where(e)]
+        else:
+            assert e["losses"] == pytest.approx(losses[where(e)], rel=1e-4, abs=1e-6)
+    spread = 0
+    for step in sorted({e["step"] for e in inter}):
+        ran = [e for e in inter if e["step"] == step]
+        plan = [[e for e in seq if e["step"] == step and e["rank"] == r] for r in range(3)]
+        price = {where(e): e["predicted_s"] for e in ran}  # logged with --rank-order interleaved
+        expected = train_dit.interleaved_order([[price[where(e)] for e in row] for row in plan])
+        assert [where(e) for e in ran] == [where(plan[k][i]) for k, i in expected]
+        ranks = [e["rank"] for e in ran]
+        spread += ranks != sorted(ranks)
+    assert spread > 0  # some step ran its ranks' micro-batches interleaved
+
+
+def test_rank_order_interleaved_runs_a_group_micro_batch_once(tmp_path):
+    """Emulated ranks with sequence-parallel groups: with --rank-order interleaved a group's
+    micro-batch still runs once, when the first of its ranks reaches it, and is logged once as
+    the group's first rank's (position 0); the epoch trains what it trains rank by rank."""
+    manifest = write_csv(tmp_path / "m.csv", real_rows(4, 8))
+    device = small_gpu(tmp_path / "gpu.json")
+    base = TINY + ["-m", manifest, "--planner-device", device, "--sp", "min", "--strategy", "balanced", "--epoch",
+                   "--inputs", "per-sample", "--world-size", "2"]
+    logs, results = {}, {}
+    for order in ("sequential", "interleaved"):
+        path = tmp_path / f"{order}.jsonl"
+        (results[order],) = train_dit.main(base + ["--log-samples", str(path), "--rank-order", order])
+        logs[order] = [json.loads(line) for line in open(path)]
+    seq, inter = logs["sequential"], logs["interleaved"]
+    assert {len(e["group"]) for e in inter} == {1, 2}, "precondition: the plan mixes groups of 1 and 2"
+    where = lambda e: (e["step"], e["rank"], tuple(e["group"]), tuple(e["ids"]))  # noqa: E731
+    assert sorted(map(where, inter)) == sorted(map(where, seq))
+    for e in inter:
+        assert e["position"] == 0 and e["rank"] == e["group"][0]
+    losses = {where(e): e["losses"] for e in seq}
+    for e in inter:
+        assert e["losses"] == pytest.approx(losses[where(e)], rel=1e-4, abs=1e-6)
+    for k in ("steps", "samples"):
+        assert results["interleaved"]["measured"][k] == results["sequential"]["measured"][k]
+    assert results["interleaved"]["rank_order"] == "interleaved"
+
+
+def test_interleaved_order_places_each_micro_batch_at_its_midpoint():
+    """A rank's micro-batches keep their order; across ranks they go by the midpoint of their
+    span in their rank's share of the step, ties to the lower rank; an empty rank has none."""
+    assert train_dit.interleaved_order([[3, 1, 1], [1, 1, 1, 1, 1], [], [5]]) == [
+        (1, 0), (0, 0), (1, 1), (1, 2), (3, 0), (0, 1), (1, 3), (0, 2), (1, 4)]
+    assert train_dit.interleaved_order([[0.0, 0.0], [2.0]]) == [(0, 0), (1, 0), (0, 1)]  # no prices: by count
+
+
 def test_compare_discards_its_warm_up_repetitions(tmp_path, monkeypatch, capsys):
     """compare.py --discard N: N repetitions run first (the same runs, the same arguments) and
     none of them is in the table or the JSON; --interleave reaches train_dit and the table says
