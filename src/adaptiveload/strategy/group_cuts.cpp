@@ -67,10 +67,6 @@ int64_t batch_for(const GroupBuckets& c, size_t b, Ticks ticks) {
   return std::max<int64_t>(1, std::min<int64_t>(x, c.cap[b]));
 }
 
-Ticks group_ticks(const PlanProblem& pr, const MicroShape& s, int g) {
-  return to_ticks(group_cost(*pr.cost, s, g, pr.layout.sp));
-}
-
 // Writes the plan from, per rank-step (step-major), its list of item indices: an item on a
 // group of g ranks is listed on each of them, its ids written once.
 Plan write_group_plan(const PlanProblem& pr, const BucketedPool& pool, const std::vector<GroupItem>& items,

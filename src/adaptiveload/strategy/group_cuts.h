@@ -44,8 +44,6 @@ GroupItem split_half(GroupItem& src, const PlanProblem& pr);
 // Largest batch of bucket b whose micro-batch takes at most `ticks` (at least 1, at most the
 // cap).
 int64_t batch_for(const GroupBuckets& c, size_t b, Ticks ticks);
-// A micro-batch's ticks on group g (group_cost, rounded once).
-Ticks group_ticks(const PlanProblem& pr, const MicroShape& s, int g);
 // Writes the plan from, per rank-step (step-major), its list of item indices.
 Plan write_group_plan(const PlanProblem& pr, const BucketedPool& pool,
                       const std::vector<GroupItem>& items, const std::vector<uint64_t>& list_begin,

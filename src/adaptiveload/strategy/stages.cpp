@@ -15,10 +15,14 @@ Ticks to_ticks(double seconds) {
   return std::max<Ticks>(1, std::llround(t));
 }
 
+Ticks group_ticks(const PlanProblem& pr, const MicroShape& s, int g) {
+  return to_ticks(group_cost(*pr.cost, s, g, pr.layout.sp));
+}
+
 SampleTicks sample_ticks(const PlanProblem& pr, const Bucket& bk, int g) {
   const MicroShape one = MicroShape::uniform(1, bk);
   const Ticks per = to_ticks(group_work(*pr.cost, one, g, pr.layout.sp));
-  return {per, std::max<Ticks>(0, to_ticks(group_cost(*pr.cost, one, g, pr.layout.sp)) - per)};
+  return {per, std::max<Ticks>(0, group_ticks(pr, one, g) - per)};
 }
 
 void set_bucket_groups(PlanProblem& pr, const std::vector<uint8_t>& group) {

@@ -23,6 +23,9 @@ constexpr Ticks kMaxTicks = Ticks(1) << 60;
 // Nearest tick, at least 1 (any work takes time, so every piece moves a load); kMaxTicks from
 // 2^60 ns on and for a time that is not a number.
 Ticks to_ticks(double seconds);
+// A micro-batch's ticks on a group of g ranks (group_cost, rounded once; g = 1: the cost
+// model's own cost).
+Ticks group_ticks(const PlanProblem& pr, const MicroShape& s, int g);
 
 // One sample of a bucket on a group of g ranks (g = 1: one GPU), in ticks: `per`, its work at
 // full efficiency (a large micro-batch's marginal cost, group_work), and `fixed`, what a
