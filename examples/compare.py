@@ -176,6 +176,7 @@ def summarize(repeats):
             # The prediction with the profile's jitter (train_dit.jitter_prediction), None without it.
             "imbalance_predicted_jitter": r0["predicted"].get("with_jitter", {}).get("imbalance"),
             "samples_per_s_predicted_jitter": r0["predicted"].get("with_jitter", {}).get("throughput_samples_per_s"),
+            "time_split_runs": time_splits(runs),
         })
     base = {r["fused_adaln"]: r["samples_per_s_median"] for r in rows
             if r["strategy"] == "equal_tokens" and r["packing"] == "off"}
@@ -185,6 +186,60 @@ def summarize(repeats):
     bucketed_speedups(rows, "samples_per_s_median", "samples_per_s_predicted")
     paired_ratios(rows)
     return rows
+
+
+def time_split(r):
+    """Where one run's measured epoch went beside its prediction (the same steps): the epoch's
+    seconds measured over predicted (predicted samples/s over measured); the compute of every
+    rank and step over its price; the steps' slowest ranks over their priced slowest; and the
+    seconds per step outside the ranks' compute (the gradient sync and the optimizer step,
+    measured) beside the modelled sync, and their share of the measured epoch. None for a result
+    without per-step times."""
+    if not (r.get("rank_times") and r.get("predicted_rank_times") and "time_s" in r["predicted"]):
+        return None
+    T, P = r["rank_times"], r["predicted_rank_times"]
+    steps = max(len(T), 1)
+    t_max, p_max = sum(map(max, T)), sum(map(max, P))
+    m_time, p_time = r["measured"]["time_s"], r["predicted"]["time_s"]
+    ratio = lambda x, y: x / y if y > 0 else None  # noqa: E731
+    return {"epoch_over_predicted": ratio(m_time, p_time),
+            "compute_over_price": ratio(sum(map(sum, T)), sum(map(sum, P))),
+            "step_max_over_price": ratio(t_max, p_max),
+            "outside_compute_s_per_step": (m_time - t_max) / steps,
+            "outside_compute_predicted_s_per_step": (p_time - p_max) / steps,
+            "outside_compute_share": ratio(m_time - t_max, m_time)}
+
+
+def time_splits(runs):
+    """time_split of every run, or None when one has no per-step times."""
+    split = [time_split(r) for r in runs]
+    return None if None in split else split
+
+
+def time_split_table(rows):
+    """Markdown lines: time_split's medians over the repetitions, one row per run setting."""
+    split = [r for r in rows if r.get("time_split_runs")]
+    if not split:
+        return []
+
+    def med(r, k):
+        xs = [x[k] for x in r["time_split_runs"] if x[k] is not None]
+        return median(xs) if xs else float("nan")
+    out = ["", "Where the measured epoch went beside the prediction, median over the repetitions: the epoch's "
+           "seconds measured over predicted (= predicted samples/s over measured); the compute of every rank and "
+           "step over its price; the steps' slowest ranks over their priced slowest; the seconds per step outside "
+           "the ranks' compute (gradient sync and optimizer step), measured beside modelled, and their share of "
+           "the measured epoch.", "",
+           "| strategy | fused adaLN | packing | epoch measured / predicted | compute / price | slowest rank / "
+           "price | outside compute per step, measured | modelled | share of the epoch |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in split:
+        out.append(f"| {r['strategy']} | {'on' if r['fused_adaln'] else 'off'} | {r['packing']} | "
+                   f"{med(r, 'epoch_over_predicted'):.3f} | {med(r, 'compute_over_price'):.3f} | "
+                   f"{med(r, 'step_max_over_price'):.3f} | {1000 * med(r, 'outside_compute_s_per_step'):.2f} ms | "
+                   f"{1000 * med(r, 'outside_compute_predicted_s_per_step'):.2f} ms | "
+                   f"{100 * med(r, 'outside_compute_share'):.1f}% |")
+    return out
 
 
 def paired_ratios(rows):
@@ -253,6 +308,7 @@ def markdown_repeated(rows, meta):
             out.append(f"| {r['strategy']} | {'on' if r['fused_adaln'] else 'off'} | {r['packing']} | "
                        f"{pct(median(w))} [{pct(min(w))} - {pct(max(w))}] | {pct(r['imbalance_median'])} |")
     out += paired_table(rows)
+    out += time_split_table(rows)
     P = train_dit.PAPER
     out += ["", "Reported by the paper (Wan 2.1 on GPUs; not measured here):", "",
             "| figure | reported |", "|---|---|",

@@ -75,7 +75,7 @@ table() { sed -n '/^# Whole epochs/,/^Reported by the paper/p' "$1/compare.md" |
 calibrate() {  # calibrate OUT_PROFILE MEASUREMENTS [calibrate options]
   "$PY" -m adaptiveload.calibrate --config tiny --sweep mini --held-out --threads 1 --clock thread \
     --max-batch 64 --max-tokens 4096 --reps "$CALIB_REPS" --interleave "$CALIB_INTERLEAVE" --out "$1" \
-    --measurements-out "$2" "${@:3}" | grep -E '^(fit|held-out|jitter|pack error|measured beside|wrote)'
+    --measurements-out "$2" "${@:3}" | grep -E '^(fit|held-out|jitter|pack error|measured beside|optimizer step|wrote)'
 }
 if want calibrate || [ ! -f "$PROFILE" ]; then
   stamp "calibrating the miniature (shapes of the mini grid, held-out shapes)"

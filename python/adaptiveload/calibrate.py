@@ -90,6 +90,10 @@ def parser() -> argparse.ArgumentParser:
                    "each within --max-batch samples and --max-tokens) and report the fit's error on them")
     p.add_argument("--fit-packs", action="store_true", help="fit the time model to the points and the packs "
                    "together (fit_observations) and report both errors; memory stays the points' fit")
+    p.add_argument("--optimizer", default="adamw", choices=["adamw", "none"], help="also time the optimizer step "
+                   "(AdamW over the model's parameters, then zero_grad), which a training step runs once beside its "
+                   "micro-batches; the profile's \"step\" then prices it in every planned step (none: leave it out; "
+                   "default: %(default)s)")
     return p
 
 
@@ -181,17 +185,27 @@ def timed(step, model, device, reps: int, clock: str = "wall", warmup: bool = Tr
     """Seconds of forward (`step()`, returning the loss) + backward, `reps` times after one
     warm-up (none with warmup False): CUDA events on a GPU, else the wall clock or (clock
     "thread") this thread's CPU time. The peak-memory counter is reset before each repetition."""
+    def run():
+        step().backward()
+        model.zero_grad(set_to_none=True)
+    return timed_runs(run, device, reps, clock, warmup)
+
+
+def timed_runs(run, device, reps: int, clock: str = "wall", warmup: bool = True, prepare=None):
+    """Seconds of `run()`, `reps` times after one warm-up (none with warmup False), each after
+    an untimed `prepare()` where one is given; clocks and the peak-memory reset as timed()'s."""
     times = []
     first = 1 if warmup else 0  # runs before `first` are the warm-up, not kept
     for i in range(first + reps):
+        if prepare is not None:
+            prepare()
         if device.type == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
         t0 = time.thread_time() if clock == "thread" else time.perf_counter()
-        step().backward()
-        model.zero_grad(set_to_none=True)
+        run()
         if device.type == "cuda":
             b.record()
             b.synchronize()
@@ -216,6 +230,23 @@ def point_step(model, c, shape, batch, device):
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
             return wan_dit.flow_matching_loss(model, x0, ctx).mean()
     return step
+
+
+def measure_optimizer(model, c, shape, device, reps: int, clock="wall", statistic="median") -> dict:
+    """Seconds of one optimizer step as a training step runs it: AdamW over the model's
+    parameters (its state made by one untimed step first), then zero_grad(set_to_none=True),
+    after an untimed forward + backward of one sample of `shape`; `reps` repetitions, their
+    median (or the fastest). CUDA events on a GPU, else the wall clock or the thread's CPU time."""
+    step = point_step(model, c, shape, 1, device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def run():
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    times = timed_runs(run, device, reps, clock, prepare=lambda: step().backward())
+    params = sum(p.numel() for p in model.parameters())
+    return {"optimizer": "AdamW", "optimizer_s": min(times) if statistic == "min" else statistics.median(times),
+            "reps": reps, "parameters": params, "log_spread": log_spread(times)}
 
 
 def measure(model, c, shape, batch, device, reps, clock="wall", statistic="median"):
@@ -455,6 +486,9 @@ def main(argv=None):
             both = interleave(model, c, points + held, device, args.interleave, args.clock, args.statistic)
             points, held = both[:len(points)], both[len(points):]
         packs = sweep_packs(model, c, drawn, device, args.reps, args.clock, args.statistic) if drawn else []
+        # Last: the optimizer's steps change the weights, which no timing above should see.
+        step = (measure_optimizer(model, c, SHAPES[name_of_sweep][0], device, max(args.reps, 5), args.clock,
+                                  args.statistic) if args.optimizer != "none" else None)
     if args.measurements_out:
         with open(args.measurements_out, "w") as f:
             for pt in points:
@@ -474,8 +508,11 @@ def main(argv=None):
     if packs:
         profile, summary = with_packs(profile, summary, points, packs, args.fit_packs, held)
     jitter = fit_jitter(points)
-    if jitter or args.co_runners:
+    if jitter or args.co_runners or step:
         j = json.loads(profile)
+        if step:  # priced once a global step by the planner (ParallelLayout::step_fixed_s)
+            j["step"] = step
+            summary = dict(summary, step=step)
         if jitter:
             j["jitter"] = jitter
             summary = dict(summary, jitter=jitter)
@@ -505,6 +542,9 @@ def main(argv=None):
               f"{100 * summary['pack_median_rel_error']:.1f}%, max {100 * summary['pack_max_rel_error']:.1f}%")
     if args.co_runners:
         print(f"measured beside {args.co_runners} co-runner(s) training: {', '.join(map(str, co_steps))} steps")
+    if step:
+        print(f"optimizer step ({step['optimizer']}, {step['parameters']:,} parameters, then zero_grad): "
+              f"{1000 * step['optimizer_s']:.2f} ms, {args.statistic} of {step['reps']}; priced once a global step")
     print(f"wrote {args.out}")
     return summary
 

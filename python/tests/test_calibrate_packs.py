@@ -41,6 +41,15 @@ def test_packs_measured_and_their_errors_in_the_profile(tmp_path, monkeypatch):
         assert m["samples"] == sum(B for _, B in m["parts"]) and m["predicted_s"] > 0
     assert [m["parts"] for m in lines] == [m["parts"] for m in j["packs"]]
     assert all("parts" not in json.loads(s) for s in meas.read_text().splitlines())
+    assert j["step"]["reps"] == 5 and j["step"]["optimizer_s"] > 0  # the optimizer: 5 repetitions at least
+
+
+def test_optimizer_none_leaves_the_step_out(tmp_path, monkeypatch):
+    monkeypatch.setitem(calibrate.SHAPES, "tiny", [(1, 32, 48), (5, 32, 48), (1, 64, 64)])
+    out = tmp_path / "p.json"
+    summary = calibrate.main(["--config", "tiny", "--layers", "1", "--device", "cpu", "--threads", "1",
+                              "--reps", "1", "--max-batch", "2", "--optimizer", "none", "--out", str(out)])
+    assert "step" not in json.loads(out.read_text()) and "step" not in summary
 
 
 def test_pack_price_is_the_cores_pack_formula_and_fit_observations_inverts_it():

@@ -323,6 +323,33 @@ def test_compare_summarizes_repetitions():
     assert "| balanced | off | off | 3.0% [2.0% - 4.0%] | 6.0% |" in md, md
 
 
+def test_compare_time_split():
+    """compare.py's split of a measured epoch beside its prediction: the epoch's seconds over the
+    predicted, the compute over its price (every rank and step), the slowest ranks over their
+    price, and the seconds per step outside the compute, measured and modelled."""
+    sys.path.insert(0, os.path.join(REPO, "examples"))
+    try:
+        import compare
+    finally:
+        sys.path.pop(0)
+    # 2 steps x 2 ranks; measured: compute maxima 3 + 5 = 8 s, plus 0.5 s a step outside it.
+    r = {"rank_times": [[3.0, 2.0], [1.0, 5.0]], "predicted_rank_times": [[2.5, 2.5], [2.0, 4.0]],
+         "measured": {"time_s": 9.0}, "predicted": {"time_s": 6.7}}
+    split = compare.time_split(r)
+    assert split["epoch_over_predicted"] == pytest.approx(9.0 / 6.7)
+    assert split["compute_over_price"] == pytest.approx(11.0 / 11.0)
+    assert split["step_max_over_price"] == pytest.approx(8.0 / 6.5)
+    assert split["outside_compute_s_per_step"] == pytest.approx(0.5)
+    assert split["outside_compute_predicted_s_per_step"] == pytest.approx(0.1)
+    assert split["outside_compute_share"] == pytest.approx(1.0 / 9.0)
+    # A result without per-step times (an older JSON) has no split, and the table leaves it out.
+    assert compare.time_split({"measured": {"time_s": 1.0}, "predicted": {}}) is None
+    row = {"strategy": "balanced", "fused_adaln": False, "packing": "off", "time_split_runs": [split, split]}
+    lines = compare.time_split_table([row])
+    assert "| balanced | off | off | 1.343 | 1.000 | 1.231 | 500.00 ms | 100.00 ms | 11.1% |" in lines, lines
+    assert compare.time_split_table([dict(row, time_split_runs=None)]) == []
+
+
 def test_zz_print_errors():
     """Prints the errors measured above (pytest -s); runs last in this file."""
     for key, (o, g) in sorted(ERRORS.items()):

@@ -201,10 +201,19 @@ def test_calibration_on_cpu_measures_the_sweep_and_writes_a_usable_profile(tmp_p
         assert math.isfinite(summary[k]) and summary[k] >= 0, (k, summary)
     p = json.loads(prof.read_text())
     assert p["format"] == "adaptiveload-profile" and p["fit"]["points"] == len(points)
-    # The sampler and the planner accept it.
+    # The optimizer step, timed once a repetition (at least 5) over the model's parameters.
+    params = sum(x.numel() for x in wan_dit.WanDiT(wan_dit.config("tiny")).parameters())
+    assert p["step"]["optimizer"] == "AdamW" and p["step"]["parameters"] == params and p["step"]["reps"] == 5
+    assert math.isfinite(p["step"]["optimizer_s"]) and p["step"]["optimizer_s"] > 0
+    assert summary["step"] == p["step"]
+    # The sampler and the planner accept it, and price the optimizer step once a step.
     s = adaptiveload.AdaptiveBatchSampler(MANIFESTS, model="tiny-dit", device="cpu", grid="tiny", profile=str(prof),
                                           world_size=2, rank=0, mem_budget=4096)
     assert s.num_steps > 0
+    assert s.budgets["step_fixed_s"] == p["step"]["optimizer_s"]
+    plain = adaptiveload.AdaptiveBatchSampler(MANIFESTS, model="tiny-dit", device="cpu", grid="tiny",
+                                              world_size=2, rank=0, mem_budget=4096)
+    assert plain.budgets["step_fixed_s"] == 0.0  # the analytic model prices no optimizer step
     cli_plans_with(prof)
 
 

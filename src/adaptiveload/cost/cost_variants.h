@@ -44,12 +44,16 @@ class ProfileCost : public CostModel {
   double sample_time(const Bucket& b) const override;
   bool has_memory() const { return has_memory_; }
   const MemoryModel& memory() const { return memory_; }
+  // Seconds of a global step beside its micro-batches and collectives (the profile's
+  // "step": {"optimizer_s"}: the optimizer step, as `calibrate` measured it); 0 without one.
+  double step_seconds() const { return step_s_; }
 
  private:
   double a_ = 0, b_ = 0, c0_ = 0;
   std::vector<std::pair<double, double>> table_;  // (tokens, seconds per sample), ascending
   bool has_memory_ = false;
   MemoryModel memory_;
+  double step_s_ = 0;
   ProfileCost() = default;
 };
 

@@ -84,6 +84,13 @@ ProfileCost::ProfileCost(const std::string& path) {
         throw InputError(path, "profile memory coefficients must be >= 0");
       has_memory_ = true;
     }
+    if (j.contains("step")) {
+      const json& s = j["step"];
+      if (!s.is_object())
+        throw InputError(path, "profile field 'step' must be an object {\"optimizer_s\": seconds}");
+      step_s_ = num(s, "optimizer_s", 0, true, kMaxSeconds);
+      if (step_s_ < 0) throw InputError(path, "profile field 'optimizer_s' must be >= 0");
+    }
   } catch (const json::exception& e) {
     throw InputError(path, std::string("malformed profile: ") + e.what());
   }

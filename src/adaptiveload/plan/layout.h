@@ -82,6 +82,9 @@ struct ParallelLayout {
   // seconds, and the fraction of them that can overlap the slot's compute.
   double slot_comm_s = 0;
   double overlap = 0;
+  // Every mode: seconds each global step spends once beside its micro-batches and collectives
+  // (the optimizer step), from a calibrated profile's "step"; 0 without one.
+  double step_fixed_s = 0;
   SeqParallel sp;
   // Sequence-parallel groups are aligned blocks of consecutive ranks in every mode (sp).
 

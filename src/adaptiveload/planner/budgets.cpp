@@ -79,7 +79,7 @@ void Planner::resolve_budgets() {
     pr.pool_view = &pool_;  // lent for target_steps(), not copied
     const uint64_t target_steps = pr.target_steps();
     const int64_t W = cfg_.world_size;
-    const double ar = pr.allreduce_s;
+    const double ar = pr.step_seconds();
     // E[max of W standard normals] = int x W phi(x) Phi(x)^(W-1) dx (midpoint rule).
     double e_w = 0;
     for (int i = 0; i < 4000; ++i) {

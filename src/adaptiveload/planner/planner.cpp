@@ -113,8 +113,15 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
 }
 
 ParallelLayout Planner::layout(int world_size) const {
-  return parallel_layout(sync_, world_size, seq_parallel(world_size), model_.params, device_, sharded_,
-                         cfg_.reshard_after_forward, cfg_.collective_overlap);
+  ParallelLayout l = parallel_layout(sync_, world_size, seq_parallel(world_size), model_.params, device_, sharded_,
+                                     cfg_.reshard_after_forward, cfg_.collective_overlap);
+  l.step_fixed_s = step_fixed_s();
+  return l;
+}
+
+double Planner::step_fixed_s() const {
+  const auto* prof = dynamic_cast<const ProfileCost*>(cost_.get());
+  return prof ? prof->step_seconds() : 0.0;
 }
 
 PlanProblem Planner::problem(int world_size, int64_t epoch, uint64_t segment, std::vector<uint32_t> pool) const {

@@ -291,6 +291,7 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
       m.collective_s += env.allreduce_s;
       total_time += mx + env.allreduce_s;
     }
+    total_time += env.layout.step_fixed_s;  // the optimizer step, once a step in every mode
     sum_mean += mean, sum_max += mx;
     if (mx > 0) sum_step_mean += (mx - mean) / mx, sum_step_maxmin += (mx - mn) / mx;
     double util = peak / env.device_memory_bytes;

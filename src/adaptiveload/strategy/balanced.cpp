@@ -92,7 +92,7 @@ Plan plan_balanced(const PlanProblem& pr) {
     in.order.push_back(b);
   }
   // Loads and epoch times are sums of ticks: refuse an epoch that would not fit them.
-  const int64_t allreduce = to_ticks(pr.allreduce_s);
+  const int64_t allreduce = to_ticks(pr.step_seconds());
   if (work_bound + double(allreduce) * double(n_samples) > 4e18)
     throw ConfigError(
         "balanced: the epoch's estimated time is beyond 100 years; check the cost model, the "

@@ -315,7 +315,7 @@ void lay_out(const PlanProblem& pr, double load_class, Deal& d) {
 // their mean.
 void epoch_of(const PlanProblem& pr, Deal& d) {
   const uint64_t W = uint64_t(pr.world_size), K = d.steps, P = d.packs;
-  const Ticks allreduce = pr.allreduce_s > 0 ? to_ticks(pr.allreduce_s) : 0;
+  const Ticks allreduce = pr.step_seconds() > 0 ? to_ticks(pr.step_seconds()) : 0;
   d.epoch = 0;
   std::vector<double> step_tokens(K, 0.0);
   double total = 0;

@@ -57,6 +57,9 @@ struct PlanProblem {
   double allreduce_s = 0;                 // step mode: gradient all-reduce per step, seconds
   std::vector<int64_t> fixed_batch;       // per bucket, for `fixed`
   ParallelLayout layout;                  // sync mode and its collectives
+  // Seconds every global step adds beside its micro-batches: the gradient all-reduce (step
+  // mode) and the step's fixed seconds (the optimizer step, ParallelLayout::step_fixed_s).
+  double step_seconds() const { return allreduce_s + layout.step_fixed_s; }
   BatchKind batch_kind = BatchKind::kFree;
   double batch_target = 0;                // samples or tokens per global step
   // balanced, step sync with a global batch: the invariants its plan keeps where a layout it

@@ -1,0 +1,102 @@
+// A calibrated profile's "step" (the optimizer step, once per global step): read from the
+// profile, priced in every step of the simulated epoch in both sync modes, part of the
+// fingerprint, and read by balanced's choice of the step count.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "adaptiveload/cost/cost_variants.h"
+#include "adaptiveload/util/error.h"
+#include "planner_fixture.h"
+
+using namespace adaptiveload;
+
+namespace {
+
+std::string write_profile(const std::string& name, const std::string& step) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << R"({"format":"adaptiveload-profile","version":1,
+    "cost":{"a":2e-6,"b":4e-10,"c0":1e-3,"overhead_s":0.01,"half_efficiency_tokens":256})"
+                      << (step.empty() ? "" : ",\"step\":" + step) << "}";
+  return path;
+}
+
+PlannerConfig config(const std::string& profile, const char* sync) {
+  PlannerConfig cfg;
+  cfg.cost_model = "profile";
+  cfg.profile = profile;
+  cfg.world_size = 4;
+  cfg.sync = sync;
+  return cfg;
+}
+
+std::string error_of(const std::string& profile) {
+  try {
+    ProfileCost c(profile);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(StepCost, ProfileStepIsPricedOnceEveryStepInBothSyncModes) {
+  const Manifest m = test::real_manifest();
+  const std::string without = write_profile("step_none.json", "");
+  const std::string with =
+      write_profile("step_50ms.json", R"({"optimizer":"AdamW","optimizer_s":0.05})");
+  for (const char* sync : {"step", "micro"}) {
+    Planner a(m, config(without, sync)), b(m, config(with, sync));
+    EXPECT_EQ(a.step_fixed_s(), 0.0);
+    EXPECT_DOUBLE_EQ(b.step_fixed_s(), 0.05);
+    EXPECT_NE(a.fingerprint(), b.fingerprint())
+        << sync << ": a state must not resume under another step price";
+    // The same plan simulated under each: 50 ms more a step, nothing else.
+    for (const char* strategy : {"equal_tokens", "dual"}) {
+      const Plan p = a.plan(strategy);
+      const Metrics ma = a.simulate(p), mb = b.simulate(p);
+      EXPECT_NEAR(mb.epoch_time_s - ma.epoch_time_s, 0.05 * double(p.num_steps()),
+                  1e-6 * ma.epoch_time_s)
+          << sync << " " << strategy;
+      EXPECT_DOUBLE_EQ(mb.collective_s, ma.collective_s)
+          << sync << ": the optimizer is not a collective";
+    }
+  }
+}
+
+TEST(StepCost, BalancedTakesFewerStepsWhenEachStepCostsMore) {
+  // Free global batch, step sync: balanced chooses its step count from the epoch time, which a
+  // per-step cost raises by that much a step. A step as costly as many micro-batches leaves it
+  // fewer steps (never more), and the plan keeps its contract.
+  const Manifest m = test::real_manifest();
+  PlannerConfig cfg = config(write_profile("step_free_none.json", ""), "step");
+  cfg.global_batch = "free";
+  const Planner a(m, cfg);
+  cfg.profile = write_profile("step_free_big.json", R"({"optimizer_s":30})");
+  const Planner b(m, cfg);
+  const Plan pa = a.plan("balanced"), pb = b.plan("balanced");
+  test::expect_plan_contract(b, pb, "balanced with a 30 s step");
+  EXPECT_LT(pb.num_steps(), pa.num_steps());
+  EXPECT_LT(b.simulate(pb).epoch_time_s, b.simulate(pa).epoch_time_s)
+      << "the plan chosen under the step cost is faster under it than the one chosen without";
+}
+
+TEST(StepCost, BadStepFieldsAreErrorsNamingThem) {
+  EXPECT_EQ(error_of(write_profile("step_ok.json", R"({"optimizer_s":0})")), "");
+  EXPECT_NE(error_of(write_profile("step_str.json", R"({"optimizer_s":"fast"})"))
+                .find("'optimizer_s' must be a number"),
+            std::string::npos);
+  EXPECT_NE(error_of(write_profile("step_neg.json", R"({"optimizer_s":-1})"))
+                .find("'optimizer_s' must be >= 0"),
+            std::string::npos);
+  EXPECT_NE(error_of(write_profile("step_missing.json", R"({"optimizer":"AdamW"})"))
+                .find("missing 'optimizer_s'"),
+            std::string::npos);
+  EXPECT_NE(error_of(write_profile("step_num.json", "0.1")).find("'step' must be an object"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of(write_profile("step_huge.json", R"({"optimizer_s":1e9})")).find("plausible limit"),
+      std::string::npos);
+}
