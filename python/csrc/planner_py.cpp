@@ -262,9 +262,9 @@ void bind_planner(pb::module_& m) {
       .def(
           "slot_comm_s", [](const Planner& self, int world_size) { return self.sim_env(world_size).layout.slot_comm_s; },
           pb::arg("world_size"), "micro sync: modelled collectives of one micro-batch slot, seconds (0 in step sync).")
-      .def_property_readonly("step_fixed_s", &Planner::step_fixed_s,
-                             "Seconds every global step spends once beside its micro-batches and collectives "
-                             "(the optimizer step, from a calibrated profile's \"step\"; 0 without one).")
+      .def("step_fixed_s", &Planner::step_fixed_s, pb::arg("world_size") = 0,
+           "Seconds every global step spends once beside its micro-batches and collectives on world_size ranks "
+           "(the optimizer step, from a calibrated profile's \"step\", over W when sharded; 0 without one).")
       .def_property_readonly("num_oversize",
                              [](const Planner& self) { return self.oversize().size(); })
       .def(

@@ -47,7 +47,7 @@ class _Introspection:
             "step_budget_s": p.step_budget_s,
             "allreduce_s": p.allreduce_s(self.world_size),
             "slot_comm_s": p.slot_comm_s(self.world_size),
-            "step_fixed_s": p.step_fixed_s,
+            "step_fixed_s": p.step_fixed_s(self.world_size),
         }
 
     def sp_sizes(self) -> List[int]:

@@ -88,8 +88,12 @@ ProfileCost::ProfileCost(const std::string& path) {
       const json& s = j["step"];
       if (!s.is_object())
         throw InputError(path, "profile field 'step' must be an object {\"optimizer_s\": seconds}");
+      if (!s.contains("optimizer_s"))
+        throw InputError(path, "profile field 'step' is missing 'optimizer_s' (seconds of one optimizer step); "
+                               "re-run `adaptiveload calibrate`, or remove 'step'");
       step_s_ = num(s, "optimizer_s", 0, true, kMaxSeconds);
-      if (step_s_ < 0) throw InputError(path, "profile field 'optimizer_s' must be >= 0");
+      if (step_s_ < 0)
+        throw InputError(path, "profile field 'optimizer_s' must be >= 0 seconds; re-run `adaptiveload calibrate`");
     }
   } catch (const json::exception& e) {
     throw InputError(path, std::string("malformed profile: ") + e.what());

@@ -49,9 +49,9 @@ uint64_t Planner::compute_fingerprint(const Manifest* manifest) const {
     h.str(sp_policy_text(opt_)), h.pod(opt_.sp_sizes), h.pod(device_.node_size);
     h.bytes(base_.bucket_group.data(), base_.bucket_group.size());
   }
-  if (opt_.packing) h.str("packing");
+  if (opt_.packing) h.str("packing");  // packed plans differ; without packing it stays as it was
   // A profile's optimizer step prices every step; without one it stays as it was.
-  if (const double s = step_fixed_s(); s > 0) h.str("step"), h.pod(s);  // packed plans differ; without packing it stays as it was
+  if (const double s = step_fixed_s(); s > 0) h.str("step"), h.pod(s);
   return h.digest();
 }
 

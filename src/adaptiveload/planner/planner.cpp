@@ -115,13 +115,16 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
 ParallelLayout Planner::layout(int world_size) const {
   ParallelLayout l = parallel_layout(sync_, world_size, seq_parallel(world_size), model_.params, device_, sharded_,
                                      cfg_.reshard_after_forward, cfg_.collective_overlap);
-  l.step_fixed_s = step_fixed_s();
+  l.step_fixed_s = step_fixed_s(world_size);
   return l;
 }
 
-double Planner::step_fixed_s() const {
+double Planner::step_fixed_s(int world_size) const {
   const auto* prof = dynamic_cast<const ProfileCost*>(cost_.get());
-  return prof ? prof->step_seconds() : 0.0;
+  if (!prof) return 0.0;
+  // Sharded (FSDP, ZeRO-2/3), each rank steps the optimizer over its 1 / W of the parameters.
+  const int W = world_size > 0 ? world_size : cfg_.world_size;
+  return sharded_ ? prof->step_seconds() / double(W) : prof->step_seconds();
 }
 
 PlanProblem Planner::problem(int world_size, int64_t epoch, uint64_t segment, std::vector<uint32_t> pool) const {

@@ -51,9 +51,10 @@ class Planner {
   double p() const { return base_.p; }
   double step_budget_s() const { return base_.step_budget_s; }
   SyncMode sync() const { return sync_; }
-  // Seconds every global step spends once beside its micro-batches and collectives (the
-  // optimizer step: a calibrated profile's "step"; 0 without one).
-  double step_fixed_s() const;
+  // Seconds every global step spends once beside its micro-batches and collectives on
+  // world_size ranks (0: the configured), the optimizer step: a calibrated profile's "step",
+  // over W when the model is sharded (each rank steps its shard); 0 without one.
+  double step_fixed_s(int world_size = 0) const;
   BatchKind batch_kind() const { return base_.batch_kind; }
   double batch_target() const { return base_.batch_target; }
   // "steps:113 (auto: equal_tokens)" and the like, for tables and reports.

@@ -390,6 +390,9 @@ Report build_report(const Planner& planner, const Manifest* manifest,
     << "); epoch s: the simulated epoch, the sum over steps of "
     << (micro ? "every slot's slowest micro-batch plus its exposed collectives"
               : "the slowest rank's compute plus the all-reduce")
+    << (planner.step_fixed_s() > 0
+            ? fmt(", plus the profile's optimizer step (%.2f ms)", 1e3 * planner.step_fixed_s())
+            : std::string())
     << "; g: sequence-parallel group sizes (GPUs per sample) used; padded: repeated samples "
        "added at the epoch's end so every rank has work (--end-policy pad); dropped: samples "
        "left out of the epoch for that reason (--end-policy drop); -*: the strategy (or "

@@ -6,6 +6,8 @@
 //   same number of micro-batches); a step takes sum_i [max_r T(t,r,i) + the slot's
 //   collectives not hidden behind its compute] (ParallelLayout::exposed_slot_comm), and the
 //   idle time is counted inside every slot.
+// Both modes: every step also takes ParallelLayout::step_fixed_s (a calibrated profile's
+//   optimizer step; 0 without one), which is not synchronisation (collective_s).
 #include <cstdint>
 #include <string>
 #include <variant>

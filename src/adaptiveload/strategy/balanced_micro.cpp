@@ -124,11 +124,14 @@ Plan plan_balanced_micro(const PlanProblem& pr) {
       return shortfall != o.shortfall ? shortfall < o.shortfall : pad != o.pad ? pad < o.pad : ticks < o.ticks;
     }
   };
+  // Each step also runs the optimizer once: one step a slot (free), else the global batch's.
+  const int64_t step_ticks = pr.step_seconds() > 0 ? to_ticks(pr.step_seconds()) : 0;
   auto rank_of = [&](const std::vector<Group>& g, uint64_t pad) {
     uint64_t mbs = pad;
     for (const Group& x : g) mbs += x.mult;
     const uint64_t slots = (mbs + w - 1) / w;
-    return Rank{target > slots ? target - slots : 0, pad, epoch_of(g)};
+    const uint64_t steps = target == 0 ? slots : std::min(target, slots);
+    return Rank{target > slots ? target - slots : 0, pad, epoch_of(g) + int64_t(steps) * step_ticks};
   };
   uint64_t best_pad = 0;
   std::vector<Group> best_g = groups_of(cap, best_pad);

@@ -335,8 +335,8 @@ void epoch_of(const PlanProblem& pr, Deal& d) {
         for (uint64_t s = 0; s < P; ++s) rank += d.bin_load[d.at[(t * W + r) * P + s]];
         step = std::max(step, rank);
       }
-      step += allreduce;
     }
+    step += allreduce;  // the all-reduce (step sync) and the optimizer step, once a step
     d.epoch += step;
   }
   d.batch_dev = 0;
