@@ -30,6 +30,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import train_dit  # noqa: E402
 
 STRATEGIES = ["equal_tokens", "dual", "balanced"]
+# The speed probe's micro-batch: (frames, height, width) and batch, a mid-sized shape of the
+# CPU miniature's sweep (calibrate.SHAPES["mini"]).
+PROBE_SHAPE, PROBE_BATCH = (17, 128, 224), 2
 # Every registered strategy, in the registry's order (train_dit imports adaptiveload).
 ALL_STRATEGIES = [s["name"] for s in train_dit.adaptiveload._C.strategies()]
 
@@ -188,6 +191,35 @@ def summarize(repeats):
     return rows
 
 
+def speed_probe(targs, seconds: float = 1.0) -> Optional[float]:
+    """The machine's speed now against the profile the runs are planned with: one fixed
+    micro-batch of the runs' model (PROBE_SHAPE x PROBE_BATCH, our wan-dit at the runs' config,
+    threads and clock) run for about `seconds` after one warm-up, its median seconds over the
+    profile's price of it. 1.0: the machine runs as when it was calibrated; 1.2: 20% slower, on
+    everything the epoch computes alike. None without a profile, or for another model."""
+    a = train_dit.parse_args(targs)
+    if not a.profile or a.model != "wan-dit":
+        return None
+    import torch
+
+    from adaptiveload import calibrate
+    from adaptiveload.models import wan_dit
+    with open(a.profile) as f:
+        cost = json.load(f)["cost"]
+    device = torch.device(a.device)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    c = wan_dit.config(a.config, a.layers)
+    model = wan_dit.WanDiT(c).to(device)
+    step = calibrate.point_step(model, c, PROBE_SHAPE, PROBE_BATCH, device)
+    times = calibrate.timed(step, model, device, 1, a.clock)
+    t_end = time.perf_counter() + seconds
+    while time.perf_counter() < t_end:
+        times += calibrate.timed(step, model, device, 1, a.clock, warmup=False)
+    price = calibrate.pack_price(cost, [[calibrate.shape_tokens(PROBE_SHAPE), PROBE_BATCH]])
+    return median(times) / price
+
+
 def time_split(r):
     """Where one run's measured epoch went beside its prediction (the same steps): the epoch's
     seconds measured over predicted (predicted samples/s over measured); the compute of every
@@ -233,12 +265,24 @@ def time_split_table(rows):
            "| strategy | fused adaLN | packing | epoch measured / predicted | compute / price | slowest rank / "
            "price | outside compute per step, measured | modelled | share of the epoch |",
            "|---|---|---|---|---|---|---|---|---|"]
+    probed = [r for r in split if r.get("probe_runs")]
+    if probed:
+        # The probe (speed_probe): the same for every row of a repetition.
+        p = probed[0]["probe_runs"]
+        out[1] += (f" The probe micro-batch ({PROBE_BATCH} x {PROBE_SHAPE}, timed before and after every repetition) "
+                   f"ran at {' / '.join(f'{x:.3f}' for x in p)} of its price (median {median(p):.3f}): the machine's "
+                   "speed against the profile's, which the compute over its price follows where the model holds "
+                   "(last column, repetition by repetition).")
+        out[3] += " compute / price by repetition |"
+        out[4] += "---|"
     for r in split:
+        by_rep = " / ".join(f"{x['compute_over_price']:.3f}" for x in r["time_split_runs"]
+                            if x["compute_over_price"] is not None)
         out.append(f"| {r['strategy']} | {'on' if r['fused_adaln'] else 'off'} | {r['packing']} | "
                    f"{med(r, 'epoch_over_predicted'):.3f} | {med(r, 'compute_over_price'):.3f} | "
                    f"{med(r, 'step_max_over_price'):.3f} | {1000 * med(r, 'outside_compute_s_per_step'):.2f} ms | "
                    f"{1000 * med(r, 'outside_compute_predicted_s_per_step'):.2f} ms | "
-                   f"{100 * med(r, 'outside_compute_share'):.1f}% |")
+                   f"{100 * med(r, 'outside_compute_share'):.1f}% |" + (f" {by_rep} |" if probed else ""))
     return out
 
 
@@ -338,6 +382,10 @@ def main(argv=None, exit_process: bool = False):
     p.add_argument("--calibrate-max-batch", type=int, help="largest batch calibration measures (default: 64 "
                    "where the run's memory budget bounds batch x tokens, as for --config tiny, else 4)")
     p.add_argument("--calibrate-reps", type=int, default=3)
+    p.add_argument("--probe", action=argparse.BooleanOptionalAction, default=True, help="with --repeat and a "
+                   "--profile: time one fixed micro-batch before and after every repetition against the profile's "
+                   "price of it (the machine's speed then, beside the compute over its price; about 2 s a "
+                   "repetition; default: on)")
     args, rest = p.parse_known_args(argv)
     if args.repeat < 1:
         p.error(f"--repeat must be >= 1, got {args.repeat}")
@@ -363,11 +411,15 @@ def main(argv=None, exit_process: bool = False):
         if rank0:
             print(f"== discarded repetition {i + 1}/{args.discard} ({time.perf_counter() - t0:.0f} s)", flush=True)
         train_dit.main(targs)
-    repeats = []
+    repeats, probes = [], []
     for i in range(args.repeat):
         if args.repeat > 1 and rank0:
             print(f"== repetition {i + 1}/{args.repeat} ({time.perf_counter() - t0:.0f} s)", flush=True)
+        # The machine's speed against the profile, before and after (every rank probes at once, as it trains).
+        before = speed_probe(targs) if args.probe and args.repeat > 1 else None
         repeats.append(train_dit.main(targs))
+        after = speed_probe(targs) if before is not None else None
+        probes.append(None if before is None or after is None else (before + after) / 2)
     elapsed = time.perf_counter() - t0
     if not rank0:
         return finish(distributed, exit_process, None)
@@ -383,6 +435,8 @@ def main(argv=None, exit_process: bool = False):
            "argv": targs}
     if args.repeat > 1:
         rows = summarize(repeats)
+        for r in rows:
+            r["probe_runs"] = None if None in probes else probes
         discarded = f" after {args.discard} discarded" if args.discard else ""
         meta += f", {args.repeat} repetitions{discarded}, {elapsed:.0f} s in all"
         md = markdown_repeated(rows, meta)

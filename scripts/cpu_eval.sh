@@ -46,7 +46,11 @@ PY=${PYTHON:-.venv/bin/python}
 STEPS=${STEPS:-calibrate real2 emulated kernels adapt}
 [ -x "$PY" ] || command -v "$PY" >/dev/null || { echo "cpu_eval: no Python at $PY (run scripts/python_env.sh, or set PYTHON)" >&2; exit 2; }
 mkdir -p "$OUT"
-export OMP_NUM_THREADS=1 PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+export OMP_NUM_THREADS=1
+# The package as installed into the environment (scripts/python_env.sh), or an in-place build
+# (setup.py build_ext --inplace) where there is one: the source tree without its extension
+# would shadow the installed package and fail to import.
+if compgen -G "python/adaptiveload/_C*.so" >/dev/null; then export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"; fi
 PROFILE="$OUT/profile.json"
 LOADED="$OUT/profile_loaded.json"
 COMMON=(--config tiny --grid mini --epoch --subset "$SUBSET" --threads 1 --clock thread

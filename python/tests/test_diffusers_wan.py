@@ -348,6 +348,32 @@ def test_compare_time_split():
     lines = compare.time_split_table([row])
     assert "| balanced | off | off | 1.343 | 1.000 | 1.231 | 500.00 ms | 100.00 ms | 11.1% |" in lines, lines
     assert compare.time_split_table([dict(row, time_split_runs=None)]) == []
+    # With the speed probe of every repetition: its ratios, and the compute over price by repetition.
+    lines = compare.time_split_table([dict(row, probe_runs=[0.9, 1.1])])
+    assert "ran at 0.900 / 1.100 of its price (median 1.000)" in lines[1], lines[1]
+    assert lines[3].endswith(" compute / price by repetition |") and lines[4].count("|") == 11
+    assert lines[5].endswith("| 11.1% | 1.000 / 1.000 |"), lines[5]
+
+
+def test_compare_speed_probe(tmp_path):
+    """The speed probe times its micro-batch on the runs' model and prices it with the profile:
+    a profile that prices it at a thousandth of a second reads as a machine far slower than
+    calibrated, one that prices it at 1000 s as far faster; none without a profile."""
+    sys.path.insert(0, os.path.join(REPO, "examples"))
+    try:
+        import compare
+    finally:
+        sys.path.pop(0)
+    args = ["--config", "tiny", "--layers", "1", "--device", "cpu", "--clock", "thread"]
+    assert compare.speed_probe(args) is None
+    for seconds, lo, hi in ((1e-3, 1.0, 1e6), (1e3, 0.0, 1.0)):
+        prof = tmp_path / f"p{seconds}.json"
+        # c0 only: the probe's price is PROBE_BATCH * c0 (no overhead, no ramp).
+        prof.write_text(json.dumps({"format": "adaptiveload-profile", "version": 1, "cost": {
+            "a": 0, "b": 0, "c0": seconds / compare.PROBE_BATCH, "overhead_s": 0, "half_efficiency_tokens": 0}}))
+        r = compare.speed_probe(args + ["--profile", str(prof)], seconds=0.05)
+        assert lo < r < hi, (seconds, r)
+    assert compare.speed_probe(args + ["--profile", str(prof), "--model", "diffusers-wan"]) is None
 
 
 def test_zz_print_errors():
