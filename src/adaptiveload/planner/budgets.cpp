@@ -121,10 +121,9 @@ void Planner::resolve_budgets() {
       double epoch = 0;
       if (pr.layout.lockstep_slots()) {
         // One step a slot (free), or the global batch's steps; each adds its optimizer step.
-        const uint64_t steps = target_steps == 0 ? uint64_t(slots) : std::min<uint64_t>(target_steps, uint64_t(slots));
         epoch = double(slots) *
                     expect([&](double x) { return x + std::max(0.0, pr.layout.exposed_slot_comm(x)); }) +
-                double(steps) * ar;
+                double(slot_step_count(uint64_t(slots), target_steps)) * ar;
       } else if (target_steps == 0 || target_steps >= uint64_t(slots)) {
         epoch = double(slots) * (expect([](double x) { return x; }) + ar);
       } else {

@@ -130,8 +130,8 @@ Plan plan_balanced_micro(const PlanProblem& pr) {
     uint64_t mbs = pad;
     for (const Group& x : g) mbs += x.mult;
     const uint64_t slots = (mbs + w - 1) / w;
-    const uint64_t steps = target == 0 ? slots : std::min(target, slots);
-    return Rank{target > slots ? target - slots : 0, pad, epoch_of(g) + int64_t(steps) * step_ticks};
+    return Rank{target > slots ? target - slots : 0, pad,
+                epoch_of(g) + int64_t(slot_step_count(slots, target)) * step_ticks};
   };
   uint64_t best_pad = 0;
   std::vector<Group> best_g = groups_of(cap, best_pad);

@@ -1,6 +1,7 @@
 #pragma once
 // Batching strategies. Each is a pure function of a PlanProblem (one file per strategy, one
 // line in strategy_registry.cpp): same problem, same plan, byte for byte.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -180,6 +181,11 @@ struct SlotSteps {
   std::vector<uint32_t> order;
   std::vector<uint64_t> step_begin;
 };
+// How many steps steps_of_slots makes of `slots` slots for `target` steps (0: free, one a
+// slot), for the estimates that price every step before the slots exist.
+inline uint64_t slot_step_count(uint64_t slots, uint64_t target) {
+  return target == 0 ? slots : std::min(target, slots);
+}
 // last_at_end: the last slot (padded at the epoch's end) goes into the last step.
 SlotSteps steps_of_slots(const PlanProblem& pr, const std::vector<uint64_t>& key, uint64_t steps, uint64_t purpose,
                          bool last_at_end = false);
