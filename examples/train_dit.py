@@ -1011,9 +1011,10 @@ def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world:
         measured["idle_measured"] = wait / (busy + wait) if busy + wait > 0 else 0.0
         measured["outside_compute"] = 1 - sum(map(sum, times)) / busy if busy > 0 else 0.0
         measured["busy_wait_s"] = waits
-    # Per step beside the ranks' compute: the modelled all-reduce and the profile's optimizer step.
+    # Per step beside the ranks' compute: the modelled all-reduce (real ranks only: emulated ones
+    # run none) and the profile's optimizer step.
     budgets = samplers[0].budgets
-    allreduce = budgets.get("allreduce_s", 0.0) + budgets.get("step_fixed_s", 0.0)
+    allreduce = (budgets.get("allreduce_s", 0.0) if ddp else 0.0) + budgets.get("step_fixed_s", 0.0)
     predicted = metrics(pred, samples, tokens, [allreduce] * len(pred))
     if jitter:
         # The same steps with the calibrated spread of every micro-batch's seconds.

@@ -4,7 +4,8 @@
 # for whole epochs of a fixed subset of the real manifests (data/), measured beside the
 # planner's prediction:
 #   1. calibration on the miniature's shapes, with held-out shapes (fit errors on shapes the
-#      fit never saw) -> OUT/profile.json; with REAL2_PROFILE=loaded, again beside a co-runner
+#      fit never saw) and the gloo all-reduce between LINK_RANKS processes (the profile's "link",
+#      which prices the real ranks' gradient sync) -> OUT/profile.json; with REAL2_PROFILE=loaded, again beside a co-runner
 #      training on the other core (calibrate --co-runners 1) -> OUT/profile_loaded.json
 #   2. 2 real ranks (torchrun, gloo, one thread a rank): equal_tokens, dual, balanced, REPEAT
 #      interleaved repetitions, idle measured at the ranks' barrier, paired ratios; planned and
@@ -27,6 +28,8 @@
 # REAL2_PROFILE (alone: the real ranks planned with the profile measured alone; loaded: with one
 # measured beside a co-runner. On 2026-12-04 alone predicted 2-rank epochs at 0.95-0.98x the
 # measured samples/s and loaded at 0.91-0.93x; on 2026-12-03, another VM, alone gave 1.18-1.21x)
+# LINK_RANKS (2: calibrate --allreduce-ranks, the real ranks' all-reduce measured on this host;
+# 0: priced from the cpu preset's link, about 4x below the measured on 2026-12-05)
 # RANK_ORDER (emulated ranks, steps 3-5: interleaved, train_dit --rank-order interleaved, each
 # rank's micro-batches spread over the step so the machine's drift within a step falls on every
 # rank alike, as on ranks that run at once; sequential: rank by rank)
@@ -42,6 +45,7 @@ RUNS=${RUNS:-interleaved}
 DISCARD=${DISCARD:-0}
 REAL2_PROFILE=${REAL2_PROFILE:-alone}
 RANK_ORDER=${RANK_ORDER:-interleaved}
+LINK_RANKS=${LINK_RANKS:-2}
 PY=${PYTHON:-.venv/bin/python}
 STEPS=${STEPS:-calibrate real2 emulated kernels adapt}
 [ -x "$PY" ] || command -v "$PY" >/dev/null || { echo "cpu_eval: no Python at $PY (run scripts/python_env.sh, or set PYTHON)" >&2; exit 2; }
@@ -79,7 +83,8 @@ table() { sed -n '/^# Whole epochs/,/^Reported by the paper/p' "$1/compare.md" |
 calibrate() {  # calibrate OUT_PROFILE MEASUREMENTS [calibrate options]
   "$PY" -m adaptiveload.calibrate --config tiny --sweep mini --held-out --threads 1 --clock thread \
     --max-batch 64 --max-tokens 4096 --reps "$CALIB_REPS" --interleave "$CALIB_INTERLEAVE" --out "$1" \
-    --measurements-out "$2" "${@:3}" | grep -E '^(fit|held-out|jitter|pack error|measured beside|optimizer step|wrote)'
+    --allreduce-ranks "$LINK_RANKS" --measurements-out "$2" "${@:3}" |
+    grep -E '^(fit|held-out|jitter|pack error|measured beside|optimizer step|all-reduce|wrote)'
 }
 if want calibrate || [ ! -f "$PROFILE" ]; then
   stamp "calibrating the miniature (shapes of the mini grid, held-out shapes)"

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 
 import torch
 
-from . import _C, _checks, co_runners
+from . import _C, _checks, co_runners, link
 from .models import wan_dit
 
 # (frames, height, width) shapes of the sweep: images, short and long clips, two resolutions.
@@ -94,6 +94,12 @@ def parser() -> argparse.ArgumentParser:
                    "(AdamW over the model's parameters, then zero_grad), which a training step runs once beside its "
                    "micro-batches; the profile's \"step\" then prices it in every planned step (none: leave it out; "
                    "default: %(default)s)")
+    p.add_argument("--allreduce-ranks", type=int, default=0, metavar="N",
+                   help="also time the all-reduce between N processes on this host (gloo on cpu, nccl on cuda: a "
+                        "GPU each), from 4 KiB up to the model's fp32 gradients, and fit the ring's bus bandwidth "
+                        "and latency into the profile's \"link\", which the planner then uses for every "
+                        "collective in place of the device preset's; the optimizer step is then timed on the N "
+                        "ranks at once, as they train together (default 0: off)")
     return p
 
 
@@ -135,6 +141,8 @@ def check_args(p: argparse.ArgumentParser, args) -> torch.device:
     if args.co_runners and device.type != "cpu":
         p.error(f"--co-runners loads the other cores of a CPU host; on {args.device} each rank has a device of "
                 "its own: leave it off")
+    if why := link.check_ranks(args.allreduce_ranks, device.type, torch.cuda.device_count()):
+        p.error(why)
     if args.packs is None or not (0 <= args.packs <= 10000):
         p.error(f"--packs must be a count of packs from 0 to 10000, got {args.packs}")
     if args.fit_packs and args.packs < 1:
@@ -489,6 +497,12 @@ def main(argv=None):
         # Last: the optimizer's steps change the weights, which no timing above should see.
         step = (measure_optimizer(model, c, SHAPES[name_of_sweep][0], device, max(args.reps, 5), args.clock,
                                   args.statistic) if args.optimizer != "none" else None)
+    grad_bytes = 4 * sum(q.numel() for q in model.parameters())
+    # Alone on the host: the ranks' processes are what a step's all-reduce runs beside.
+    spec = dict(config=args.config, layers=args.layers, fused=args.fused, checkpointing=args.checkpointing,
+                shape=SHAPES[name_of_sweep][0])
+    measured_link = (link.measure(args.allreduce_ranks, grad_bytes, device.type, max(args.reps, 20), args.statistic,
+                                  spec) if args.allreduce_ranks else None)
     if args.measurements_out:
         with open(args.measurements_out, "w") as f:
             for pt in points:
@@ -508,11 +522,14 @@ def main(argv=None):
     if packs:
         profile, summary = with_packs(profile, summary, points, packs, args.fit_packs, held)
     jitter = fit_jitter(points)
-    if jitter or args.co_runners or step:
+    if jitter or args.co_runners or step or measured_link:
         j = json.loads(profile)
         if step:  # priced once a global step by the planner (ParallelLayout::step_fixed_s)
             j["step"] = step
             summary = dict(summary, step=step)
+        if measured_link:  # the planner's collectives ride it; the optimizer as the ranks step it
+            summary = link.into_profile(j, summary, measured_link)
+            step = j.get("step")
         if jitter:
             j["jitter"] = jitter
             summary = dict(summary, jitter=jitter)
@@ -543,8 +560,12 @@ def main(argv=None):
     if args.co_runners:
         print(f"measured beside {args.co_runners} co-runner(s) training: {', '.join(map(str, co_steps))} steps")
     if step:
+        beside = link.beside_text(step)
         print(f"optimizer step ({step['optimizer']}, {step['parameters']:,} parameters, then zero_grad): "
-              f"{1000 * step['optimizer_s']:.2f} ms, {args.statistic} of {step['reps']}; priced once a global step")
+              f"{1000 * step['optimizer_s']:.2f} ms{beside}, {args.statistic} of {step['reps']}; priced once a "
+              "global step")
+    if measured_link:
+        print(link.describe(measured_link, grad_bytes))
     print(f"wrote {args.out}")
     return summary
 

@@ -47,6 +47,15 @@ class ProfileCost : public CostModel {
   // Seconds of a global step beside its micro-batches and collectives (the profile's
   // "step": {"optimizer_s"}: the optimizer step, as `calibrate` measured it); 0 without one.
   double step_seconds() const { return step_s_; }
+  // The ring all-reduce that `calibrate --allreduce-ranks N` measured between N processes on
+  // this host (the profile's "link"): bus bytes per second and latency per hop, which replace
+  // the device preset's in every collective the planner prices. has_link() is false without one.
+  bool has_link() const { return link_bus_bytes_per_s_ > 0; }
+  double link_bus_bytes_per_s() const { return link_bus_bytes_per_s_; }
+  double link_latency_s() const { return link_latency_s_; }
+  // The bytes of the gradient all-reduce it timed (the model's own fp32 gradients; 0 when the
+  // profile does not say): the step's all-reduce is priced on them, as measured.
+  double link_gradient_bytes() const { return link_gradient_bytes_; }
 
  private:
   double a_ = 0, b_ = 0, c0_ = 0;
@@ -54,6 +63,7 @@ class ProfileCost : public CostModel {
   bool has_memory_ = false;
   MemoryModel memory_;
   double step_s_ = 0;
+  double link_bus_bytes_per_s_ = 0, link_latency_s_ = 0, link_gradient_bytes_ = 0;
   ProfileCost() = default;
 };
 

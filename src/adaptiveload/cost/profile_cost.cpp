@@ -95,6 +95,23 @@ ProfileCost::ProfileCost(const std::string& path) {
       if (step_s_ < 0)
         throw InputError(path, "profile field 'optimizer_s' must be >= 0 seconds; re-run `adaptiveload calibrate`");
     }
+    if (j.contains("link")) {
+      const json& l = j["link"];
+      const char* what =
+          "profile field 'link' must be an object {\"allreduce_bus_bytes_per_s\": bytes per second, "
+          "\"allreduce_latency_s\": seconds}; re-run `adaptiveload calibrate --allreduce-ranks N`, or remove 'link'";
+      if (!l.is_object() || !l.contains("allreduce_bus_bytes_per_s") || !l.contains("allreduce_latency_s"))
+        throw InputError(path, what);
+      link_bus_bytes_per_s_ = num(l, "allreduce_bus_bytes_per_s", 0, true, kMaxBytes);
+      link_latency_s_ = num(l, "allreduce_latency_s", 0, true, kMaxSeconds);
+      link_gradient_bytes_ = num(l, "gradient_bytes", 0, false, kMaxBytes);
+      if (link_gradient_bytes_ < 0)
+        throw InputError(path, "profile field 'gradient_bytes' of 'link' must be >= 0 bytes (0: the model preset's); "
+                               "re-run `adaptiveload calibrate --allreduce-ranks N`");
+      if (!(link_bus_bytes_per_s_ > 0) || link_latency_s_ < 0)
+        throw InputError(path, "profile field 'link' needs allreduce_bus_bytes_per_s > 0 and allreduce_latency_s >= 0; "
+                               "re-run `adaptiveload calibrate --allreduce-ranks N`");
+    }
   } catch (const json::exception& e) {
     throw InputError(path, std::string("malformed profile: ") + e.what());
   }

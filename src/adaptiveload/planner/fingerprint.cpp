@@ -2,6 +2,7 @@
 // rows, the presets and options, and the budgets as resolved).
 #include <cstring>
 
+#include "adaptiveload/cost/cost_variants.h"
 #include "adaptiveload/planner/planner.h"
 #include "adaptiveload/util/hash.h"
 
@@ -50,8 +51,10 @@ uint64_t Planner::compute_fingerprint(const Manifest* manifest) const {
     h.bytes(base_.bucket_group.data(), base_.bucket_group.size());
   }
   if (opt_.packing) h.str("packing");  // packed plans differ; without packing it stays as it was
-  // A profile's optimizer step prices every step; without one it stays as it was.
+  // A profile's optimizer step and measured link price every step; without them it stays as it was.
   if (const double s = step_fixed_s(); s > 0) h.str("step"), h.pod(s);
+  if (const auto* prof = dynamic_cast<const ProfileCost*>(cost_.get()); prof && prof->has_link())
+    h.str("link"), h.pod(prof->link_bus_bytes_per_s()), h.pod(prof->link_latency_s()), h.pod(prof->link_gradient_bytes());
   return h.digest();
 }
 

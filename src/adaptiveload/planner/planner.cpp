@@ -39,7 +39,14 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
              (opt_.sharding == Sharding::kAuto && cfg_.world_size > 1 &&
               analytic_memory_model(model_, cfg_.checkpointing).static_bytes > 0.5 * usable);
   memory_ = analytic_memory_model(model_, cfg_.checkpointing, sharded_ ? cfg_.world_size : 1);
-  if (auto* prof = dynamic_cast<const ProfileCost*>(cost_.get()); prof && prof->has_memory()) memory_ = prof->memory();
+  if (auto* prof = dynamic_cast<const ProfileCost*>(cost_.get())) {
+    if (prof->has_memory()) memory_ = prof->memory();
+    if (prof->has_link()) {
+      // The all-reduce measured on this host prices every collective in place of the preset's.
+      device_.allreduce_bus_bytes_per_s = prof->link_bus_bytes_per_s();
+      device_.allreduce_latency_s = prof->link_latency_s();
+    }
+  }
   for (const auto& [v, what] :
        {std::pair{memory_.static_bytes, "static bytes"}, {memory_.m0, "m0"}, {memory_.m1, "m1"}})
     check_finite(v, std::string("memory model ") + what);
@@ -113,7 +120,11 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
 }
 
 ParallelLayout Planner::layout(int world_size) const {
-  ParallelLayout l = parallel_layout(sync_, world_size, seq_parallel(world_size), model_.params, device_, sharded_,
+  // The collectives move the model's parameters' bytes: a measured link's own gradients where
+  // the profile records them (the model it timed), else the preset's count.
+  const auto* prof = dynamic_cast<const ProfileCost*>(cost_.get());
+  const double params = prof && prof->link_gradient_bytes() > 0 ? prof->link_gradient_bytes() / 4.0 : model_.params;
+  ParallelLayout l = parallel_layout(sync_, world_size, seq_parallel(world_size), params, device_, sharded_,
                                      cfg_.reshard_after_forward, cfg_.collective_overlap);
   l.step_fixed_s = step_fixed_s(world_size);
   return l;

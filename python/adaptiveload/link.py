@@ -1,0 +1,225 @@
+"""The all-reduce between ranks on this host, measured (calibrate --allreduce-ranks N).
+
+The planner prices a step's gradient all-reduce (and, in micro sync, a slot's all-gathers and
+reduce-scatter) as a ring: 2 (W-1)/W * bytes / bus + 2 (W-1) * latency, with the bus bandwidth
+and latency of the device preset. A preset's numbers are a GPU cluster's; on a CPU host gloo's
+loopback all-reduce is about 15x slower than the cpu preset says (docs/evaluation.md). This
+module starts N processes (gloo on cpu, nccl on cuda with one GPU each), times all_reduce of
+float32 tensors from a few KiB up to the model's gradients, and fits the ring's bus and latency
+to the times, which the profile's "link" then gives the planner in place of the preset's."""
+import os
+import statistics
+import tempfile
+import time
+
+#: How long the ranks may take to start and finish (import torch, join the group, measure).
+TIMEOUT_S = 600.0
+
+
+def ring_seconds(nbytes: float, ranks: int, bus_bytes_per_s: float, latency_s: float) -> float:
+    """The ring all-reduce's seconds, as the core prices it (ring_allreduce_seconds)."""
+    if ranks <= 1:
+        return 0.0
+    return 2.0 * (ranks - 1) / ranks * nbytes / bus_bytes_per_s + 2.0 * (ranks - 1) * latency_s
+
+
+def message_sizes(gradient_bytes: int, with_gradients: bool = True) -> list:
+    """Sizes timed as bare tensors: 4 KiB, 64 KiB and the gradients' bytes, the last unless the
+    model's own gradients are timed (float32 elements, distinct, ascending)."""
+    small = sorted({s for s in (4096, 65536) if s < gradient_bytes}) or [4]
+    return small + ([4 * max(1, gradient_bytes // 4)] if with_gradients and gradient_bytes > small[-1] else [])
+
+
+def _gradient_sync(model, dist):
+    """The explicit gradient all-reduce as train_dit runs it under torchrun: the gradients
+    flattened into one float32 buffer, summed over the ranks, copied back."""
+    import torch
+    grads = [q.grad for q in model.parameters() if q.grad is not None]
+    flat = torch.cat([g.flatten() for g in grads])
+    dist.all_reduce(flat)
+    off = 0
+    for g in grads:
+        g.copy_(flat[off:off + g.numel()].view_as(g))
+        off += g.numel()
+
+
+def _rank(rank: int, ranks: int, init_file: str, backend: str, sizes, reps: int, spec, out):
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    cuda = backend == "nccl"
+    if cuda:
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, init_method="file://" + init_file, rank=rank, world_size=ranks)
+    try:
+        device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+        sync = lambda: torch.cuda.synchronize() if cuda else None  # noqa: E731
+        times = []
+        for nbytes in sizes:
+            x = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+            for _ in range(5):  # warm-up: the first calls set up the connections
+                dist.all_reduce(x)
+            ts = []
+            for _ in range(reps):
+                dist.barrier()  # every rank starts together, as after a step's barrier
+                sync()
+                t0 = time.perf_counter()
+                dist.all_reduce(x)
+                sync()
+                ts.append(time.perf_counter() - t0)
+            times.append(ts)
+        if spec:
+            # The model's own gradients, in a training step's place: after a backward.
+            from . import calibrate
+            from .models import wan_dit
+            c = wan_dit.config(spec["config"], spec["layers"])
+            torch.manual_seed(0)
+            model = wan_dit.WanDiT(c, fused_adaln=spec["fused"], checkpointing=spec["checkpointing"]).to(device)
+            step = calibrate.point_step(model, c, tuple(spec["shape"]), 1, device)
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+            ts, os_ = [], []
+            for k in range(reps + 5):
+                step().backward()
+                dist.barrier()
+                sync()
+                t0 = time.perf_counter()
+                _gradient_sync(model, dist)
+                sync()
+                t1 = time.perf_counter()
+                # The optimizer step, every rank at once, as the ranks of this host run it.
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                sync()
+                if k >= 5:  # the first five warm up
+                    ts.append(t1 - t0)
+                    os_.append(time.perf_counter() - t1)
+            times += [ts, os_]
+        out.put((rank, times))
+    finally:
+        dist.destroy_process_group()
+
+
+def fit_ring(points, ranks: int) -> dict:
+    """Bus bytes/s and latency of the ring model from (bytes, seconds) points, the gradients'
+    point last: the latency from the quickest of the small messages (a few KiB: the time is
+    nearly all latency, and the quickest the least disturbed), the bandwidth from the rest of
+    the gradients' time, so that the price of the gradient all-reduce, the collective a step
+    pays, is the measured one. The errors are the ring's on every point."""
+    if len(points) < 2 or not all(t > 0 for _, t in points):
+        raise ValueError("needs 2 or more timed message sizes, each with a positive time")
+    (x0, t0), (xg, tg) = min(points[:-1], key=lambda p: p[1]), points[-1]
+    # t = 2 (N-1) latency + 2 (N-1)/N bytes / bus; the small message's bandwidth term is taken
+    # at the gradients' bandwidth, solved together: t0 = a + b x0, tg = a + b xg.
+    b = (tg - t0) / (xg - x0) if xg > x0 else 0.0
+    if not b > 0:  # the gradients no slower than a few KiB: latency alone, bandwidth beyond measuring
+        b = tg * 1e-6 / xg
+    a = max(0.0, tg - b * xg)
+    bus = 2.0 * (ranks - 1) / ranks / b
+    latency = a / (2.0 * (ranks - 1))
+    errors = [abs(ring_seconds(x, ranks, bus, latency) - t) / t for x, t in points]
+    return {"allreduce_bus_bytes_per_s": bus, "allreduce_latency_s": latency,
+            "median_rel_error": statistics.median(errors), "max_rel_error": max(errors)}
+
+
+def measure(ranks: int, gradient_bytes: int, device_type: str = "cpu", reps: int = 20,
+            statistic: str = "median", model=None) -> dict:
+    """Times the all-reduce between `ranks` processes (gloo on cpu, nccl on cuda: one GPU a
+    rank) at message_sizes(gradient_bytes), `reps` times each (a step's time: the slowest rank's
+    of each repetition, then the median or the fastest over repetitions), and returns the
+    profile's "link": the fitted bus and latency, the points and the fit's errors. With `model`
+    ({"config", "layers", "fused", "checkpointing", "shape"}) the gradients' point is the model's
+    own gradient sync after a backward (_gradient_sync: flatten, all-reduce, copy back), as a
+    training step runs it, not a bare tensor. Raises RuntimeError naming the rank that failed
+    (its own traceback is on stderr)."""
+    import multiprocessing as mp
+    if ranks < 2:
+        raise ValueError(f"an all-reduce needs 2 or more ranks, got {ranks}")
+    backend = "nccl" if device_type == "cuda" else "gloo"
+    sizes = message_sizes(gradient_bytes, with_gradients=model is None)
+    ctx = mp.get_context("spawn")  # no fork of a process that has torch's threads
+    out = ctx.Queue()
+    with tempfile.TemporaryDirectory(prefix="adaptiveload-link-") as tmp:
+        init_file = os.path.join(tmp, "rendezvous")
+        procs = [ctx.Process(target=_rank, args=(r, ranks, init_file, backend, sizes, reps, model, out), daemon=True,
+                             name=f"all-reduce rank {r}") for r in range(ranks)]
+        for proc in procs:
+            proc.start()
+        got = {}
+        deadline = time.monotonic() + TIMEOUT_S
+        try:
+            while len(got) < ranks:
+                failed = [proc for proc in procs if proc.exitcode not in (None, 0)]
+                if failed:
+                    raise RuntimeError(f"{failed[0].name} exited with status {failed[0].exitcode} while "
+                                       "timing the all-reduce (its traceback is above)")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the all-reduce ranks did not finish within {TIMEOUT_S:.0f} s")
+                try:
+                    rank, times = out.get(timeout=1.0)
+                    got[rank] = times
+                except Exception:  # queue.Empty: poll the processes again
+                    pass
+        finally:
+            for proc in procs:
+                proc.join(timeout=30)
+                if proc.is_alive():
+                    proc.kill()
+    pick = min if statistic == "min" else statistics.median
+    step_of = lambda i: pick([max(got[r][i][k] for r in range(ranks)) for k in range(reps)])  # noqa: E731
+    points = [[nbytes, step_of(i)] for i, nbytes in enumerate(sizes + ([gradient_bytes] if model else []))]
+    fit = fit_ring(points, ranks)
+    out = {"backend": backend, "ranks": ranks, **{k: fit[k] for k in ("allreduce_bus_bytes_per_s",
+                                                                       "allreduce_latency_s")},
+           "gradient_bytes": points[-1][0], "points": points, "gradient_sync": "model" if model else "tensor",
+           "reps": reps, "statistic": statistic, "median_rel_error": fit["median_rel_error"],
+           "max_rel_error": fit["max_rel_error"]}
+    if model:  # AdamW then zero_grad on every rank at once, after the sync
+        out["optimizer_s"] = step_of(len(points))
+    return out
+
+
+def into_profile(profile: dict, summary: dict, link: dict) -> dict:
+    """Puts a measured link into a profile (its "link"; the "step", when the profile has one,
+    priced at the optimizer as the link's ranks stepped it at once, the lone time kept beside it
+    as optimizer_alone_s) and returns the summary with both."""
+    profile["link"] = link
+    summary = dict(summary, link=link)
+    if "step" in profile and "optimizer_s" in link:
+        step = profile["step"]
+        profile["step"] = dict(step, optimizer_alone_s=step["optimizer_s"], beside_ranks=link["ranks"],
+                               optimizer_s=link["optimizer_s"])
+        summary = dict(summary, step=profile["step"])
+    return summary
+
+
+def beside_text(step: dict) -> str:
+    """How calibrate's optimizer line says the step was timed beside the ranks ("" alone)."""
+    if "beside_ranks" not in step:
+        return ""
+    return f" on {step['beside_ranks']} ranks at once ({1000 * step['optimizer_alone_s']:.2f} ms alone)"
+
+
+def describe(link: dict, gradient_bytes: int) -> str:
+    """One line for calibrate's report."""
+    grad = ring_seconds(gradient_bytes, link["ranks"], link["allreduce_bus_bytes_per_s"], link["allreduce_latency_s"])
+    measured = {x: t for x, t in link["points"]}.get(gradient_bytes)
+    how = "the model's gradient sync after a backward" if link.get("gradient_sync") == "model" else "a bare tensor"
+    return (f"all-reduce ({link['backend']}, {link['ranks']} ranks on this host): bus "
+            f"{link['allreduce_bus_bytes_per_s'] / 1e9:.3g} GB/s, latency {1e6 * link['allreduce_latency_s']:.0f} us "
+            f"(fit error median {100 * link['median_rel_error']:.1f}%, max {100 * link['max_rel_error']:.1f}%); "
+            f"the {gradient_bytes / 1e6:.2f} MB of gradients priced {1000 * grad:.2f} ms"
+            + (f" (measured {1000 * measured:.2f} ms, {how})" if measured else "")
+            + "; priced in every collective in place of the device preset's")
+
+
+def check_ranks(ranks: int, device_type: str, gpus: int) -> str:
+    """Why `ranks` cannot be measured here, or "" when it can."""
+    if ranks == 0:
+        return ""
+    if not (2 <= ranks <= 256):
+        return f"--allreduce-ranks must be 0 (off) or a count of processes from 2 to 256, got {ranks}"
+    if device_type == "cuda" and ranks > gpus:
+        return (f"--allreduce-ranks {ranks}: nccl needs a GPU a rank and this machine has {gpus}; use at most "
+                f"{gpus}, or 0")
+    return ""
+
