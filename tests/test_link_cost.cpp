@@ -3,43 +3,25 @@
 // the planner prices, in both sync modes, and is part of the fingerprint.
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <string>
 
 #include "adaptiveload/cost/cost_variants.h"
 #include "adaptiveload/sim/metrics.h"
 #include "adaptiveload/util/error.h"
 #include "planner_fixture.h"
+#include "profile_fixture.h"
 
 using namespace adaptiveload;
 
 namespace {
 
 std::string write_profile(const std::string& name, const std::string& link) {
-  const std::string path = ::testing::TempDir() + name;
-  std::ofstream(path) << R"({"format":"adaptiveload-profile","version":1,
-    "cost":{"a":2e-6,"b":4e-10,"c0":1e-3,"overhead_s":0.01,"half_efficiency_tokens":256})"
-                      << (link.empty() ? "" : ",\"link\":" + link) << "}";
-  return path;
+  return test::write_profile(name, "link", link);
 }
-
 PlannerConfig config(const std::string& profile, const char* sync, int W) {
-  PlannerConfig cfg;
-  cfg.cost_model = "profile";
-  cfg.profile = profile;
-  cfg.world_size = W;
-  cfg.sync = sync;
-  return cfg;
+  return test::profile_config(profile, sync, W);
 }
-
-std::string error_of(const std::string& profile) {
-  try {
-    ProfileCost c(profile);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+std::string error_of(const std::string& profile) { return test::profile_error(profile); }
 
 }  // namespace
 

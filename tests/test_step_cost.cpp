@@ -3,42 +3,22 @@
 // fingerprint, and read by balanced's choice of the step count.
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <string>
 
 #include "adaptiveload/cost/cost_variants.h"
 #include "adaptiveload/util/error.h"
 #include "planner_fixture.h"
+#include "profile_fixture.h"
 
 using namespace adaptiveload;
 
 namespace {
 
 std::string write_profile(const std::string& name, const std::string& step) {
-  const std::string path = ::testing::TempDir() + name;
-  std::ofstream(path) << R"({"format":"adaptiveload-profile","version":1,
-    "cost":{"a":2e-6,"b":4e-10,"c0":1e-3,"overhead_s":0.01,"half_efficiency_tokens":256})"
-                      << (step.empty() ? "" : ",\"step\":" + step) << "}";
-  return path;
+  return test::write_profile(name, "step", step);
 }
-
-PlannerConfig config(const std::string& profile, const char* sync) {
-  PlannerConfig cfg;
-  cfg.cost_model = "profile";
-  cfg.profile = profile;
-  cfg.world_size = 4;
-  cfg.sync = sync;
-  return cfg;
-}
-
-std::string error_of(const std::string& profile) {
-  try {
-    ProfileCost c(profile);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+PlannerConfig config(const std::string& profile, const char* sync) { return test::profile_config(profile, sync, 4); }
+std::string error_of(const std::string& profile) { return test::profile_error(profile); }
 
 }  // namespace
 

@@ -113,7 +113,9 @@ def fit_ring(points, ranks: int) -> dict:
     b = (tg - t0) / (xg - x0) if xg > x0 else 0.0
     if not b > 0:  # the gradients no slower than a few KiB: latency alone, bandwidth beyond measuring
         b = tg * 1e-6 / xg
-    a = max(0.0, tg - b * xg)
+    a = tg - b * xg
+    if a < 0:  # the small message quicker per byte than the gradients: bandwidth alone, no latency
+        a, b = 0.0, tg / xg
     bus = 2.0 * (ranks - 1) / ranks / b
     latency = a / (2.0 * (ranks - 1))
     errors = [abs(ring_seconds(x, ranks, bus, latency) - t) / t for x, t in points]

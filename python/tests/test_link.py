@@ -24,6 +24,11 @@ def test_fit_ring_prices_the_gradients_as_measured_and_takes_latency_from_a_smal
     # Gradients no slower than the small message: latency alone, a finite bandwidth.
     flat = link.fit_ring([[4096, 1e-3], [1_000_000, 1e-3]], 2)
     assert flat["allreduce_latency_s"] >= 0 and 0 < flat["allreduce_bus_bytes_per_s"] < float("inf")
+    # A small message quicker per byte than the gradients (a line through both would need a
+    # negative latency): no latency, and the gradients still priced as measured.
+    steep = link.fit_ring([[4096, 1e-6], [1_000_000, 1e-3]], 2)
+    assert steep["allreduce_latency_s"] == 0
+    assert link.ring_seconds(1_000_000, 2, steep["allreduce_bus_bytes_per_s"], 0) == pytest.approx(1e-3, rel=1e-12)
     with pytest.raises(ValueError, match="2 or more"):
         link.fit_ring([[4096, 1e-3]], 2)
 
