@@ -240,12 +240,12 @@ def point_step(model, c, shape, batch, device):
     return step
 
 
-def measure_optimizer(model, c, shape, device, reps: int, clock="wall", statistic="median") -> dict:
+def measure_optimizer(model, c, shape, device, reps: int, clock="wall", statistic="median", batch=1) -> dict:
     """Seconds of one optimizer step as a training step runs it: AdamW over the model's
     parameters (its state made by one untimed step first), then zero_grad(set_to_none=True),
-    after an untimed forward + backward of one sample of `shape`; `reps` repetitions, their
-    median (or the fastest). CUDA events on a GPU, else the wall clock or the thread's CPU time."""
-    step = point_step(model, c, shape, 1, device)
+    after an untimed forward + backward of `batch` samples of `shape` (a micro-batch's); `reps`
+    repetitions, their median (or the fastest). CUDA events on a GPU, else the wall or thread clock."""
+    step = point_step(model, c, shape, batch, device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def run():
@@ -494,15 +494,15 @@ def main(argv=None):
             both = interleave(model, c, points + held, device, args.interleave, args.clock, args.statistic)
             points, held = both[:len(points)], both[len(points):]
         packs = sweep_packs(model, c, drawn, device, args.reps, args.clock, args.statistic) if drawn else []
-        # Last: the optimizer's steps change the weights, which no timing above should see.
-        step = (measure_optimizer(model, c, SHAPES[name_of_sweep][0], device, max(args.reps, 5), args.clock,
-                                  args.statistic) if args.optimizer != "none" else None)
-    grad_bytes = 4 * sum(q.numel() for q in model.parameters())
-    # Alone on the host: the ranks' processes are what a step's all-reduce runs beside.
+        # Last (its steps change the weights), after the largest micro-batch measured, as a step runs it.
+        last = max(points, key=lambda q: q["tokens"] * q["batch"],
+                   default=dict(shape=SHAPES[name_of_sweep][0], batch=1))
+        step = (measure_optimizer(model, c, tuple(last["shape"]), device, max(args.reps, 5), args.clock,
+                                  args.statistic, last["batch"]) if args.optimizer != "none" else None)
     spec = dict(config=args.config, layers=args.layers, fused=args.fused, checkpointing=args.checkpointing,
-                shape=SHAPES[name_of_sweep][0])
-    measured_link = (link.measure(args.allreduce_ranks, grad_bytes, device.type, max(args.reps, 20), args.statistic,
-                                  spec) if args.allreduce_ranks else None)
+                shape=tuple(last["shape"]), batch=last["batch"])  # the ranks alone on the host
+    measured_link = (link.measure(args.allreduce_ranks, 4 * sum(q.numel() for q in model.parameters()), device.type,
+                                  max(args.reps, 20), args.statistic, spec) if args.allreduce_ranks else None)
     if args.measurements_out:
         with open(args.measurements_out, "w") as f:
             for pt in points:
@@ -565,7 +565,7 @@ def main(argv=None):
               f"{1000 * step['optimizer_s']:.2f} ms{beside}, {args.statistic} of {step['reps']}; priced once a "
               "global step")
     if measured_link:
-        print(link.describe(measured_link, grad_bytes))
+        print(link.describe(measured_link))
     print(f"wrote {args.out}")
     return summary
 

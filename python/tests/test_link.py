@@ -79,3 +79,31 @@ def test_calibrate_writes_the_link_and_the_planner_prices_the_all_reduce_with_it
     assert ar[4] == pytest.approx(link.ring_seconds(grad_bytes, 4, bus, lat), rel=1e-9)
     before = AdaptiveBatchSampler(str(csv), world_size=2, profile=str(plain), **kw).budgets["allreduce_s"]
     assert before != pytest.approx(ar[2], rel=1e-3)  # the preset's link priced it otherwise
+
+
+def test_the_step_is_timed_after_the_largest_micro_batch_measured(tmp_path, monkeypatch):
+    # The sync and the optimizer follow a training step's micro-batches, not one small sample:
+    # calibrate times both after a backward of its largest measured point (tokens x batch).
+    monkeypatch.setitem(calibrate.SHAPES, "tiny", [(1, 32, 48), (5, 32, 48), (1, 64, 64)])
+    seen = {}
+    real_opt = calibrate.measure_optimizer
+
+    def opt(model, c, shape, device, reps, clock, statistic, batch):
+        seen["optimizer"] = (tuple(shape), batch)
+        return real_opt(model, c, shape, device, reps, clock, statistic, batch)
+
+    def fake_link(ranks, gradient_bytes, device_type, reps, statistic, spec):
+        seen["link"] = (tuple(spec["shape"]), spec["batch"])
+        return {"backend": "gloo", "ranks": ranks, "allreduce_bus_bytes_per_s": 1e9, "allreduce_latency_s": 1e-4,
+                "gradient_bytes": gradient_bytes, "points": [[4096, 2e-4], [gradient_bytes, 1e-3]],
+                "gradient_sync": "model", "reps": reps, "statistic": statistic, "median_rel_error": 0.0,
+                "max_rel_error": 0.0, "optimizer_s": 2e-3}
+    monkeypatch.setattr(calibrate, "measure_optimizer", opt)
+    monkeypatch.setattr(link, "measure", fake_link)
+    out, meas = tmp_path / "p.json", tmp_path / "m.jsonl"
+    calibrate.main(["--config", "tiny", "--layers", "1", "--device", "cpu", "--threads", "1", "--reps", "1",
+                    "--max-batch", "4", "--allreduce-ranks", "2", "--out", str(out), "--measurements-out", str(meas)])
+    points = [json.loads(s) for s in meas.read_text().splitlines()]
+    big = max(points, key=lambda q: q["tokens"] * q["batch"])
+    assert big["batch"] > 1  # a real choice: not the first shape's single sample
+    assert seen["optimizer"] == seen["link"] == (tuple(big["shape"]), big["batch"])
