@@ -5,8 +5,9 @@
 # planner's prediction:
 #   1. calibration on the miniature's shapes, with held-out shapes (fit errors on shapes the
 #      fit never saw) and the gloo all-reduce between LINK_RANKS processes (the profile's "link",
-#      which prices the real ranks' gradient sync) -> OUT/profile.json; with REAL2_PROFILE=loaded, again beside a co-runner
-#      training on the other core (calibrate --co-runners 1) -> OUT/profile_loaded.json
+#      which prices the real ranks' gradient sync) -> OUT/profile.json; with REAL2_PROFILE=loaded,
+#      again beside a co-runner training on the other core (calibrate --co-runners 1)
+#      -> OUT/profile_loaded.json
 #   2. 2 real ranks (torchrun, gloo, one thread a rank): equal_tokens, dual, balanced, REPEAT
 #      interleaved repetitions, idle measured at the ranks' barrier, paired ratios; planned and
 #      predicted with OUT/profile.json (REAL2_PROFILE=loaded: OUT/profile_loaded.json)
@@ -29,7 +30,8 @@
 # measured beside a co-runner. On 2026-12-04 alone predicted 2-rank epochs at 0.95-0.98x the
 # measured samples/s and loaded at 0.91-0.93x; on 2026-12-03, another VM, alone gave 1.18-1.21x)
 # LINK_RANKS (2: calibrate --allreduce-ranks, the real ranks' all-reduce measured on this host;
-# 0: priced from the cpu preset's link, about 4x below the measured on 2026-12-05)
+# 0: priced from the cpu preset's link: 0.2 ms for the miniature's gradients, where their sync
+# measured 1.8-4.0 ms on 2026-12-05)
 # RANK_ORDER (emulated ranks, steps 3-5: interleaved, train_dit --rank-order interleaved, each
 # rank's micro-batches spread over the step so the machine's drift within a step falls on every
 # rank alike, as on ranks that run at once; sequential: rank by rank)
