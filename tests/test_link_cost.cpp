@@ -79,10 +79,11 @@ TEST(LinkCost, BadLinkFieldsAreRefusedByName) {
                            R"({"allreduce_bus_bytes_per_s":0,"allreduce_latency_s":1e-4})",
                            R"({"allreduce_bus_bytes_per_s":1e9,"allreduce_latency_s":-1})",
                            R"({"allreduce_bus_bytes_per_s":"1e9","allreduce_latency_s":1e-4})",
-                           R"({"allreduce_bus_bytes_per_s":1e9,"allreduce_latency_s":1e-4,"gradient_bytes":-4})"}) {
+                           R"({"allreduce_bus_bytes_per_s":1e9,"allreduce_latency_s":1e-4,"gradient_bytes":-4})",
+                           R"({"allreduce_bus_bytes_per_s":1e9,"allreduce_latency_s":1e-4,"gradient_bytes":"x"})"}) {
     const std::string e = error_of(write_profile("link_bad.json", link));
     EXPECT_NE(e, "") << link;
-    EXPECT_TRUE(e.find("link") != std::string::npos || e.find("allreduce_") != std::string::npos) << link << ": " << e;
+    EXPECT_NE(e.find("link"), std::string::npos) << link << ": " << e;
     EXPECT_NE(e.find("link_bad.json"), std::string::npos) << e;
   }
   EXPECT_EQ(error_of(write_profile("link_ok.json", R"({"allreduce_bus_bytes_per_s":1e9,"allreduce_latency_s":0})")), "");

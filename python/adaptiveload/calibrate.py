@@ -95,11 +95,11 @@ def parser() -> argparse.ArgumentParser:
                    "micro-batches; the profile's \"step\" then prices it in every planned step (none: leave it out; "
                    "default: %(default)s)")
     p.add_argument("--allreduce-ranks", type=int, default=0, metavar="N",
-                   help="also time the all-reduce between N processes on this host (gloo on cpu, nccl on cuda: a "
-                        "GPU each), from 4 KiB up to the model's fp32 gradients, and fit the ring's bus bandwidth "
-                        "and latency into the profile's \"link\", which the planner then uses for every "
-                        "collective in place of the device preset's; the optimizer step is then timed on the N "
-                        "ranks at once, as they train together (default 0: off)")
+                   help="also time the all-reduce between N processes on this host (gloo on cpu; nccl on cuda, "
+                        "on cuda:0..N-1), a few KiB and the model's own gradient sync after its largest micro-batch, "
+                        "and fit the ring's bus bandwidth and latency into the profile's \"link\", which the "
+                        "planner's all-reduce, all-gathers and reduce-scatters then ride in place of the device "
+                        "preset's; the optimizer step is then timed on the N ranks at once (default 0: off)")
     return p
 
 
@@ -499,10 +499,7 @@ def main(argv=None):
                    default=dict(shape=SHAPES[name_of_sweep][0], batch=1))
         step = (measure_optimizer(model, c, tuple(last["shape"]), device, max(args.reps, 5), args.clock,
                                   args.statistic, last["batch"]) if args.optimizer != "none" else None)
-    spec = dict(config=args.config, layers=args.layers, fused=args.fused, checkpointing=args.checkpointing,
-                shape=tuple(last["shape"]), batch=last["batch"])  # the ranks alone on the host
-    measured_link = (link.measure(args.allreduce_ranks, 4 * sum(q.numel() for q in model.parameters()), device.type,
-                                  max(args.reps, 20), args.statistic, spec) if args.allreduce_ranks else None)
+    measured_link = link.measure_calibrated(args, model, last, device) if args.allreduce_ranks else None
     if args.measurements_out:
         with open(args.measurements_out, "w") as f:
             for pt in points:

@@ -8,12 +8,15 @@ module starts N processes (gloo on cpu, nccl on cuda with one GPU each), times a
 float32 tensors from a few KiB up to the model's gradients, and fits the ring's bus and latency
 to the times, which the profile's "link" then gives the planner in place of the preset's."""
 import os
+import queue
 import statistics
 import tempfile
 import time
 
 #: How long the ranks may take to start and finish (import torch, join the group, measure).
 TIMEOUT_S = 600.0
+#: The largest bus bandwidth a fit gives, bytes/s (10 TB/s: beyond any link measured).
+MAX_BUS = 1e13
 
 
 def ring_seconds(nbytes: float, ranks: int, bus_bytes_per_s: float, latency_s: float) -> float:
@@ -105,14 +108,17 @@ def fit_ring(points, ranks: int) -> dict:
     nearly all latency, and the quickest the least disturbed), the bandwidth from the rest of
     the gradients' time, so that the price of the gradient all-reduce, the collective a step
     pays, is the measured one. The errors are the ring's on every point."""
+    if ranks < 2:
+        raise ValueError(f"a ring all-reduce needs 2 or more ranks, got {ranks}")
     if len(points) < 2 or not all(t > 0 for _, t in points):
-        raise ValueError("needs 2 or more timed message sizes, each with a positive time")
+        raise ValueError(f"needs 2 or more timed message sizes, each with a positive time; got {points}")
     (x0, t0), (xg, tg) = min(points[:-1], key=lambda p: p[1]), points[-1]
     # t = 2 (N-1) latency + 2 (N-1)/N bytes / bus; the small message's bandwidth term is taken
     # at the gradients' bandwidth, solved together: t0 = a + b x0, tg = a + b xg.
     b = (tg - t0) / (xg - x0) if xg > x0 else 0.0
-    if not b > 0:  # the gradients no slower than a few KiB: latency alone, bandwidth beyond measuring
-        b = tg * 1e-6 / xg
+    # At most MAX_BUS (the gradients no slower than a few KiB: the bandwidth beyond measuring,
+    # nearly all latency), within what the planner reads (a profile's bytes are at most 1e15).
+    b = max(b, 2.0 * (ranks - 1) / ranks / MAX_BUS)
     a = tg - b * xg
     if a < 0:  # the small message quicker per byte than the gradients: bandwidth alone, no latency
         a, b = 0.0, tg / xg
@@ -150,27 +156,37 @@ def measure(ranks: int, gradient_bytes: int, device_type: str = "cpu", reps: int
             proc.start()
         got = {}
         deadline = time.monotonic() + TIMEOUT_S
+        done = False
         try:
             while len(got) < ranks:
-                failed = [proc for proc in procs if proc.exitcode not in (None, 0)]
-                if failed:
-                    raise RuntimeError(f"{failed[0].name} exited with status {failed[0].exitcode} while "
-                                       "timing the all-reduce (its traceback is above)")
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the all-reduce ranks did not finish within {TIMEOUT_S:.0f} s")
-                try:
+                try:  # results first: a rank that delivered and then failed to tear down still counts
                     rank, times = out.get(timeout=1.0)
                     got[rank] = times
-                except Exception:  # queue.Empty: poll the processes again
+                    continue
+                except queue.Empty:
                     pass
+                failed = [r for r, proc in enumerate(procs) if r not in got and proc.exitcode not in (None, 0)]
+                if failed:
+                    raise RuntimeError(f"{procs[failed[0]].name} exited with status {procs[failed[0]].exitcode} "
+                                       "while timing the all-reduce (its traceback is above)")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the all-reduce ranks did not finish within {TIMEOUT_S:.0f} s")
+            done = True
         finally:
+            if not done:  # the others wait in a collective for the one that failed: stop them all now
+                for proc in procs:
+                    proc.kill()
             for proc in procs:
-                proc.join(timeout=30)
+                proc.join(timeout=30 if done else 5)
                 if proc.is_alive():
                     proc.kill()
     pick = min if statistic == "min" else statistics.median
-    step_of = lambda i: pick([max(got[r][i][k] for r in range(ranks)) for k in range(reps)])  # noqa: E731
-    points = [[nbytes, step_of(i)] for i, nbytes in enumerate(sizes + ([gradient_bytes] if model else []))]
+    step_of = lambda i, f=pick: f([max(got[r][i][k] for r in range(ranks)) for k in range(reps)])  # noqa: E731
+    # The small messages give only the latency: their quickest repetition, the least disturbed
+    # (their medians moved 0.25-1.7 ms between minutes on the 2-core VM); the gradients' the statistic.
+    n_small = len(sizes) - (0 if model else 1)
+    points = [[nbytes, step_of(i, min if i < n_small else pick)]
+              for i, nbytes in enumerate(sizes + ([gradient_bytes] if model else []))]
     fit = fit_ring(points, ranks)
     out = {"backend": backend, "ranks": ranks, **{k: fit[k] for k in ("allreduce_bus_bytes_per_s",
                                                                        "allreduce_latency_s")},
@@ -180,6 +196,21 @@ def measure(ranks: int, gradient_bytes: int, device_type: str = "cpu", reps: int
     if model:  # AdamW then zero_grad on every rank at once, after the sync
         out["optimizer_s"] = step_of(len(points))
     return out
+
+
+def measure_calibrated(args, model, last: dict, device) -> dict:
+    """calibrate --allreduce-ranks: the link between args.allreduce_ranks ranks, each with
+    calibrate's model, its gradient sync and optimizer step timed after a backward of `last`
+    (the largest point calibrate measured: a training step's micro-batch). On cuda the parent's
+    copy of the model leaves the GPU first, so that rank 0 has cuda:0 to itself."""
+    gradient_bytes = 4 * sum(q.numel() for q in model.parameters())
+    if device.type == "cuda":
+        import torch
+        model.cpu()
+        torch.cuda.empty_cache()
+    spec = dict(config=args.config, layers=args.layers, fused=args.fused, checkpointing=args.checkpointing,
+                shape=tuple(last["shape"]), batch=last["batch"])
+    return measure(args.allreduce_ranks, gradient_bytes, device.type, max(args.reps, 20), args.statistic, spec)
 
 
 def into_profile(profile: dict, summary: dict, link: dict) -> dict:
@@ -214,7 +245,8 @@ def describe(link: dict) -> str:
             f"(fit error median {100 * link['median_rel_error']:.1f}%, max {100 * link['max_rel_error']:.1f}%); "
             f"the {gradient_bytes / 1e6:.2f} MB of gradients priced {1000 * grad:.2f} ms"
             + (f" (measured {1000 * measured:.2f} ms, {how})" if measured else "")
-            + "; priced in every collective in place of the device preset's")
+            + "; the planner's all-reduce, all-gathers and reduce-scatters ride it in place of the device "
+            "preset's link")
 
 
 def check_ranks(ranks: int, device_type: str, gpus: int) -> str:

@@ -22,8 +22,13 @@ def test_fit_ring_prices_the_gradients_as_measured_and_takes_latency_from_a_smal
     assert link.ring_seconds(1_000_000, 4, four["allreduce_bus_bytes_per_s"], four["allreduce_latency_s"]) == \
         pytest.approx(ring(1_000_000), rel=1e-9)
     # Gradients no slower than the small message: latency alone, a finite bandwidth.
+    # At most 10 TB/s, within what the planner reads (a profile's bytes are at most 1e15).
     flat = link.fit_ring([[4096, 1e-3], [1_000_000, 1e-3]], 2)
-    assert flat["allreduce_latency_s"] >= 0 and 0 < flat["allreduce_bus_bytes_per_s"] < float("inf")
+    assert flat["allreduce_latency_s"] >= 0 and flat["allreduce_bus_bytes_per_s"] == pytest.approx(link.MAX_BUS)
+    assert link.ring_seconds(1_000_000, 2, flat["allreduce_bus_bytes_per_s"], flat["allreduce_latency_s"]) == \
+        pytest.approx(1e-3, rel=1e-12)
+    with pytest.raises(ValueError, match="2 or more ranks"):
+        link.fit_ring([[4096, 1e-3], [1_000_000, 1e-3]], 1)
     # A small message quicker per byte than the gradients (a line through both would need a
     # negative latency): no latency, and the gradients still priced as measured.
     steep = link.fit_ring([[4096, 1e-6], [1_000_000, 1e-3]], 2)
@@ -107,3 +112,20 @@ def test_the_step_is_timed_after_the_largest_micro_batch_measured(tmp_path, monk
     big = max(points, key=lambda q: q["tokens"] * q["batch"])
     assert big["batch"] > 1  # a real choice: not the first shape's single sample
     assert seen["optimizer"] == seen["link"] == (tuple(big["shape"]), big["batch"])
+
+
+def test_every_branch_of_the_fit_gives_a_link_the_planner_reads(tmp_path):
+    # calibrate must not write a profile the planner then refuses: the fallbacks too.
+    csv = tmp_path / "m.csv"
+    csv.write_text("path,num_frames,height,width,fps\n" + "".join(f"v{i}.mp4,{1 + 4 * (i % 5)},64,64,24\n"
+                                                                  for i in range(40)))
+    base = {"format": "adaptiveload-profile", "version": 1,
+            "cost": {"a": 2e-6, "b": 4e-10, "c0": 1e-3, "overhead_s": 0.01, "half_efficiency_tokens": 256}}
+    for points in ([[4096, 2e-4], [646144, 2e-3]], [[4096, 1e-6], [646144, 1e-3]], [[4096, 1e-3], [646144, 1e-3]],
+                   [[4096, 5e-3], [65536, 5e-3], [646144, 1e-6]]):
+        fit = link.fit_ring(points, 2)
+        path = tmp_path / "p.json"
+        path.write_text(json.dumps(dict(base, link=dict(fit, gradient_bytes=points[-1][0]))))
+        s = AdaptiveBatchSampler(str(csv), world_size=2, rank=0, model="tiny-dit", device="cpu", grid="tiny",
+                                 cost_model="profile", profile=str(path), seed=0)
+        assert s.budgets["allreduce_s"] == pytest.approx(points[-1][1], rel=1e-9), points

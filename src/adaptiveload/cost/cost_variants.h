@@ -49,7 +49,8 @@ class ProfileCost : public CostModel {
   double step_seconds() const { return step_s_; }
   // The ring all-reduce that `calibrate --allreduce-ranks N` measured between N processes on
   // this host (the profile's "link"): bus bytes per second and latency per hop, which replace
-  // the device preset's in every collective the planner prices. has_link() is false without one.
+  // the device preset's in the planner's all-reduce, all-gathers and reduce-scatters (the
+  // sequence-parallel all-to-all keeps the preset's). has_link() is false without one.
   bool has_link() const { return link_bus_bytes_per_s_ > 0; }
   double link_bus_bytes_per_s() const { return link_bus_bytes_per_s_; }
   double link_latency_s() const { return link_latency_s_; }

@@ -102,6 +102,9 @@ ProfileCost::ProfileCost(const std::string& path) {
           "\"allreduce_latency_s\": seconds}; re-run `adaptiveload calibrate --allreduce-ranks N`, or remove 'link'";
       if (!l.is_object() || !l.contains("allreduce_bus_bytes_per_s") || !l.contains("allreduce_latency_s"))
         throw InputError(path, what);
+      for (const char* key : {"allreduce_bus_bytes_per_s", "allreduce_latency_s", "gradient_bytes"})
+        if (l.contains(key) && !l[key].is_number())
+          throw InputError(path, std::string("profile field 'link.") + key + "' must be a number");
       link_bus_bytes_per_s_ = num(l, "allreduce_bus_bytes_per_s", 0, true, kMaxBytes);
       link_latency_s_ = num(l, "allreduce_latency_s", 0, true, kMaxSeconds);
       link_gradient_bytes_ = num(l, "gradient_bytes", 0, false, kMaxBytes);
