@@ -91,7 +91,7 @@ except ImportError:  # running from a source checkout with the extension built i
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
     import adaptiveload
 
-from adaptiveload import calibrate
+from adaptiveload import calibrate, link
 from adaptiveload import sequence_parallel as spl
 from adaptiveload.models import wan_dit, wan_dit_packed
 from adaptiveload.sampler import MAX_INT64, MAX_MEM_BUDGET, MAX_SEED, MAX_WORLD_SIZE
@@ -920,13 +920,7 @@ def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world:
         # clock would not see: under torchrun its region is timed on the wall clock.
         with Timer(device, "wall" if ddp and not args.parallel else args.clock) as tm:
             if ddp and not args.parallel:
-                grads = [p.grad for p in model.parameters() if p.grad is not None]
-                flat = torch.cat([g.flatten() for g in grads])
-                torch.distributed.all_reduce(flat)
-                off = 0
-                for g in grads:
-                    g.copy_(flat[off:off + g.numel()].view_as(g))
-                    off += g.numel()
+                link.gradient_sync(model, torch.distributed)  # as calibrate --allreduce-ranks times it
             opt.step()
             opt.zero_grad(set_to_none=True)
         return rank_times, tm.elapsed(), busy_wait

@@ -5,7 +5,7 @@ reduce-scatter) as a ring: 2 (W-1)/W * bytes / bus + 2 (W-1) * latency, with the
 and latency of the device preset. A preset's numbers are a GPU cluster's; on a CPU host gloo's
 loopback all-reduce is about 15x slower than the cpu preset says (docs/evaluation.md). This
 module starts N processes (gloo on cpu, nccl on cuda with one GPU each), times all_reduce of
-float32 tensors from a few KiB up to the model's gradients, and fits the ring's bus and latency
+float32 tensors of a few KiB and the model's own gradient sync, and fits the ring's bus and latency
 to the times, which the profile's "link" then gives the planner in place of the preset's."""
 import os
 import queue
@@ -26,16 +26,16 @@ def ring_seconds(nbytes: float, ranks: int, bus_bytes_per_s: float, latency_s: f
     return 2.0 * (ranks - 1) / ranks * nbytes / bus_bytes_per_s + 2.0 * (ranks - 1) * latency_s
 
 
-def message_sizes(gradient_bytes: int, with_gradients: bool = True) -> list:
-    """Sizes timed as bare tensors: 4 KiB, 64 KiB and the gradients' bytes, the last unless the
-    model's own gradients are timed (float32 elements, distinct, ascending)."""
-    small = sorted({s for s in (4096, 65536) if s < gradient_bytes}) or [4]
-    return small + ([4 * max(1, gradient_bytes // 4)] if with_gradients and gradient_bytes > small[-1] else [])
+def message_sizes(gradient_bytes: int) -> list:
+    """The small messages timed as bare tensors, for the latency: 4 KiB and 64 KiB, those below
+    the gradients' bytes (ascending; 4 bytes when both are above)."""
+    return sorted({s for s in (4096, 65536) if s < gradient_bytes}) or [4]
 
 
-def _gradient_sync(model, dist):
-    """The explicit gradient all-reduce as train_dit runs it under torchrun: the gradients
-    flattened into one float32 buffer, summed over the ranks, copied back."""
+def gradient_sync(model, dist):
+    """The explicit gradient all-reduce of a training step (train_dit under torchrun, and the
+    link's measurement of it): the gradients flattened into one float32 buffer, summed over
+    the ranks of `dist` (torch.distributed), copied back."""
     import torch
     grads = [q.grad for q in model.parameters() if q.grad is not None]
     flat = torch.cat([g.flatten() for g in grads])
@@ -71,32 +71,31 @@ def _rank(rank: int, ranks: int, init_file: str, backend: str, sizes, reps: int,
                 sync()
                 ts.append(time.perf_counter() - t0)
             times.append(ts)
-        if spec:
-            # The model's own gradients, in a training step's place: after a backward.
-            from . import calibrate
-            from .models import wan_dit
-            c = wan_dit.config(spec["config"], spec["layers"])
-            torch.manual_seed(0)
-            model = wan_dit.WanDiT(c, fused_adaln=spec["fused"], checkpointing=spec["checkpointing"]).to(device)
-            step = calibrate.point_step(model, c, tuple(spec["shape"]), spec.get("batch", 1), device)
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-            ts, os_ = [], []
-            for k in range(reps + 5):
-                step().backward()
-                dist.barrier()
-                sync()
-                t0 = time.perf_counter()
-                _gradient_sync(model, dist)
-                sync()
-                t1 = time.perf_counter()
-                # The optimizer step, every rank at once, as the ranks of this host run it.
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                sync()
-                if k >= 5:  # the first five warm up
-                    ts.append(t1 - t0)
-                    os_.append(time.perf_counter() - t1)
-            times += [ts, os_]
+        # The model's own gradients, in a training step's place: after a backward.
+        from . import calibrate
+        from .models import wan_dit
+        c = wan_dit.config(spec["config"], spec["layers"])
+        torch.manual_seed(0)
+        model = wan_dit.WanDiT(c, fused_adaln=spec["fused"], checkpointing=spec["checkpointing"]).to(device)
+        step = calibrate.point_step(model, c, tuple(spec["shape"]), spec["batch"], device)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        ts, os_ = [], []
+        for k in range(reps + 5):
+            step().backward()
+            dist.barrier()
+            sync()
+            t0 = time.perf_counter()
+            gradient_sync(model, dist)
+            sync()
+            t1 = time.perf_counter()
+            # The optimizer step, every rank at once, as the ranks of this host run it.
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            sync()
+            if k >= 5:  # the first five warm up
+                ts.append(t1 - t0)
+                os_.append(time.perf_counter() - t1)
+        times += [ts, os_]
         out.put((rank, times))
     finally:
         dist.destroy_process_group()
@@ -129,23 +128,23 @@ def fit_ring(points, ranks: int) -> dict:
             "median_rel_error": statistics.median(errors), "max_rel_error": max(errors)}
 
 
-def measure(ranks: int, gradient_bytes: int, device_type: str = "cpu", reps: int = 20,
-            statistic: str = "median", model=None) -> dict:
+def measure(ranks: int, gradient_bytes: int, device_type: str, reps: int, statistic: str, model: dict) -> dict:
     """Times the all-reduce between `ranks` processes (gloo on cpu, nccl on cuda: one GPU a
-    rank) at message_sizes(gradient_bytes), `reps` times each (a step's time: the slowest rank's
-    of each repetition, then the median or the fastest over repetitions), and returns the
-    profile's "link": the fitted bus and latency, the points and the fit's errors. With `model`
-    ({"config", "layers", "fused", "checkpointing", "shape", "batch"}) the gradients' point is
-    the model's own gradient sync after a backward of `batch` samples of `shape` (_gradient_sync:
-    flatten, all-reduce, copy back), as a training step runs it after its micro-batches, not a
-    bare tensor; calibrate passes its largest micro-batch measured (after a small backward the
-    sync and the optimizer ran 1.5-2x quicker than in training on the 2-core VM). Raises
-    RuntimeError naming the rank that failed (its own traceback is on stderr)."""
+    rank), `reps` times each (a step's time: the slowest rank's of each repetition): bare
+    tensors of message_sizes(gradient_bytes) (their quickest repetition), then the gradients of
+    `model` ({"config", "layers", "fused", "checkpointing", "shape", "batch"}, `gradient_bytes`
+    of them) synced after a backward of `batch` samples of `shape` (gradient_sync, as a training
+    step runs it after its micro-batches; calibrate passes its largest micro-batch measured:
+    after a small backward the sync and the optimizer ran 1.5-2x quicker than in training on the
+    2-core VM), and AdamW on every rank at once (both the median or the fastest over the
+    repetitions, per `statistic`). Returns the profile's "link": the fitted bus and latency, the
+    points, the fit's errors and optimizer_s. Raises RuntimeError naming the rank that failed
+    (its own traceback is on stderr)."""
     import multiprocessing as mp
     if ranks < 2:
         raise ValueError(f"an all-reduce needs 2 or more ranks, got {ranks}")
     backend = "nccl" if device_type == "cuda" else "gloo"
-    sizes = message_sizes(gradient_bytes, with_gradients=model is None)
+    sizes = message_sizes(gradient_bytes)
     ctx = mp.get_context("spawn")  # no fork of a process that has torch's threads
     out = ctx.Queue()
     with tempfile.TemporaryDirectory(prefix="adaptiveload-link-") as tmp:
@@ -184,18 +183,13 @@ def measure(ranks: int, gradient_bytes: int, device_type: str = "cpu", reps: int
     step_of = lambda i, f=pick: f([max(got[r][i][k] for r in range(ranks)) for k in range(reps)])  # noqa: E731
     # The small messages give only the latency: their quickest repetition, the least disturbed
     # (their medians moved 0.25-1.7 ms between minutes on the 2-core VM); the gradients' the statistic.
-    n_small = len(sizes) - (0 if model else 1)
-    points = [[nbytes, step_of(i, min if i < n_small else pick)]
-              for i, nbytes in enumerate(sizes + ([gradient_bytes] if model else []))]
+    points = [[nbytes, step_of(i, min)] for i, nbytes in enumerate(sizes)] + [[gradient_bytes, step_of(len(sizes))]]
     fit = fit_ring(points, ranks)
-    out = {"backend": backend, "ranks": ranks, **{k: fit[k] for k in ("allreduce_bus_bytes_per_s",
-                                                                       "allreduce_latency_s")},
-           "gradient_bytes": points[-1][0], "points": points, "gradient_sync": "model" if model else "tensor",
-           "reps": reps, "statistic": statistic, "median_rel_error": fit["median_rel_error"],
-           "max_rel_error": fit["max_rel_error"]}
-    if model:  # AdamW then zero_grad on every rank at once, after the sync
-        out["optimizer_s"] = step_of(len(points))
-    return out
+    return {"backend": backend, "ranks": ranks, **{k: fit[k] for k in ("allreduce_bus_bytes_per_s",
+                                                                        "allreduce_latency_s")},
+            "gradient_bytes": gradient_bytes, "points": points, "gradient_sync": "model", "reps": reps,
+            "statistic": statistic, "median_rel_error": fit["median_rel_error"], "max_rel_error": fit["max_rel_error"],
+            "optimizer_s": step_of(len(sizes) + 1)}  # AdamW then zero_grad on every rank at once
 
 
 def measure_calibrated(args, model, last: dict, device) -> dict:
@@ -239,7 +233,7 @@ def describe(link: dict) -> str:
     gradient_bytes = link["gradient_bytes"]
     grad = ring_seconds(gradient_bytes, link["ranks"], link["allreduce_bus_bytes_per_s"], link["allreduce_latency_s"])
     measured = {x: t for x, t in link["points"]}.get(gradient_bytes)
-    how = "the model's gradient sync after a backward" if link.get("gradient_sync") == "model" else "a bare tensor"
+    how = "the model's gradient sync after a backward"
     return (f"all-reduce ({link['backend']}, {link['ranks']} ranks on this host): bus "
             f"{link['allreduce_bus_bytes_per_s'] / 1e9:.3g} GB/s, latency {1e6 * link['allreduce_latency_s']:.0f} us "
             f"(fit error median {100 * link['median_rel_error']:.1f}%, max {100 * link['max_rel_error']:.1f}%); "

@@ -19,21 +19,22 @@ ProfileCost::ProfileCost(const std::string& path) {
   }
   // Every entry in [0, hi]: large enough for any real measurement, small enough that the cost
   // of the largest bucket stays finite.
-  auto num = [&](const json& o, const char* key, double fallback, bool required, double hi) {
+  // `in`: the enclosing object's name for the messages ("link." names 'link.gradient_bytes').
+  auto num = [&](const json& o, const char* key, double fallback, bool required, double hi, const char* in = "") {
+    const std::string name = std::string(in) + key;
     if (!o.contains(key)) {
-      if (required) throw InputError(path, std::string("profile is missing '") + key + "'");
+      if (required) throw InputError(path, "profile is missing '" + name + "'");
       return fallback;
     }
     if (!o[key].is_number())
-      throw InputError(path, std::string("profile field '") + key + "' must be a number");
+      throw InputError(path, "profile field '" + name + "' must be a number");
     double v = o[key].get<double>();
     if (!std::isfinite(v))
-      throw InputError(path, std::string("profile field '") + key + "' is not finite");
+      throw InputError(path, "profile field '" + name + "' is not finite");
     if (v > hi) {
       char buf[96];
       snprintf(buf, sizeof buf, "' is %g, above the plausible limit %g", v, hi);
-      throw InputError(
-          path, std::string("profile field '") + key + buf + "; re-run `adaptiveload calibrate`");
+      throw InputError(path, "profile field '" + name + buf + "; re-run `adaptiveload calibrate`");
     }
     return v;
   };
@@ -102,12 +103,9 @@ ProfileCost::ProfileCost(const std::string& path) {
           "\"allreduce_latency_s\": seconds}; re-run `adaptiveload calibrate --allreduce-ranks N`, or remove 'link'";
       if (!l.is_object() || !l.contains("allreduce_bus_bytes_per_s") || !l.contains("allreduce_latency_s"))
         throw InputError(path, what);
-      for (const char* key : {"allreduce_bus_bytes_per_s", "allreduce_latency_s", "gradient_bytes"})
-        if (l.contains(key) && !l[key].is_number())
-          throw InputError(path, std::string("profile field 'link.") + key + "' must be a number");
-      link_bus_bytes_per_s_ = num(l, "allreduce_bus_bytes_per_s", 0, true, kMaxBytes);
-      link_latency_s_ = num(l, "allreduce_latency_s", 0, true, kMaxSeconds);
-      link_gradient_bytes_ = num(l, "gradient_bytes", 0, false, kMaxBytes);
+      link_bus_bytes_per_s_ = num(l, "allreduce_bus_bytes_per_s", 0, true, kMaxBytes, "link.");
+      link_latency_s_ = num(l, "allreduce_latency_s", 0, true, kMaxSeconds, "link.");
+      link_gradient_bytes_ = num(l, "gradient_bytes", 0, false, kMaxBytes, "link.");
       if (link_gradient_bytes_ < 0)
         throw InputError(path, "profile field 'gradient_bytes' of 'link' must be >= 0 bytes (0: the model preset's); "
                                "re-run `adaptiveload calibrate --allreduce-ranks N`");

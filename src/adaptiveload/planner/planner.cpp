@@ -39,12 +39,15 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
              (opt_.sharding == Sharding::kAuto && cfg_.world_size > 1 &&
               analytic_memory_model(model_, cfg_.checkpointing).static_bytes > 0.5 * usable);
   memory_ = analytic_memory_model(model_, cfg_.checkpointing, sharded_ ? cfg_.world_size : 1);
+  collective_params_ = model_.params;
   if (auto* prof = dynamic_cast<const ProfileCost*>(cost_.get())) {
     if (prof->has_memory()) memory_ = prof->memory();
     if (prof->has_link()) {
-      // The all-reduce measured on this host prices every collective in place of the preset's.
+      // The all-reduce measured on this host prices the collectives in place of the preset's,
+      // moving the bytes of the gradients it timed where it records them (the model calibrated).
       device_.allreduce_bus_bytes_per_s = prof->link_bus_bytes_per_s();
       device_.allreduce_latency_s = prof->link_latency_s();
+      if (prof->link_gradient_bytes() > 0) collective_params_ = prof->link_gradient_bytes() / 4.0;
     }
   }
   for (const auto& [v, what] :
@@ -120,11 +123,7 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
 }
 
 ParallelLayout Planner::layout(int world_size) const {
-  // The collectives move the model's parameters' bytes: a measured link's own gradients where
-  // the profile records them (the model it timed), else the preset's count.
-  const auto* prof = dynamic_cast<const ProfileCost*>(cost_.get());
-  const double params = prof && prof->link_gradient_bytes() > 0 ? prof->link_gradient_bytes() / 4.0 : model_.params;
-  ParallelLayout l = parallel_layout(sync_, world_size, seq_parallel(world_size), params, device_, sharded_,
+  ParallelLayout l = parallel_layout(sync_, world_size, seq_parallel(world_size), collective_params_, device_, sharded_,
                                      cfg_.reshard_after_forward, cfg_.collective_overlap);
   l.step_fixed_s = step_fixed_s(world_size);
   return l;

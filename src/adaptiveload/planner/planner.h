@@ -147,6 +147,7 @@ class Planner {
   PlanOptions opt_;  // cfg_'s option words as types (resolve_options)
   ModelPreset model_;
   DevicePreset device_;
+  double collective_params_ = 0;  // parameters the collectives move: the preset's, or a measured link's gradients
   BucketGrid grid_;
   Bucketing bucketing_;
   std::unique_ptr<CostModel> cost_;
