@@ -74,11 +74,19 @@ def test_calibrate_writes_the_link_and_the_planner_prices_the_all_reduce_with_it
     csv.write_text("path,num_frames,height,width,fps\n" + "".join(f"v{i}.mp4,{1 + 4 * (i % 5)},64,64,24\n"
                                                                   for i in range(40)))
     kw = dict(rank=0, model="tiny-dit", device="cpu", grid="tiny", cost_model="profile", seed=0)
+    # The measured link (and step) with a fixed cost: 3 tiny shapes timed once each on a loaded
+    # machine can fit a flat cost (a = b = 0) that the planner refuses, and the cost is not what
+    # this test is about.
+    j["cost"] = {"a": 2e-6, "b": 4e-10, "c0": 1e-3, "overhead_s": 0.01, "half_efficiency_tokens": 256}
+    j.pop("memory", None)
+    priced = tmp_path / "priced.json"
+    priced.write_text(json.dumps(j))
     j.pop("link")
     plain = tmp_path / "plain.json"
     plain.write_text(json.dumps(j))
     bus, lat = lk["allreduce_bus_bytes_per_s"], lk["allreduce_latency_s"]
-    ar = {W: AdaptiveBatchSampler(str(csv), world_size=W, profile=str(out), **kw).budgets["allreduce_s"] for W in (2, 4)}
+    ar = {W: AdaptiveBatchSampler(str(csv), world_size=W, profile=str(priced), **kw).budgets["allreduce_s"]
+          for W in (2, 4)}
     grad_bytes = (ar[2] - 2 * lat) * bus  # t(2) = bytes / bus + 2 latency
     assert grad_bytes == pytest.approx(lk["gradient_bytes"], rel=1e-6)
     assert ar[4] == pytest.approx(link.ring_seconds(grad_bytes, 4, bus, lat), rel=1e-9)
