@@ -74,8 +74,8 @@ def test_calibrate_writes_the_link_and_the_planner_prices_the_all_reduce_with_it
     csv.write_text("path,num_frames,height,width,fps\n" + "".join(f"v{i}.mp4,{1 + 4 * (i % 5)},64,64,24\n"
                                                                   for i in range(40)))
     kw = dict(rank=0, model="tiny-dit", device="cpu", grid="tiny", cost_model="profile", seed=0)
-    # The measured link (and step) with a fixed cost: 3 tiny shapes timed once each on a loaded
-    # machine can fit a flat cost (a = b = 0) that the planner refuses, and the cost is not what
+    # The measured link (and step) with a fixed cost: 3 tiny shapes timed once each can fit
+    # a flat cost (a = b = 0) that the planner refuses, and the cost is not what
     # this test is about.
     j["cost"] = {"a": 2e-6, "b": 4e-10, "c0": 1e-3, "overhead_s": 0.01, "half_efficiency_tokens": 256}
     j.pop("memory", None)
