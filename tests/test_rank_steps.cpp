@@ -210,5 +210,84 @@ TEST(StepLayout, StratifiedBinsGroupTallBinsInOneStep) {
   EXPECT_TRUE(is_permutation_of_bins(stratified_bins(c, 2, true, false, Rng(5, 6)), 6));
 }
 
+// Bins of one sample each (image[j]: one frame), W to a step in the order given.
+BinCounts bins_of(const std::vector<int64_t>& load, const std::vector<uint64_t>& tokens,
+                  const std::vector<uint32_t>& image) {
+  BinCounts c(load.size(), true);
+  c.load = load;
+  c.tokens = tokens;
+  c.images = image;
+  std::fill(c.samples.begin(), c.samples.end(), 1u);
+  return c;
+}
+
+// The steps of a layout as sorted sets of bins, in step order.
+std::vector<std::vector<uint32_t>> steps_of(const std::vector<uint32_t>& p, size_t W) {
+  std::vector<std::vector<uint32_t>> out;
+  for (size_t t = 0; t < p.size() / W; ++t) {
+    std::vector<uint32_t> s(p.begin() + int64_t(t * W), p.begin() + int64_t((t + 1) * W));
+    std::sort(s.begin(), s.end());
+    out.push_back(s);
+  }
+  return out;
+}
+
+TEST(StepLayout, LevelStepsPutsLongBinsInOneStep) {
+  // Two steps that each wait on a 130 beside a 120: together, one step waits on 130, the other 120.
+  const BinCounts c = bins_of({130, 120, 130, 120}, {10, 10, 10, 10}, {0, 0, 0, 0});
+  std::vector<uint32_t> p = {0, 1, 2, 3};
+  EXPECT_EQ(epoch_ticks(c, p, 2, 5), 130 + 130 + 10);
+  ASSERT_TRUE(level_steps(c, p, 2, true, Rng(1, 2)));
+  ASSERT_TRUE(is_permutation_of_bins(p, 4));
+  EXPECT_EQ(steps_of(p, 2), (std::vector<std::vector<uint32_t>>{{0, 2}, {1, 3}}));
+  EXPECT_EQ(epoch_ticks(c, p, 2, 5), 130 + 120 + 10);
+}
+
+TEST(StepLayout, LevelStepsKeepsTheGlobalBatch) {
+  // The long bins hold twice the tokens: together, one step would hold 200 against a mean of
+  // 150 (33% off, over kMaxBatchDev), so the layout stays.
+  const BinCounts c = bins_of({130, 120, 130, 120}, {100, 50, 100, 50}, {0, 0, 0, 0});
+  std::vector<uint32_t> p = {0, 1, 2, 3};
+  EXPECT_FALSE(level_steps(c, p, 2, true, Rng(1, 2)));
+  EXPECT_EQ(p, (std::vector<uint32_t>{0, 1, 2, 3}));
+  // By samples (one a bin) every split holds the batch: the long bins go together.
+  EXPECT_TRUE(level_steps(c, p, 2, false, Rng(1, 2)));
+  EXPECT_EQ(steps_of(p, 2), (std::vector<std::vector<uint32_t>>{{0, 2}, {1, 3}}));
+}
+
+TEST(StepLayout, LevelStepsKeepsAnImageInEveryStep) {
+  // Bins 1 and 3 are images, one for each step: pairing the long clips would leave one step
+  // without an image.
+  const BinCounts c = bins_of({130, 120, 130, 120}, {10, 10, 10, 10}, {0, 1, 0, 1});
+  std::vector<uint32_t> p = {0, 1, 2, 3};
+  EXPECT_FALSE(level_steps(c, p, 2, true, Rng(1, 2)));
+  EXPECT_EQ(p, (std::vector<uint32_t>{0, 1, 2, 3}));
+}
+
+TEST(StepLayout, LevelStepsTakesTheNextBestSplitWhereTheBestMissesTheBatch) {
+  // W = 3: steps {100, 10a, 10b} and {90, 80, 10c} wait on 100 + 90. The three longest in one
+  // step would hold 54 tokens against a mean of 42 (29% off); 100 and 90 with 10a (39) beside
+  // 80, 10b, 10c (45) hold it and wait on 100 + 80.
+  const BinCounts c = bins_of({100, 10, 10, 90, 80, 10}, {12, 15, 15, 12, 30, 0}, {0, 0, 0, 0, 0, 0});
+  std::vector<uint32_t> p = {0, 1, 2, 3, 4, 5};
+  EXPECT_EQ(epoch_ticks(c, p, 3, 0), 190);
+  ASSERT_TRUE(level_steps(c, p, 3, true, Rng(3, 4)));
+  ASSERT_TRUE(is_permutation_of_bins(p, 6));
+  EXPECT_EQ(epoch_ticks(c, p, 3, 0), 180);
+  EXPECT_LE(step_spread(c, p, 3, true).batch_dev, kMaxBatchDev);
+}
+
+TEST(StepLayout, LevelStepsLetsAStrayPairMoveButNotStrayFurther) {
+  // Both steps are 25% off the mean already (200 and 120 tokens around 160): a split may move
+  // them while no step strays further than that.
+  const BinCounts c = bins_of({130, 120, 130, 120}, {100, 100, 60, 60}, {0, 0, 0, 0});
+  std::vector<uint32_t> p = {0, 1, 2, 3};
+  const double before = step_spread(c, p, 2, true).batch_dev;
+  EXPECT_DOUBLE_EQ(before, 0.25);
+  ASSERT_TRUE(level_steps(c, p, 2, true, Rng(1, 2)));
+  EXPECT_EQ(epoch_ticks(c, p, 2, 0), 250);
+  EXPECT_LE(step_spread(c, p, 2, true).batch_dev, before);
+}
+
 }  // namespace
 }  // namespace adaptiveload

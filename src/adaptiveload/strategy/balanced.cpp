@@ -227,7 +227,8 @@ Plan plan_balanced(const PlanProblem& pr) {
     // enough of misses the mix. The fastest layout that keeps what is held is kept: both,
     // else the batch, else the mix, else the fastest of all. Each dealing is laid out twice: long
     // bins grouped into steps of their own (fewest waits on them) and every bin in one snake
-    // (the evenest steps).
+    // (the evenest steps); each layout is also tried evened (level_steps: steps re-split two
+    // at a time so long bins wait on each other, the batch and the mix kept).
     struct Pick {
       std::shared_ptr<BinCounts> counts;
       std::vector<uint32_t> perm;
@@ -238,8 +239,7 @@ Plan plan_balanced(const PlanProblem& pr) {
     auto evaluate = [&](const DealInputs& c) {
       auto counts = std::make_shared<BinCounts>(c.contiguous ? deal_contiguous(bins, c, nullptr) : deal_bins(bins, c, nullptr));
       if (can_fill && std::find(counts->samples.begin(), counts->samples.end(), 0u) != counts->samples.end()) return;
-      for (const bool group_tall : {true, false}) {
-        std::vector<uint32_t> p = stratified_bins(*counts, W, by_tokens, group_tall, rng);
+      auto consider = [&](const std::vector<uint32_t>& p) {
         const int64_t ticks = epoch_ticks(*counts, p, W, allreduce);
         const StepSpread sp = step_spread(*counts, p, W, by_tokens);
         const bool batch = sp.batch_dev <= kMaxBatchDev, mixed = sp.unmixed <= kMaxUnmixed;
@@ -248,6 +248,12 @@ Plan plan_balanced(const PlanProblem& pr) {
         if (batch && ticks < batch_ok.ticks) keep(batch_ok);
         if (mixed && ticks < mix_ok.ticks) keep(mix_ok);
         if (batch && mixed && ticks < both_ok.ticks) keep(both_ok);
+      };
+      for (const bool group_tall : {true, false}) {
+        std::vector<uint32_t> p = stratified_bins(*counts, W, by_tokens, group_tall, rng);
+        consider(p);
+        // The same layout evened (kept only where faster: the layouts above win ties).
+        if (level_steps(*counts, p, W, by_tokens, rng)) consider(p);
       }
     };
     auto choose = [&] {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "adaptiveload/strategy/strategy.h"
+
 namespace adaptiveload {
 
 // Epoch ticks of a dealing once bins are laid out as steps by `perm`.
@@ -116,6 +118,85 @@ std::vector<uint32_t> stratified_bins(const BinCounts& c, int W, bool by_tokens,
     for (uint64_t i = 0; i < rest.size(); ++i) laid[(tall_steps + snake_step(i, K2)) * w + i / K2] = rest[i];
   }
   return shuffled_steps(laid, W, rng);
+}
+
+// Pairs of steps, heaviest longest bin first, re-split (a pass pairs steps 0-1, 2-3, ... of
+// that order, the next 1-2, 3-4, ...). Of the pair's bins sorted longest first (l_1 >= l_2 ...),
+// the split that puts l_1..l_W in one step leaves l_(W+1) as the other's longest, the least
+// possible; where that strays from the batch or the mix, l_1..l_(W-1) with one of the others
+// leaves l_W. Exact for W = 2 (every split is one of these); a heuristic above.
+bool level_steps(const BinCounts& c, std::vector<uint32_t>& perm, int W, bool by_tokens, Rng rng) {
+  const uint64_t w = uint64_t(W), K = perm.size() / w;
+  if (K < 2 || w < 2) return false;  // one rank a step: nothing to even
+  uint64_t images = 0, samples = 0;
+  __int128 total = 0;
+  auto batch = [&](uint32_t j) { return by_tokens ? c.tokens[j] : uint64_t(c.samples[j]); };
+  for (uint32_t j : perm) images += c.images[j], samples += c.samples[j], total += batch(j);
+  const bool want_image = images >= K, want_clip = samples - images >= K;
+  // A step's distance from the batch, |x K - total| (exact), and the most kMaxBatchDev allows.
+  auto dist = [&](const uint32_t* s) {
+    __int128 x = 0;
+    for (uint64_t r = 0; r < w; ++r) x += batch(s[r]);
+    const __int128 d = x * __int128(K) - total;
+    return d < 0 ? -d : d;
+  };
+  const __int128 allowed = __int128(kMaxBatchDev * double(total));
+  auto unmixed = [&](const uint32_t* s) {
+    uint64_t im = 0, n = 0;
+    for (uint64_t r = 0; r < w; ++r) im += c.images[s[r]], n += c.samples[s[r]];
+    return int((want_image && im == 0) || (want_clip && im == n));
+  };
+  auto top = [&](uint64_t t) {
+    int64_t m = 0;
+    for (uint64_t r = 0; r < w; ++r) m = std::max(m, c.load[perm[t * w + r]]);
+    return m;
+  };
+  std::vector<uint8_t> touched(K, 0);
+  std::vector<uint64_t> order(K);
+  std::vector<int64_t> tops(K);
+  std::vector<uint32_t> pool(2 * w), a(w), b(w), best_a(w), best_b(w);
+  bool any = false;
+  for (int pass = 0; pass < kLevelPasses; ++pass) {
+    for (uint64_t t = 0; t < K; ++t) order[t] = t, tops[t] = top(t);
+    std::stable_sort(order.begin(), order.end(), [&](uint64_t x, uint64_t y) { return tops[x] > tops[y]; });
+    bool changed = false;
+    for (uint64_t i = uint64_t(pass % 2); i + 1 < K; i += 2) {
+      const uint64_t s = order[i], u = order[i + 1];
+      uint32_t* ps = perm.data() + s * w;
+      uint32_t* pu = perm.data() + u * w;
+      std::copy(ps, ps + w, pool.begin());
+      std::copy(pu, pu + w, pool.begin() + int64_t(w));
+      std::stable_sort(pool.begin(), pool.end(), [&](uint32_t x, uint32_t y) { return c.load[x] > c.load[y]; });
+      const int64_t now = tops[s] + tops[u];
+      const __int128 limit = std::max({allowed, dist(ps), dist(pu)});
+      const int mixed_now = unmixed(ps) + unmixed(pu);
+      int64_t best = now;
+      // Split k: the W - 1 longest with pool[W - 1 + k] (k = 0: the W longest) in one step.
+      for (uint64_t k = 0; k <= w; ++k) {
+        if (k > 0 && w == 1) break;
+        std::copy(pool.begin(), pool.begin() + int64_t(w - 1), a.begin());
+        a[w - 1] = pool[w - 1 + k];
+        for (uint64_t x = w - 1, y = 0; x < 2 * w; ++x)
+          if (x != w - 1 + k) b[y++] = pool[x];
+        const int64_t cost = c.load[a[0]] + c.load[b[0]];
+        if (cost >= best) continue;
+        if (dist(a.data()) > limit || dist(b.data()) > limit) continue;
+        if (unmixed(a.data()) + unmixed(b.data()) > mixed_now) continue;
+        best = cost, best_a = a, best_b = b;
+      }
+      if (best < now) {
+        std::copy(best_a.begin(), best_a.end(), ps);
+        std::copy(best_b.begin(), best_b.end(), pu);
+        touched[s] = touched[u] = 1;
+        changed = any = true;
+      }
+    }
+    if (!changed && pass > 0) break;
+  }
+  if (any)
+    for (uint64_t t = 0; t < K; ++t)
+      if (touched[t]) rng.shuffle(perm.data() + t * w, w);
+  return any;
 }
 
 }  // namespace adaptiveload
