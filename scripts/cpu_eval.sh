@@ -11,6 +11,9 @@
 #   2. 2 real ranks (torchrun, gloo, one thread a rank): equal_tokens, dual, balanced, REPEAT
 #      interleaved repetitions, idle measured at the ranks' barrier, paired ratios; planned and
 #      predicted with OUT/profile.json (REAL2_PROFILE=loaded: OUT/profile_loaded.json)
+#   2b. noise: the same 2 real ranks on identical work (one shape, 400 copies of the real
+#      manifest's longest clip, equal_tokens: every rank-step the same micro-batch, predicted
+#      idle 0): the idle the machine itself adds to two ranks, beside which balanced's is read
 #   3. emulated ranks (one process) at each of EMULATED (default 4 8), the same strategies
 #   4. the fused adaLN off and on, and --packing both (bucketed and packed), 4 emulated ranks
 #   5. online adaptation: balanced planned with the uncalibrated analytic model, with and
@@ -20,7 +23,7 @@
 # and emulated took 11.5 minutes on 2026-12-03 with CALIB_REPS=1 CALIB_INTERLEAVE=5 DISCARD=1).
 #
 #   scripts/cpu_eval.sh                 everything
-#   STEPS="real2 emulated" scripts/cpu_eval.sh    some of: calibrate real2 emulated kernels adapt
+#   STEPS="real2 emulated" scripts/cpu_eval.sh    some of: calibrate real2 noise emulated kernels adapt
 # Environment: OUT (out/cpu_eval), SUBSET (200 rows of each manifest: 400 samples an epoch),
 # REPEAT (5), EMULATED ("4 8"), PYTHON (.venv/bin/python), CALIB_REPS (5), CALIB_INTERLEAVE (0: the
 # repetitions back to back; R: calibrate --interleave R, each point timed once a round in a shuffled order),
@@ -49,7 +52,7 @@ REAL2_PROFILE=${REAL2_PROFILE:-alone}
 RANK_ORDER=${RANK_ORDER:-interleaved}
 LINK_RANKS=${LINK_RANKS:-2}
 PY=${PYTHON:-.venv/bin/python}
-STEPS=${STEPS:-calibrate real2 emulated kernels adapt}
+STEPS=${STEPS:-calibrate real2 noise emulated kernels adapt}
 [ -x "$PY" ] || command -v "$PY" >/dev/null || { echo "cpu_eval: no Python at $PY (run scripts/python_env.sh, or set PYTHON)" >&2; exit 2; }
 mkdir -p "$OUT"
 export OMP_NUM_THREADS=1
@@ -102,6 +105,24 @@ if want real2; then
     --fused off --repeat "$REPEAT" "${ORDER[@]}" --profile "$REAL2_USES" --out-dir "$OUT/real2" > "$OUT/real2.log" 2>&1 ||
     { tail -40 "$OUT/real2.log" >&2; exit 1; }
   table "$OUT/real2"
+fi
+if want noise; then
+  stamp "2 real ranks on identical work (the machine's own idle)"
+  # 400 copies (paths made distinct) of the Taichi-HD clip of longest duration: one bucket.
+  "$PY" - "$OUT/one_shape.csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open("data/taichi_hd.csv")))
+longest = max(rows, key=lambda r: float(r["num_frames"]) / float(r["fps"]))
+with open(sys.argv[1], "w", newline="") as f:
+    w = csv.DictWriter(f, fieldnames=list(longest)); w.writeheader()
+    for i in range(400):
+        w.writerow(dict(longest, path=f"one_shape/{i:04d}.mp4"))
+PY
+  "$PY" -m torch.distributed.run --nproc_per_node 2 examples/compare.py --config tiny --grid mini --epoch --subset 400 \
+    --threads 1 --clock thread -m "$OUT/one_shape.csv" --strategies equal_tokens --fused off --repeat "$REPEAT" \
+    "${ORDER[@]}" --profile "$REAL2_USES" --out-dir "$OUT/noise" > "$OUT/noise.log" 2>&1 ||
+    { tail -40 "$OUT/noise.log" >&2; exit 1; }
+  table "$OUT/noise"
 fi
 if want emulated; then
   for w in $EMULATED; do

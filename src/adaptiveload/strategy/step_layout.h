@@ -37,6 +37,6 @@ std::vector<uint32_t> stratified_bins(const BinCounts& c, int W, bool by_tokens,
 // clip. Passes repeat until one changes nothing (at most kLevelPasses); the ranks of every
 // step are shuffled again. Returns whether any step changed (perm is unchanged otherwise).
 bool level_steps(const BinCounts& c, std::vector<uint32_t>& perm, int W, bool by_tokens, Rng rng);
-constexpr int kLevelPasses = 16;
+constexpr int kLevelPasses = 4;
 
 }  // namespace adaptiveload
