@@ -237,7 +237,7 @@ TEST(StepLayout, LevelStepsPutsLongBinsInOneStep) {
   const BinCounts c = bins_of({130, 120, 130, 120}, {10, 10, 10, 10}, {0, 0, 0, 0});
   std::vector<uint32_t> p = {0, 1, 2, 3};
   EXPECT_EQ(epoch_ticks(c, p, 2, 5), 130 + 130 + 10);
-  ASSERT_TRUE(level_steps(c, p, 2, true, Rng(1, 2)));
+  ASSERT_TRUE(level_steps(c, p, 2, true, kHoldBatch | kHoldMix, Rng(1, 2)));
   ASSERT_TRUE(is_permutation_of_bins(p, 4));
   EXPECT_EQ(steps_of(p, 2), (std::vector<std::vector<uint32_t>>{{0, 2}, {1, 3}}));
   EXPECT_EQ(epoch_ticks(c, p, 2, 5), 130 + 120 + 10);
@@ -248,11 +248,21 @@ TEST(StepLayout, LevelStepsKeepsTheGlobalBatch) {
   // 150 (33% off, over kMaxBatchDev), so the layout stays.
   const BinCounts c = bins_of({130, 120, 130, 120}, {100, 50, 100, 50}, {0, 0, 0, 0});
   std::vector<uint32_t> p = {0, 1, 2, 3};
-  EXPECT_FALSE(level_steps(c, p, 2, true, Rng(1, 2)));
+  EXPECT_FALSE(level_steps(c, p, 2, true, kHoldBatch | kHoldMix, Rng(1, 2)));
   EXPECT_EQ(p, (std::vector<uint32_t>{0, 1, 2, 3}));
   // By samples (one a bin) every split holds the batch: the long bins go together.
-  EXPECT_TRUE(level_steps(c, p, 2, false, Rng(1, 2)));
+  EXPECT_TRUE(level_steps(c, p, 2, false, kHoldBatch | kHoldMix, Rng(1, 2)));
   EXPECT_EQ(steps_of(p, 2), (std::vector<std::vector<uint32_t>>{{0, 2}, {1, 3}}));
+}
+
+TEST(StepLayout, LevelStepsPairsLongBinsWhereTheBatchIsLetGo) {
+  // As above, with the planner no longer holding the batch (a bucket loader was faster with
+  // it held): the long bins go together although one step then holds 200 tokens against 150.
+  const BinCounts c = bins_of({130, 120, 130, 120}, {100, 50, 100, 50}, {0, 0, 0, 0});
+  std::vector<uint32_t> p = {0, 1, 2, 3};
+  ASSERT_TRUE(level_steps(c, p, 2, true, kHoldMix, Rng(1, 2)));
+  EXPECT_EQ(steps_of(p, 2), (std::vector<std::vector<uint32_t>>{{0, 2}, {1, 3}}));
+  EXPECT_EQ(epoch_ticks(c, p, 2, 0), 250);
 }
 
 TEST(StepLayout, LevelStepsKeepsAnImageInEveryStep) {
@@ -260,8 +270,11 @@ TEST(StepLayout, LevelStepsKeepsAnImageInEveryStep) {
   // without an image.
   const BinCounts c = bins_of({130, 120, 130, 120}, {10, 10, 10, 10}, {0, 1, 0, 1});
   std::vector<uint32_t> p = {0, 1, 2, 3};
-  EXPECT_FALSE(level_steps(c, p, 2, true, Rng(1, 2)));
+  EXPECT_FALSE(level_steps(c, p, 2, true, kHoldBatch | kHoldMix, Rng(1, 2)));
   EXPECT_EQ(p, (std::vector<uint32_t>{0, 1, 2, 3}));
+  // The mix let go: the long clips share a step, the images the other.
+  ASSERT_TRUE(level_steps(c, p, 2, true, kHoldBatch, Rng(1, 2)));
+  EXPECT_EQ(steps_of(p, 2), (std::vector<std::vector<uint32_t>>{{0, 2}, {1, 3}}));
 }
 
 TEST(StepLayout, LevelStepsTakesTheNextBestSplitWhereTheBestMissesTheBatch) {
@@ -271,7 +284,7 @@ TEST(StepLayout, LevelStepsTakesTheNextBestSplitWhereTheBestMissesTheBatch) {
   const BinCounts c = bins_of({100, 10, 10, 90, 80, 10}, {12, 15, 15, 12, 30, 0}, {0, 0, 0, 0, 0, 0});
   std::vector<uint32_t> p = {0, 1, 2, 3, 4, 5};
   EXPECT_EQ(epoch_ticks(c, p, 3, 0), 190);
-  ASSERT_TRUE(level_steps(c, p, 3, true, Rng(3, 4)));
+  ASSERT_TRUE(level_steps(c, p, 3, true, kHoldBatch | kHoldMix, Rng(3, 4)));
   ASSERT_TRUE(is_permutation_of_bins(p, 6));
   EXPECT_EQ(epoch_ticks(c, p, 3, 0), 180);
   EXPECT_LE(step_spread(c, p, 3, true).batch_dev, kMaxBatchDev);
@@ -284,7 +297,7 @@ TEST(StepLayout, LevelStepsLetsAStrayPairMoveButNotStrayFurther) {
   std::vector<uint32_t> p = {0, 1, 2, 3};
   const double before = step_spread(c, p, 2, true).batch_dev;
   EXPECT_DOUBLE_EQ(before, 0.25);
-  ASSERT_TRUE(level_steps(c, p, 2, true, Rng(1, 2)));
+  ASSERT_TRUE(level_steps(c, p, 2, true, kHoldBatch | kHoldMix, Rng(1, 2)));
   EXPECT_EQ(epoch_ticks(c, p, 2, 0), 250);
   EXPECT_LE(step_spread(c, p, 2, true).batch_dev, before);
 }

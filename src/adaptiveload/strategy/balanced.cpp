@@ -228,7 +228,7 @@ Plan plan_balanced(const PlanProblem& pr) {
     // else the batch, else the mix, else the fastest of all. Each dealing is laid out twice: long
     // bins grouped into steps of their own (fewest waits on them) and every bin in one snake
     // (the evenest steps); each layout is also tried evened (level_steps: steps re-split two
-    // at a time so long bins wait on each other, the batch and the mix kept).
+    // at a time so long bins wait on each other, keeping the batch and the mix that are held).
     struct Pick {
       std::shared_ptr<BinCounts> counts;
       std::vector<uint32_t> perm;
@@ -255,7 +255,7 @@ Plan plan_balanced(const PlanProblem& pr) {
         // The same layout evened (kept only where faster: the layouts above win ties). Up to
         // kSearchSamples samples, as the other extra candidates (at 10M samples x 8 ranks it
         // took a third of the plan's time).
-        if (n_samples <= kSearchSamples && level_steps(*counts, p, W, by_tokens, rng)) consider(p);
+        if (n_samples <= kSearchSamples && level_steps(*counts, p, W, by_tokens, pr.hold, rng)) consider(p);
       }
     };
     auto choose = [&] {

@@ -125,7 +125,8 @@ std::vector<uint32_t> stratified_bins(const BinCounts& c, int W, bool by_tokens,
 // the split that puts l_1..l_W in one step leaves l_(W+1) as the other's longest, the least
 // possible; where that strays from the batch or the mix, l_1..l_(W-1) with one of the others
 // leaves l_W. Exact for W = 2 (every split is one of these); a heuristic above.
-bool level_steps(const BinCounts& c, std::vector<uint32_t>& perm, int W, bool by_tokens, Rng rng) {
+bool level_steps(const BinCounts& c, std::vector<uint32_t>& perm, int W, bool by_tokens, uint8_t hold,
+                 Rng rng) {
   const uint64_t w = uint64_t(W), K = perm.size() / w;
   if (K < 2 || w < 2) return false;  // one rank a step: nothing to even
   uint64_t images = 0, samples = 0;
@@ -180,8 +181,8 @@ bool level_steps(const BinCounts& c, std::vector<uint32_t>& perm, int W, bool by
           if (x != w - 1 + k) b[y++] = pool[x];
         const int64_t cost = c.load[a[0]] + c.load[b[0]];
         if (cost >= best) continue;
-        if (dist(a.data()) > limit || dist(b.data()) > limit) continue;
-        if (unmixed(a.data()) + unmixed(b.data()) > mixed_now) continue;
+        if ((hold & kHoldBatch) && (dist(a.data()) > limit || dist(b.data()) > limit)) continue;
+        if ((hold & kHoldMix) && unmixed(a.data()) + unmixed(b.data()) > mixed_now) continue;
         best = cost, best_a = a, best_b = b;
       }
       if (best < now) {
