@@ -290,6 +290,37 @@ TEST(StepLayout, LevelStepsTakesTheNextBestSplitWhereTheBestMissesTheBatch) {
   EXPECT_LE(step_spread(c, p, 3, true).batch_dev, kMaxBatchDev);
 }
 
+TEST(StepLayout, LevelStepsHoldsTheBatchAsStepSpreadMeasuresIt) {
+  // Three steps of 62, 72 and 68 tokens (mean 67.33): the split {0, 2} | {1, 3} would hold 60
+  // and 72, and 60 is 10.9% off by step_spread (an exact rule floor(0.1 x 202) = 20 on |x K -
+  // total| took it). Whatever level_steps keeps, step_spread finds within kMaxBatchDev.
+  const BinCounts c = bins_of({100, 10, 90, 10, 5, 5}, {30, 35, 30, 37, 34, 34}, {0, 0, 0, 0, 0, 0});
+  std::vector<uint32_t> p = {0, 1, 2, 3, 4, 5};
+  const bool changed = level_steps(c, p, 2, true, kHoldBatch | kHoldMix, Rng(1, 2));
+  ASSERT_TRUE(is_permutation_of_bins(p, 6));
+  EXPECT_LE(step_spread(c, p, 2, true).batch_dev, kMaxBatchDev);
+  if (changed) {
+    EXPECT_LT(epoch_ticks(c, p, 2, 0), 195);
+  }
+}
+
+TEST(StepLayout, LevelStepsKeepsAClipInEveryStep) {
+  // Bins 0 and 2 are clips (one for each step), 1 and 3 images that are the longest bins:
+  // pairing the images would leave a step of images only.
+  const BinCounts c = bins_of({100, 130, 100, 130}, {10, 10, 10, 10}, {0, 1, 0, 1});
+  std::vector<uint32_t> p = {0, 1, 2, 3};
+  EXPECT_FALSE(level_steps(c, p, 2, true, kHoldBatch | kHoldMix, Rng(1, 2)));
+  EXPECT_EQ(p, (std::vector<uint32_t>{0, 1, 2, 3}));
+}
+
+TEST(StepLayout, LevelStepsLeavesOneRankOrOneStepAlone) {
+  const BinCounts c = bins_of({130, 120, 130, 120}, {10, 10, 10, 10}, {0, 0, 0, 0});
+  std::vector<uint32_t> p = {0, 1, 2, 3};
+  EXPECT_FALSE(level_steps(c, p, 1, true, 0, Rng(1, 2)));  // one rank a step
+  EXPECT_FALSE(level_steps(c, p, 4, true, 0, Rng(1, 2)));  // one step
+  EXPECT_EQ(p, (std::vector<uint32_t>{0, 1, 2, 3}));
+}
+
 TEST(StepLayout, LevelStepsLetsAStrayPairMoveButNotStrayFurther) {
   // Both steps are 25% off the mean already (200 and 120 tokens around 160): a split may move
   // them while no step strays further than that.

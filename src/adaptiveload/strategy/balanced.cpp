@@ -236,6 +236,7 @@ Plan plan_balanced(const PlanProblem& pr) {
       int64_t ticks = INT64_MAX;
     };
     Pick fastest, batch_ok, mix_ok, both_ok;
+    const Rng level_rng = problem_rng(pr, kPurposeLevelSteps);
     auto evaluate = [&](const DealInputs& c) {
       auto counts = std::make_shared<BinCounts>(c.contiguous ? deal_contiguous(bins, c, nullptr) : deal_bins(bins, c, nullptr));
       if (can_fill && std::find(counts->samples.begin(), counts->samples.end(), 0u) != counts->samples.end()) return;
@@ -252,10 +253,10 @@ Plan plan_balanced(const PlanProblem& pr) {
       for (const bool group_tall : {true, false}) {
         std::vector<uint32_t> p = stratified_bins(*counts, W, by_tokens, group_tall, rng);
         consider(p);
-        // The same layout evened (kept only where faster: the layouts above win ties). Up to
-        // kSearchSamples samples, as the other extra candidates (at 10M samples x 8 ranks it
-        // took a third of the plan's time).
-        if (n_samples <= kSearchSamples && level_steps(*counts, p, W, by_tokens, pr.hold, rng)) consider(p);
+        // The same layout evened (always faster where it changes; kept where the holds judge it
+        // better). Up to kSearchSamples samples, as the other extra candidates (at 10M samples
+        // x 8 ranks it took a third of the plan's time).
+        if (n_samples <= kSearchSamples && level_steps(*counts, p, W, by_tokens, pr.hold, level_rng)) consider(p);
       }
     };
     auto choose = [&] {

@@ -41,6 +41,15 @@ std::vector<uint32_t> shuffled_steps(const std::vector<uint32_t>& laid, int W, R
   return out;
 }
 
+namespace {
+
+// A step's batch x against the steps' mean, |x - mean| / mean: one formula for step_spread and
+// level_steps, so that a layout level_steps keeps within kMaxBatchDev step_spread finds within
+// it too (batches are integers summed exactly in doubles below 2^53).
+double batch_dev_of(double x, double mean) { return std::abs(x - mean) / mean; }
+
+}  // namespace
+
 // How far a layout is from the global batch and from a like mix in every step:
 // `batch_dev` the largest |x_t - mean| / mean of the steps' tokens (or samples), `unmixed`
 // the share of steps without an image while the pool has one for every step, or without a
@@ -66,7 +75,7 @@ StepSpread step_spread(const BinCounts& c, const std::vector<uint32_t>& perm, in
   StepSpread s;
   const double mean = total / double(std::max<uint64_t>(K, 1));
   if (mean > 0)
-    for (double v : x) s.batch_dev = std::max(s.batch_dev, std::abs(v - mean) / mean);
+    for (double v : x) s.batch_dev = std::max(s.batch_dev, batch_dev_of(v, mean));
   s.unmixed = double(unmixed) / double(std::max<uint64_t>(K, 1));
   return s;
 }
@@ -124,24 +133,26 @@ std::vector<uint32_t> stratified_bins(const BinCounts& c, int W, bool by_tokens,
 // that order, the next 1-2, 3-4, ...). Of the pair's bins sorted longest first (l_1 >= l_2 ...),
 // the split that puts l_1..l_W in one step leaves l_(W+1) as the other's longest, the least
 // possible; where that strays from the batch or the mix, l_1..l_(W-1) with one of the others
-// leaves l_W. Exact for W = 2 (every split is one of these); a heuristic above.
+// leaves l_W. Every split that lowers the pair's cost is one of these for W <= 3 (it keeps l_1
+// and l_2 together); for W >= 4 the others (l_(W-1) apart from l_1) are not tried. With the
+// batch held, no step ends further from it than kMaxBatchDev or than the starting layout's
+// furthest step (more steps may come near that limit). Passes stop at the first after the
+// first that changes nothing.
 bool level_steps(const BinCounts& c, std::vector<uint32_t>& perm, int W, bool by_tokens, uint8_t hold,
                  Rng rng) {
   const uint64_t w = uint64_t(W), K = perm.size() / w;
   if (K < 2 || w < 2) return false;  // one rank a step: nothing to even
-  uint64_t images = 0, samples = 0;
-  __int128 total = 0;
+  uint64_t images = 0, samples = 0, total = 0;
   auto batch = [&](uint32_t j) { return by_tokens ? c.tokens[j] : uint64_t(c.samples[j]); };
   for (uint32_t j : perm) images += c.images[j], samples += c.samples[j], total += batch(j);
   const bool want_image = images >= K, want_clip = samples - images >= K;
-  // A step's distance from the batch, |x K - total| (exact), and the most kMaxBatchDev allows.
+  // A step's distance from the batch, as step_spread measures it (0 for an empty batch).
+  const double mean = double(total) / double(K);
   auto dist = [&](const uint32_t* s) {
-    __int128 x = 0;
+    uint64_t x = 0;
     for (uint64_t r = 0; r < w; ++r) x += batch(s[r]);
-    const __int128 d = x * __int128(K) - total;
-    return d < 0 ? -d : d;
+    return mean > 0 ? batch_dev_of(double(x), mean) : 0.0;
   };
-  const __int128 allowed = __int128(kMaxBatchDev * double(total));
   auto unmixed = [&](const uint32_t* s) {
     uint64_t im = 0, n = 0;
     for (uint64_t r = 0; r < w; ++r) im += c.images[s[r]], n += c.samples[s[r]];
@@ -169,12 +180,11 @@ bool level_steps(const BinCounts& c, std::vector<uint32_t>& perm, int W, bool by
       std::copy(pu, pu + w, pool.begin() + int64_t(w));
       std::stable_sort(pool.begin(), pool.end(), [&](uint32_t x, uint32_t y) { return c.load[x] > c.load[y]; });
       const int64_t now = tops[s] + tops[u];
-      const __int128 limit = std::max({allowed, dist(ps), dist(pu)});
+      const double limit = std::max({kMaxBatchDev, dist(ps), dist(pu)});
       const int mixed_now = unmixed(ps) + unmixed(pu);
       int64_t best = now;
       // Split k: the W - 1 longest with pool[W - 1 + k] (k = 0: the W longest) in one step.
       for (uint64_t k = 0; k <= w; ++k) {
-        if (k > 0 && w == 1) break;
         std::copy(pool.begin(), pool.begin() + int64_t(w - 1), a.begin());
         a[w - 1] = pool[w - 1 + k];
         for (uint64_t x = w - 1, y = 0; x < 2 * w; ++x)

@@ -34,9 +34,9 @@ std::vector<uint32_t> stratified_bins(const BinCounts& c, int W, bool by_tokens,
 // their 2W bins again so that the longer ones wait on each other (the sum of the two steps'
 // longest bins falls), while (`hold` & kHoldBatch) neither step strays further from the global
 // batch than kMaxBatchDev (or than the pair already did) and (`hold` & kHoldMix) the pair gains
-// no step without an image or a clip. Passes repeat until one changes nothing (at most
-// kLevelPasses); the ranks of every changed step are shuffled again. Returns whether any step
-// changed (perm is unchanged otherwise).
+// no step without an image or a clip. Passes repeat until one after the first changes nothing
+// (at most kLevelPasses); the ranks of every changed step are shuffled with `rng`. Returns
+// whether any step changed (perm is unchanged otherwise); every change lowers epoch_ticks.
 bool level_steps(const BinCounts& c, std::vector<uint32_t>& perm, int W, bool by_tokens, uint8_t hold,
                  Rng rng);
 constexpr int kLevelPasses = 4;

@@ -218,7 +218,8 @@ enum RngPurpose : uint64_t {
   kPurposeBalancedDraw = 3,
   kPurposeStepOrder = 4,
   kPurposeSlotRanks = 5,
-  kPurposeGreedyPack = 6
+  kPurposeGreedyPack = 6,
+  kPurposeLevelSteps = 7
 };
 
 }  // namespace adaptiveload
