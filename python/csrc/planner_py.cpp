@@ -88,6 +88,7 @@ pb::dict state_to_dict(const PlanState& s) {
   d["seed"] = s.seed;
   d["epoch"] = s.epoch;
   d["sync"] = std::string(sync_name(s.sync));
+  d["layout"] = s.layout;
   pb::list segs;
   // (world_size, steps_done, cost): cost "" unless online adaptation set one.
   for (size_t i = 0; i < s.segments.size(); ++i)
@@ -520,9 +521,12 @@ void bind_planner(pb::module_& m) {
   m.def(
       "dump_state",
       [](const std::string& strategy, uint64_t fingerprint, uint64_t seed, int64_t epoch, const pb::list& segments,
-         const std::string& sync) {
+         const std::string& sync, int layout) {
         PlanState s;
         if (!parse_sync(sync, s.sync)) throw std::invalid_argument("sync must be " + sync_names("'"));
+        if (layout < 1 || layout > PlanState::kLayout)
+          throw std::invalid_argument("layout must be 1 to " + std::to_string(PlanState::kLayout));
+        s.layout = layout;
         s.strategy = strategy, s.fingerprint = fingerprint, s.seed = seed, s.epoch = epoch;
         bool any_cost = false;
         for (const pb::handle& h : segments) {
@@ -537,7 +541,9 @@ void bind_planner(pb::module_& m) {
         return state_to_json(s);
       },
       pb::arg("strategy"), pb::arg("fingerprint"), pb::arg("seed"), pb::arg("epoch"),
-      pb::arg("segments"), pb::arg("sync") = "step", "The core's state JSON for these fields.");
+      pb::arg("segments"), pb::arg("sync") = "step", pb::arg("layout") = int(PlanState::kLayout),
+      "The core's state JSON for these fields (layout: as parse_state gives it; 1 for a state saved before "
+      "the evened layouts).");
 }
 
 }  // namespace py

@@ -2,7 +2,7 @@
 at, and the iterators that walk it (iter(sampler), steps(), schedule()).
 
 A mixin of AdaptiveBatchSampler. It owns the attributes _planners, epoch, _budget_world,
-_plan, _counts, _fingerprint, _segments, _steps_before, _step, _offset, _restart,
+_plan, _counts, _fingerprint, _layout, _segments, _steps_before, _step, _offset, _restart,
 _next_epoch, _generation and _moved; the constructor sets the options it reads (rank,
 world_size, strategy, _options, _manifest) and the observations _apply resets.
 """
@@ -67,6 +67,7 @@ class _Cursor:
         self._plan = plan
         self._counts = plan.rank_counts(self.rank)
         self._fingerprint = st["fingerprint"]
+        self._layout = st["layout"]  # how the epoch was laid out (1: a state saved before evened layouts)
         self._segments = [list(s) for s in st["segments"]]
         self._steps_before = sum(s[1] for s in self._segments[:-1])
         self._step = first_step

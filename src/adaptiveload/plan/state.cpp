@@ -58,6 +58,7 @@ std::string state_to_json(const PlanState& s) {
   j["seed"] = buf;
   j["epoch"] = s.epoch;
   if (s.sync != SyncMode::kStep) j["sync"] = sync_name(s.sync);  // absent: step (states of earlier releases)
+  if (s.layout != 1) j["layout"] = s.layout;                      // absent: 1 (states of earlier releases)
   j["segments"] = nlohmann::json::array();
   for (size_t i = 0; i < s.segments.size(); ++i) {
     auto [w, steps] = s.segments[i];
@@ -107,6 +108,13 @@ PlanState state_from_json(const std::string& text) {
   if (j.contains("sync")) {
     if (!j["sync"].is_string() || !parse_sync(j["sync"].get<std::string>(), s.sync))
       throw InputError(where, "'sync' must be " + sync_names("\""));
+  }
+  s.layout = 1;
+  if (j.contains("layout")) {
+    if (!j["layout"].is_number_integer() || j["layout"].get<int64_t>() < 1 ||
+        j["layout"].get<int64_t>() > PlanState::kLayout)
+      throw InputError(where, "'layout' must be an integer from 1 to " + std::to_string(PlanState::kLayout));
+    s.layout = int(j["layout"].get<int64_t>());
   }
   if (!j.contains("segments") || !j["segments"].is_array() || j["segments"].empty() ||
       j["segments"].size() > kMaxSegments)

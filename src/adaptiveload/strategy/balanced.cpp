@@ -256,7 +256,7 @@ Plan plan_balanced(const PlanProblem& pr) {
         // The same layout evened (always faster where it changes; kept where the holds judge it
         // better). Up to kSearchSamples samples, as the other extra candidates (at 10M samples
         // x 8 ranks it took a third of the plan's time).
-        if (n_samples <= kSearchSamples && level_steps(*counts, p, W, by_tokens, pr.hold, level_rng)) consider(p);
+        if (pr.even_steps && n_samples <= kSearchSamples && level_steps(*counts, p, W, by_tokens, pr.hold, level_rng)) consider(p);
       }
     };
     auto choose = [&] {

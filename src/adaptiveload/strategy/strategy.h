@@ -68,6 +68,9 @@ struct PlanProblem {
   // and clips in every step, kMaxUnmixed), else the fastest. The planner lets go of them, one
   // at a time, where a bucket loader would be faster (Planner::run_balanced_held).
   uint8_t hold = kHoldBatch | kHoldMix;
+  // balanced, step sync with a global batch: also try each layout evened (level_steps). Off
+  // only to resume a state saved before it (PlanState::layout 1), so that epoch resumes as planned.
+  bool even_steps = true;
   // Packing (--packing on, strategy/packing.h): micro-batches may hold samples of any buckets,
   // each pack within mem_budget_tokens video tokens and, by `memory` of its shape, within
   // usable_bytes of device memory.
