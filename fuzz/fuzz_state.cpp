@@ -36,7 +36,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // A parsed state round-trips exactly.
   PlanState back = state_from_json(state_to_json(st));
   AL_FUZZ_CHECK(back.strategy == st.strategy && back.fingerprint == st.fingerprint && back.seed == st.seed &&
-                    back.epoch == st.epoch && back.segments == st.segments && back.segment_costs == st.segment_costs,
+                    back.epoch == st.epoch && back.segments == st.segments && back.segment_costs == st.segment_costs &&
+                    back.layout == st.layout && back.sync == st.sync,
                 "state does not round-trip");
   // World sizes up to 2^20 are valid; planning a million ranks per segment is a load test
   // (bench_plan), not a parser test, so keep the replay small here.
