@@ -19,8 +19,9 @@
 #   5. online adaptation: balanced planned with the uncalibrated analytic model, with and
 #      without --adapt-every, against the calibrated plan
 # Every table is also in OUT/<step>/compare.md and .json. Needs the project's .venv (or PYTHON)
-# with torch; runs in about 15 minutes on an idle 2-core machine with the defaults (calibrate, real2
-# and emulated took 11.5 minutes on 2026-12-03 with CALIB_REPS=1 CALIB_INTERLEAVE=5 DISCARD=1).
+# with torch; runs in about 17 minutes on an idle 2-core machine with the defaults (calibrate, real2,
+# noise and emulated 4 took 5.5-6 minutes on 2026-12-06 with CALIB_REPS=1 CALIB_INTERLEAVE=5 DISCARD=1
+# EMULATED=4).
 #
 #   scripts/cpu_eval.sh                 everything
 #   STEPS="real2 emulated" scripts/cpu_eval.sh    some of: calibrate real2 noise emulated kernels adapt
