@@ -48,6 +48,31 @@ namespace {
 // it too (batches are integers summed exactly in doubles below 2^53).
 double batch_dev_of(double x, double mean) { return std::abs(x - mean) / mean; }
 
+// A step's batch: the tokens (or samples) of its w bins from `step`.
+uint64_t step_batch(const BinCounts& c, const uint32_t* step, uint64_t w, bool by_tokens) {
+  uint64_t x = 0;
+  for (uint64_t r = 0; r < w; ++r) x += by_tokens ? c.tokens[step[r]] : uint64_t(c.samples[step[r]]);
+  return x;
+}
+
+// The mix every step of a layout of K steps is to hold: an image where its bins hold one for
+// every step, and a clip likewise.
+struct MixWanted {
+  bool image, clip;
+};
+MixWanted mix_wanted(const BinCounts& c, const std::vector<uint32_t>& perm, uint64_t K) {
+  uint64_t images = 0, samples = 0;
+  for (uint32_t j : perm) images += c.images[j], samples += c.samples[j];
+  return {images >= K, samples - images >= K};
+}
+
+// Whether a step of w bins from `step` lacks the wanted mix.
+bool step_unmixed(const BinCounts& c, const uint32_t* step, uint64_t w, MixWanted want) {
+  uint64_t im = 0, n = 0;
+  for (uint64_t r = 0; r < w; ++r) im += c.images[step[r]], n += c.samples[step[r]];
+  return (want.image && im == 0) || (want.clip && im == n);
+}
+
 }  // namespace
 
 // How far a layout is from the global batch and from a like mix in every step:
@@ -56,21 +81,14 @@ double batch_dev_of(double x, double mean) { return std::abs(x - mean) / mean; }
 // clip while it has one for every step.
 StepSpread step_spread(const BinCounts& c, const std::vector<uint32_t>& perm, int W, bool by_tokens) {
   const uint64_t w = uint64_t(W), K = perm.size() / w;
-  uint64_t images = 0, samples = 0;
-  for (uint64_t j = 0; j < perm.size(); ++j) images += c.images[j], samples += c.samples[j];
-  const bool want_image = images >= K, want_clip = samples - images >= K;
+  const MixWanted want = mix_wanted(c, perm, K);
   std::vector<double> x(K, 0);
   double total = 0;
   uint64_t unmixed = 0;
   for (uint64_t t = 0; t < K; ++t) {
-    uint64_t im = 0, n = 0;
-    for (uint64_t r = 0; r < w; ++r) {
-      const uint32_t j = perm[t * w + r];
-      x[t] += by_tokens ? double(c.tokens[j]) : double(c.samples[j]);
-      im += c.images[j], n += c.samples[j];
-    }
+    x[t] = double(step_batch(c, perm.data() + t * w, w, by_tokens));
     total += x[t];
-    if ((want_image && im == 0) || (want_clip && im == n)) ++unmixed;
+    if (step_unmixed(c, perm.data() + t * w, w, want)) ++unmixed;
   }
   StepSpread s;
   const double mean = total / double(std::max<uint64_t>(K, 1));
@@ -142,22 +160,15 @@ bool level_steps(const BinCounts& c, std::vector<uint32_t>& perm, int W, bool by
                  Rng rng) {
   const uint64_t w = uint64_t(W), K = perm.size() / w;
   if (K < 2 || w < 2) return false;  // one rank a step: nothing to even
-  uint64_t images = 0, samples = 0, total = 0;
-  auto batch = [&](uint32_t j) { return by_tokens ? c.tokens[j] : uint64_t(c.samples[j]); };
-  for (uint32_t j : perm) images += c.images[j], samples += c.samples[j], total += batch(j);
-  const bool want_image = images >= K, want_clip = samples - images >= K;
+  const MixWanted want = mix_wanted(c, perm, K);
+  uint64_t total = 0;
+  for (uint64_t t = 0; t < K; ++t) total += step_batch(c, perm.data() + t * w, w, by_tokens);
   // A step's distance from the batch, as step_spread measures it (0 for an empty batch).
   const double mean = double(total) / double(K);
   auto dist = [&](const uint32_t* s) {
-    uint64_t x = 0;
-    for (uint64_t r = 0; r < w; ++r) x += batch(s[r]);
-    return mean > 0 ? batch_dev_of(double(x), mean) : 0.0;
+    return mean > 0 ? batch_dev_of(double(step_batch(c, s, w, by_tokens)), mean) : 0.0;
   };
-  auto unmixed = [&](const uint32_t* s) {
-    uint64_t im = 0, n = 0;
-    for (uint64_t r = 0; r < w; ++r) im += c.images[s[r]], n += c.samples[s[r]];
-    return int((want_image && im == 0) || (want_clip && im == n));
-  };
+  auto unmixed = [&](const uint32_t* s) { return int(step_unmixed(c, s, w, want)); };
   auto top = [&](uint64_t t) {
     int64_t m = 0;
     for (uint64_t r = 0; r < w; ++r) m = std::max(m, c.load[perm[t * w + r]]);
