@@ -205,13 +205,16 @@ def speed_probe(targs, seconds: float = 1.0) -> Optional[float]:
     from adaptiveload import calibrate
     from adaptiveload.models import wan_dit
     with open(a.profile) as f:
-        cost = json.load(f)["cost"]
+        prof = json.load(f)
+    cost = prof["cost"]
     device = torch.device(a.device)
     if a.threads:
         torch.set_num_threads(a.threads)
     c = wan_dit.config(a.config, a.layers)
     model = wan_dit.WanDiT(c).to(device)
-    step = calibrate.point_step(model, c, PROBE_SHAPE, PROBE_BATCH, device)
+    # With its inputs drawn inside the timing where the profile was fitted so (calibrate --time-inputs).
+    step = calibrate.point_step(model, c, PROBE_SHAPE, PROBE_BATCH, device,
+                                bool(prof.get("fit", {}).get("inputs_timed")))
     times = calibrate.timed(step, model, device, 1, a.clock)
     t_end = time.perf_counter() + seconds
     while time.perf_counter() < t_end:

@@ -331,6 +331,16 @@ def profile_jitter(path: Optional[str]) -> Optional[dict]:
         return json.load(f).get("jitter")
 
 
+def profile_inputs_timed(path: Optional[str]) -> bool:
+    """Whether the profile was calibrated with each micro-batch's inputs drawn inside its timing
+    (calibrate --time-inputs: fit.inputs_timed): then each micro-batch here is timed with its
+    inputs too, so measured and priced seconds hold the same work (this miniature's data loading)."""
+    if not path:
+        return False
+    with open(path) as f:
+        return bool(json.load(f).get("fit", {}).get("inputs_timed", False))
+
+
 def jitter_prediction(mb_times, jitter: dict, samples: int, tokens: int, extra_s: List[float],
                       draws: int = 200, seed: int = 0) -> Dict[str, float]:
     """metrics() of the epoch the cost model prices when every micro-batch's seconds vary as
@@ -854,17 +864,20 @@ def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world:
                     group_seconds[key] = (seconds, left - 1)
                 continue
             sp = groups[(g, dist_rank)] if g > 1 and ddp else None
-            # A group's ranks must hold the same tensors: per-sample inputs.
-            if packs:  # each sample at its own bucket (packing plans no groups)
-                x0, ctx, tt, noise = pack_inputs(s, mb, c, device, dtype, args.seed, st.epoch,
-                                                 None if per_sample else gen)
-            elif per_sample or g > 1:
-                x0, ctx, tt, noise = sample_inputs(s, mb, c, args.seed, st.epoch, device, dtype)
-            else:
-                x0, ctx = make_batch(s, mb, c, device, dtype, gen)
+
+            def draw(s=s, mb=mb, st=st, g=g):
+                # A group's ranks must hold the same tensors: per-sample inputs.
+                if packs:  # each sample at its own bucket (packing plans no groups)
+                    return pack_inputs(s, mb, c, device, dtype, args.seed, st.epoch, None if per_sample else gen)
+                if per_sample or g > 1:
+                    return sample_inputs(s, mb, c, args.seed, st.epoch, device, dtype)
+                return make_batch(s, mb, c, device, dtype, gen) + (None, None)
+            # Drawn before the timing, or inside it where the profile priced them so (inputs_timed).
+            inputs = None if inputs_timed else draw()
             # DDP: one all-reduce per step, in the last micro-batch's backward.
             no_sync = args.parallel == "ddp" and ddp and i + 1 < n
             with Timer(device, args.clock) as tm, (wrapped.no_sync() if no_sync else contextlib.nullcontext()):
+                x0, ctx, tt, noise = inputs or draw()
                 with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
                     if varlen:
                         per = wan_dit_packed.flow_matching_loss_packed(model, x0, ctx, t=tt, noises=noise,
@@ -932,6 +945,7 @@ def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world:
     # the measured steps' spread (jitter_prediction); with --rank-order interleaved, to spread
     # each emulated rank's micro-batches over the step (interleaved_order).
     jitter = profile_jitter(args.profile)
+    inputs_timed = profile_inputs_timed(args.profile)
     interleave_ranks = args.rank_order == "interleaved" and not ddp
     mb_times = samplers[0].predicted_micro_batch_times() if jitter or interleave_ranks else None
     warmup_in_loop = args.warmup
@@ -998,8 +1012,9 @@ def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world:
         # The idle fraction as the ranks saw it, on the wall clock: each rank's wait for the
         # slowest at the step's barrier over its busy time (from the step's start to the
         # barrier) and that wait; and the busy time outside the timed micro-batches (inputs,
-        # logging, the loop; with --clock thread also time the thread was not running), as a
-        # share of the busy time, which the planner does not price.
+        # unless the profile timed them with the micro-batches; logging, the loop; with --clock
+        # thread also time the thread was not running), as a share of the busy time, which the
+        # planner does not price.
         busy = sum(b for w in waits for b, _ in w)
         wait = sum(x for w in waits for _, x in w)
         measured["idle_measured"] = wait / (busy + wait) if busy + wait > 0 else 0.0
@@ -1029,6 +1044,7 @@ def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world:
         "parallel": args.parallel if ddp else None,
         "sync": getattr(samplers[0], "sync", None),
         "inputs": "per-sample" if per_sample else "stream",
+        "inputs_timed": inputs_timed,  # drawn inside each micro-batch's timing (the profile's fit.inputs_timed)
         # packing: "on" when the micro-batches were trained as packs (--packing on, or a strategy that
         # always packs); packs: this process's packs in the measured steps and those mixing shapes
         # (the planner may keep one-shape micro-batches where that plan is faster)

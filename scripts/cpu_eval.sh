@@ -36,6 +36,9 @@
 # LINK_RANKS (2: calibrate --allreduce-ranks, the real ranks' all-reduce measured on this host;
 # 0: priced from the cpu preset's link: 0.2 ms for the miniature's gradients, where their sync
 # measured 1.8-4.0 ms on 2026-12-05)
+# INPUTS (timed: calibrate --time-inputs, each micro-batch timed with its inputs drawn, this
+# miniature's data loading, in the calibration and so in train_dit's runs; untimed: drawn outside
+# the timings, and unpriced)
 # RANK_ORDER (emulated ranks, steps 3-5: interleaved, train_dit --rank-order interleaved, each
 # rank's micro-batches spread over the step so the machine's drift within a step falls on every
 # rank alike, as on ranks that run at once; sequential: rank by rank)
@@ -52,6 +55,7 @@ DISCARD=${DISCARD:-0}
 REAL2_PROFILE=${REAL2_PROFILE:-alone}
 RANK_ORDER=${RANK_ORDER:-interleaved}
 LINK_RANKS=${LINK_RANKS:-2}
+INPUTS=${INPUTS:-timed}
 PY=${PYTHON:-.venv/bin/python}
 STEPS=${STEPS:-calibrate real2 noise emulated kernels adapt}
 [ -x "$PY" ] || command -v "$PY" >/dev/null || { echo "cpu_eval: no Python at $PY (run scripts/python_env.sh, or set PYTHON)" >&2; exit 2; }
@@ -75,6 +79,11 @@ case "$RUNS" in
   sequential) ORDER=(--discard "$DISCARD") ;;
   *) echo "cpu_eval: RUNS is interleaved or sequential, got '$RUNS'" >&2; exit 2 ;;
 esac
+case "$INPUTS" in
+  timed) TIME_INPUTS=(--time-inputs) ;;
+  untimed) TIME_INPUTS=() ;;
+  *) echo "cpu_eval: INPUTS is timed or untimed, got '$INPUTS'" >&2; exit 2 ;;
+esac
 case "$RANK_ORDER" in
   interleaved | sequential) EMU=(--rank-order "$RANK_ORDER") ;;
   *) echo "cpu_eval: RANK_ORDER is interleaved or sequential, got '$RANK_ORDER'" >&2; exit 2 ;;
@@ -89,7 +98,7 @@ table() { sed -n '/^# Whole epochs/,/^Reported by the paper/p' "$1/compare.md" |
 calibrate() {  # calibrate OUT_PROFILE MEASUREMENTS [calibrate options]
   "$PY" -m adaptiveload.calibrate --config tiny --sweep mini --held-out --threads 1 --clock thread \
     --max-batch 64 --max-tokens 4096 --reps "$CALIB_REPS" --interleave "$CALIB_INTERLEAVE" --out "$1" \
-    --allreduce-ranks "$LINK_RANKS" --measurements-out "$2" "${@:3}" |
+    --allreduce-ranks "$LINK_RANKS" --measurements-out "$2" "${TIME_INPUTS[@]}" "${@:3}" |
     grep -E '^(fit|held-out|jitter|pack error|measured beside|optimizer step|all-reduce|wrote)'
 }
 if want calibrate || [ ! -f "$PROFILE" ]; then

@@ -16,17 +16,18 @@ and the paper's best single exponent for comparison) is written as a profile tha
 """
 import argparse
 import json
-import math
 import os
 import random
 import statistics
 import sys
 import time
-from collections.abc import Mapping
 
 import torch
 
-from . import _C, _checks, co_runners, link
+from . import co_runners, link
+# The fits and their errors (no torch), re-exported: calibrate.fit, calibrate.pack_price, ...
+from .calibrate_fit import (draw_packs, fit, fit_jitter, jitter_sigma, log_spread, pack_parts,  # noqa: F401
+                            pack_price, packs_path, rel_errors, shape_tokens, with_packs)
 from .models import wan_dit
 
 # (frames, height, width) shapes of the sweep: images, short and long clips, two resolutions.
@@ -78,6 +79,11 @@ def parser() -> argparse.ArgumentParser:
                         "sweep's shapes in turn at up to --max-batch and --max-tokens), started before the first "
                         "point and stopped after the last, so the times are those of a host whose other cores "
                         "train too, as torchrun's ranks do on one CPU machine (default 0: measured alone)")
+    p.add_argument("--time-inputs", action="store_true",
+                   help="time each micro-batch with its inputs drawn (random latents and text on the CPU, moved to "
+                        "the device: the data loading of examples/train_dit.py), so the fit prices the data loading "
+                        "too; the profile says so (fit.inputs_timed) and train_dit then times each micro-batch's "
+                        "inputs with it (default: inputs drawn once a point, outside the timing)")
     p.add_argument("--memory-fraction", type=float, default=0.85, help="stop before this share of device memory")
     p.add_argument("--checkpointing", action="store_true")
     p.add_argument("--fused", action="store_true", help="use the fused adaLN kernel in the model")
@@ -158,37 +164,6 @@ def check_args(p: argparse.ArgumentParser, args) -> torch.device:
     return device
 
 
-def fit(points, model: str, device_name: str, held_out=()):
-    """(profile JSON, summary) of the core's fit to measurements [{tokens, batch, time_s,
-    peak_bytes}]: seconds per sample a*S + b*S^2 + c0, micro-batch overhead, small-batch
-    efficiency, memory M_static + B(m0 + m1 S) when peak_bytes are given. `held_out`
-    measurements are not fitted; the summary's held_out_median_rel_error and
-    held_out_max_rel_error are the fit's errors on them. Raises TypeError / ValueError naming
-    the point and field of a malformed measurement."""
-    return _C.fit_profile(_checked(points, "measurement"), model, device_name,
-                          _checked(held_out, "held-out measurement"))
-
-
-def _checked(points, what: str):
-    checked = []
-    for i, pt in enumerate(points):
-        where = f"calibrate.fit: {what} {i}"
-        if not isinstance(pt, Mapping):
-            raise TypeError(f"{where} must be a dict with tokens, batch, time_s (and peak_bytes), got "
-                            f"{type(pt).__name__}")
-        missing = [k for k in ("tokens", "batch", "time_s") if k not in pt]
-        if missing:
-            raise ValueError(f"{where} has no {', '.join(missing)}")
-        peak = pt.get("peak_bytes")
-        checked.append({
-            "tokens": _checks.integer(pt["tokens"], f"{where}: tokens", 1, 2**62),
-            "batch": _checks.integer(pt["batch"], f"{where}: batch", 1, 2**62),
-            "time_s": _checks.real(pt["time_s"], f"{where}: time_s", 0.0, 1e9, lo_open=True),
-            "peak_bytes": None if peak is None else _checks.real(peak, f"{where}: peak_bytes", 0.0, 1e18),
-        })
-    return checked
-
-
 def timed(step, model, device, reps: int, clock: str = "wall", warmup: bool = True):
     """Seconds of forward (`step()`, returning the loss) + backward, `reps` times after one
     warm-up (none with warmup False): CUDA events on a GPU, else the wall clock or (clock
@@ -225,16 +200,27 @@ def timed_runs(run, device, reps: int, clock: str = "wall", warmup: bool = True,
     return times
 
 
-def point_step(model, c, shape, batch, device):
+def draw_inputs(size, device):
+    """Random inputs of the tensor sizes `size`, drawn on the CPU from a generator and moved to
+    `device`, as examples/train_dit.py's data (make_batch) draws a micro-batch's: this miniature's
+    data loading."""
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(z, generator=g).to(device) for z in size]
+
+
+def point_step(model, c, shape, batch, device, time_inputs: bool = False):
     """forward of `model` on random inputs of `batch` samples of (frames, height, width)
-    `shape`, as a function returning the loss (for timed())."""
+    `shape`, as a function returning the loss (for timed()). time_inputs: each call draws its
+    inputs (draw_inputs), so the timing holds the data loading a training step pays with each
+    micro-batch; else they are drawn once, here."""
     frames, height, width = shape
     f = 1 + (frames - 1) // 4
-    x0 = torch.randn(batch, c.in_channels, f, height // 8, width // 8, device=device)
-    ctx = torch.randn(batch, c.text_len, c.text_dim, device=device)
+    size = [(batch, c.in_channels, f, height // 8, width // 8), (batch, c.text_len, c.text_dim)]
+    fixed = None if time_inputs else [torch.randn(z, device=device) for z in size]
     amp = device.type == "cuda"
 
     def step():
+        x0, ctx = fixed or draw_inputs(size, device)
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
             return wan_dit.flow_matching_loss(model, x0, ctx).mean()
     return step
@@ -257,8 +243,8 @@ def measure_optimizer(model, c, shape, device, reps: int, clock="wall", statisti
             "reps": reps, "parameters": params, "log_spread": log_spread(times)}
 
 
-def measure(model, c, shape, batch, device, reps, clock="wall", statistic="median"):
-    times = timed(point_step(model, c, shape, batch, device), model, device, reps, clock)
+def measure(model, c, shape, batch, device, reps, clock="wall", statistic="median", time_inputs=False):
+    times = timed(point_step(model, c, shape, batch, device, time_inputs), model, device, reps, clock)
     peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else None
     # The median by default: a training epoch runs each micro-batch once and pays its jitter
     # (on a CPU the median of small micro-batches was 13-25% above the fastest, which priced
@@ -268,11 +254,13 @@ def measure(model, c, shape, batch, device, reps, clock="wall", statistic="media
             "peak_bytes": peak, "log_spread": log_spread(times)}
 
 
-def interleave(model, c, points, device, rounds: int, clock="wall", statistic="median", seed: int = 0):
+def interleave(model, c, points, device, rounds: int, clock="wall", statistic="median", seed: int = 0,
+               time_inputs: bool = False):
     """Times every point (a measure() result) once a round for `rounds` rounds, the points in a
     new order each round (random.Random(seed)), so each runs after other shapes as in a
     training epoch; returns the points with time_s (the statistic of the rounds), log_spread
-    (theirs) and interleaved = rounds. The inputs are made before each timing, outside it."""
+    (theirs) and interleaved = rounds. The inputs are made before each timing, outside it
+    (time_inputs: inside, as point_step's)."""
     rng = random.Random(seed)
     times = [[] for _ in points]
     order = list(range(len(points)))
@@ -280,42 +268,11 @@ def interleave(model, c, points, device, rounds: int, clock="wall", statistic="m
         rng.shuffle(order)
         for i in order:
             pt = points[i]
-            times[i] += timed(point_step(model, c, tuple(pt["shape"]), pt["batch"], device), model, device, 1,
-                              clock, warmup=False)
+            step = point_step(model, c, tuple(pt["shape"]), pt["batch"], device, time_inputs)
+            times[i] += timed(step, model, device, 1, clock, warmup=False)
         print(f"interleaved round {r + 1}/{rounds}: {len(points)} points", flush=True)
     return [dict(pt, time_s=min(t) if statistic == "min" else statistics.median(t), log_spread=log_spread(t),
                  interleaved=rounds) for pt, t in zip(points, times)]
-
-
-def log_spread(times) -> float:
-    """The repetitions' spread: the standard deviation of log(seconds) (0 with fewer than two)."""
-    if len(times) < 2 or min(times) <= 0:
-        return 0.0
-    return statistics.stdev(math.log(t) for t in times)
-
-
-def fit_jitter(measurements):
-    """How much a micro-batch's seconds vary from run to run, against its seconds T: the
-    repetitions' log spread sigma(T) = k * T^q, least squares in log-log over the measurements
-    with a spread (small micro-batches vary more on a CPU). None with fewer than 3 of them.
-    examples/train_dit.py prices an epoch with it (each micro-batch's time its price times
-    exp(sigma Z), a step waiting for the slowest of its ranks' sums)."""
-    xy = [(math.log(m["time_s"]), math.log(m["log_spread"])) for m in measurements
-          if m.get("log_spread", 0) > 0 and m["time_s"] > 0]
-    if len(xy) < 3:
-        return None
-    mx, my = statistics.fmean(x for x, _ in xy), statistics.fmean(y for _, y in xy)
-    sxx = sum((x - mx) ** 2 for x, _ in xy)
-    q = sum((x - mx) * (y - my) for x, y in xy) / sxx if sxx > 0 else 0.0
-    k = math.exp(my - q * mx)
-    err = [abs(k * math.exp(q * x) - math.exp(y)) / math.exp(y) for x, y in xy]
-    return {"k": k, "q": q, "points": len(xy), "median_log_spread": statistics.median(math.exp(y) for _, y in xy),
-            "median_rel_error": statistics.median(err)}
-
-
-def jitter_sigma(jitter, seconds: float) -> float:
-    """sigma(T) of a fit_jitter result at T = seconds (capped at 1; 0 for T <= 0)."""
-    return min(1.0, jitter["k"] * seconds ** jitter["q"]) if seconds > 0 else 0.0
 
 
 def is_oom(e: BaseException) -> bool:
@@ -323,11 +280,11 @@ def is_oom(e: BaseException) -> bool:
 
 
 def sweep(model, c, shapes, device, max_batch: int, reps: int, max_tokens=None, clock="wall",
-          memory_fraction: float = 0.85, label: str = "", statistic: str = "median"):
+          memory_fraction: float = 0.85, label: str = "", statistic: str = "median", time_inputs: bool = False):
     """Measures forward + backward of `model` on each (frames, height, width) shape at batch
     sizes 1, 2, 4, ... up to max_batch (and batch x tokens up to max_tokens), stopping a
     shape's sweep before a batch predicted to exceed memory_fraction of the GPU or at an
-    out-of-memory error; prints each point. Returns the measurements."""
+    out-of-memory error; prints each point (time_inputs: point_step's). Returns the measurements."""
     total = torch.cuda.get_device_properties(device).total_memory if device.type == "cuda" else None
     points = []
     for si, shape in enumerate(shapes):
@@ -344,7 +301,7 @@ def sweep(model, c, shapes, device, max_batch: int, reps: int, max_tokens=None, 
                           f"{memory_fraction:.0%} of {total / 1e9:.1f} GB", flush=True)
                     break
             try:
-                pt = measure(model, c, shape, batch, device, reps, clock, statistic)
+                pt = measure(model, c, shape, batch, device, reps, clock, statistic, time_inputs)
             except RuntimeError as e:
                 if not is_oom(e):
                     raise
@@ -360,60 +317,30 @@ def sweep(model, c, shapes, device, max_batch: int, reps: int, max_tokens=None, 
     return points
 
 
-def shape_tokens(shape) -> int:
-    """Tokens of a (frames, height, width) shape: latent frames 1 + (F - 1) / 4, patches of 16 x 16 pixels."""
-    return (1 + (shape[0] - 1) // 4) * (shape[1] // 16) * (shape[2] // 16)
-
-
-def draw_packs(shapes, count: int, max_batch: int, max_tokens=None, seed: int = 0):
-    """`count` packs, each a list of 2..max_batch (frames, height, width) shapes drawn from
-    `shapes` (a pure function of its arguments: random.Random(seed)), of at most max_tokens
-    tokens in all. Raises ValueError when no two shapes fit in max_tokens."""
-    pool = [s for s in shapes if max_tokens is None or shape_tokens(s) <= max_tokens]
-    smallest = sorted(shape_tokens(s) for s in pool)[:2]
-    if len(smallest) < 2 or (max_tokens is not None and sum(smallest) > max_tokens):
-        raise ValueError(f"no two of the shapes fit in {max_tokens} tokens (smallest: {smallest}); raise --max-tokens")
-    rng = random.Random(seed)
-    packs = []
-    while len(packs) < count:
-        want = rng.randint(2, max_batch)
-        pack, total = [], 0
-        for _ in range(8 * want):  # draws that do not fit are skipped; a few tries, then stop
-            if len(pack) == want:
-                break
-            s = rng.choice(pool)
-            if max_tokens is None or total + shape_tokens(s) <= max_tokens:
-                pack.append(s)
-                total += shape_tokens(s)
-        if len(pack) >= 2 and len({shape_tokens(s) for s in pack}) >= 2:  # a pack mixes shapes
-            packs.append(pack)
-    return packs
-
-
-def pack_parts(shapes):
-    """[[S, B], ...] of a pack's shapes, by tokens ascending: the ObservedMicroBatch parts."""
-    counts = {}
-    for s in shapes:
-        counts[shape_tokens(s)] = counts.get(shape_tokens(s), 0) + 1
-    return [[S, B] for S, B in sorted(counts.items())]
-
-
-def measure_pack(model, c, shapes, device, reps, clock="wall", statistic="median"):
+def measure_pack(model, c, shapes, device, reps, clock="wall", statistic="median", time_inputs=False):
     """Forward + backward of the model's packed path (forward_packed on a PackedBatch) on
-    random latents of `shapes`, the flow-matching loss over every token; timed as measure()."""
+    random latents of `shapes`, the flow-matching loss over every token; timed as measure()
+    (time_inputs: the latents, noise and text drawn inside each timing, as point_step's)."""
     from .packing import pack  # packing imports models.wan_dit
 
-    pt_, ph, pw = c.patch
-    x0 = [torch.randn(c.in_channels, 1 + (f - 1) // 4, h // 8, w // 8, device=device) for f, h, w in shapes]
-    eps = [torch.randn_like(x) for x in x0]
+    latents = [(c.in_channels, 1 + (f - 1) // 4, h // 8, w // 8) for f, h, w in shapes]
+    size = latents + latents + [(c.text_len, c.text_dim)] * len(shapes)
+
+    def inputs():
+        drawn = draw_inputs(size, device) if time_inputs else [torch.randn(z, device=device) for z in size]
+        n = len(shapes)
+        return drawn[:n], drawn[n:2 * n], drawn[2 * n:]
     t = torch.rand(len(shapes), device=device)
-    xt = [(1 - ti) * x + ti * e for ti, x, e in zip(t.tolist(), x0, eps)]
-    texts = [torch.randn(c.text_len, c.text_dim, device=device) for _ in shapes]
+    noised = lambda x0, eps: [(1 - ti) * x + ti * e for ti, x, e in zip(t.tolist(), x0, eps)]  # noqa: E731
+    fixed = None if time_inputs else inputs()
+    xt_fixed = None if time_inputs else noised(*fixed[:2])
     amp = device.type == "cuda"
     packed = None
 
     def step():
         nonlocal packed
+        x0, eps, texts = fixed or inputs()
+        xt = xt_fixed or noised(x0, eps)
         packed = pack(xt, c.patch, timesteps=t * 1000, text=texts)
         target = pack([e - x for x, e in zip(x0, eps)], c.patch).tokens  # [N, C*pt*ph*pw]
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
@@ -427,27 +354,12 @@ def measure_pack(model, c, shapes, device, reps, clock="wall", statistic="median
             "log_spread": log_spread(times)}
 
 
-def pack_price(cost: Mapping, parts) -> float:
-    """The time model's seconds for one micro-batch of parts [[S, B], ...] (one part: a point):
-    overhead + sum_i B_i t(S_i) (1 + N_half / N), t(S) = a S + b S^2 + c0, N = sum_i B_i S_i, as
-    the core prices it (_C.observation_time)."""
-    return _C.observation_time(cost, [[tuple(p) for p in parts]])
-
-
-def rel_errors(cost: Mapping, measurements):
-    """(median, max) relative error of pack_price against time_s over measurements with parts
-    (a point is one part [[tokens, batch]])."""
-    e = [abs(pack_price(cost, m.get("parts") or [[m["tokens"], m["batch"]]]) - m["time_s"]) / m["time_s"]
-         for m in measurements]
-    return (statistics.median(e), max(e)) if e else (0.0, 0.0)
-
-
-def sweep_packs(model, c, packs, device, reps, clock="wall", statistic="median"):
+def sweep_packs(model, c, packs, device, reps, clock="wall", statistic="median", time_inputs=False):
     """measure_pack on each pack (a list of shapes); an out-of-memory error skips that pack. Prints each."""
     out = []
     for i, shapes in enumerate(packs):
         try:
-            m = measure_pack(model, c, shapes, device, reps, clock, statistic)
+            m = measure_pack(model, c, shapes, device, reps, clock, statistic, time_inputs)
         except RuntimeError as e:
             if not is_oom(e):
                 raise
@@ -461,11 +373,6 @@ def sweep_packs(model, c, packs, device, reps, clock="wall", statistic="median")
     return out
 
 
-def packs_path(measurements_out: str) -> str:
-    base = measurements_out[:-len(".jsonl")] if measurements_out.endswith(".jsonl") else measurements_out
-    return base + ".packs.jsonl"
-
-
 def main(argv=None):
     p = parser()
     args = p.parse_args(argv)
@@ -477,8 +384,7 @@ def main(argv=None):
     model = wan_dit.WanDiT(c, fused_adaln=args.fused, checkpointing=args.checkpointing).to(device)
     name_of_sweep = args.sweep or args.config
     opts = dict(max_batch=args.max_batch, reps=args.reps, max_tokens=args.max_tokens, clock=args.clock,
-                statistic=args.statistic,
-                memory_fraction=args.memory_fraction)
+                statistic=args.statistic, memory_fraction=args.memory_fraction, time_inputs=args.time_inputs)
     pool = SHAPES[name_of_sweep] + (HELD_OUT[name_of_sweep] if args.held_out else [])
     drawn = []
     if args.packs:
@@ -491,9 +397,11 @@ def main(argv=None):
         points = sweep(model, c, SHAPES[name_of_sweep], device, **opts)
         held = sweep(model, c, HELD_OUT[name_of_sweep], device, label="held out ", **opts) if args.held_out else []
         if args.interleave:
-            both = interleave(model, c, points + held, device, args.interleave, args.clock, args.statistic)
+            both = interleave(model, c, points + held, device, args.interleave, args.clock, args.statistic,
+                              time_inputs=args.time_inputs)
             points, held = both[:len(points)], both[len(points):]
-        packs = sweep_packs(model, c, drawn, device, args.reps, args.clock, args.statistic) if drawn else []
+        packs = (sweep_packs(model, c, drawn, device, args.reps, args.clock, args.statistic, args.time_inputs)
+                 if drawn else [])
         # Last (its steps change the weights), after the largest micro-batch measured, as a step runs it.
         last = max(points, key=lambda q: q["tokens"] * q["batch"],
                    default=dict(shape=SHAPES[name_of_sweep][0], batch=1))
@@ -519,8 +427,11 @@ def main(argv=None):
     if packs:
         profile, summary = with_packs(profile, summary, points, packs, args.fit_packs, held)
     jitter = fit_jitter(points)
-    if jitter or args.co_runners or step or measured_link:
+    if jitter or args.co_runners or step or measured_link or args.time_inputs:
         j = json.loads(profile)
+        if args.time_inputs:  # train_dit times each micro-batch's inputs with it where this is set
+            j["fit"]["inputs_timed"] = True
+            summary = dict(summary, inputs_timed=True)
         if step:  # priced once a global step by the planner (ParallelLayout::step_fixed_s)
             j["step"] = step
             summary = dict(summary, step=step)
@@ -542,6 +453,9 @@ def main(argv=None):
     print(f"fit error: median {100 * summary['median_rel_error']:.1f}%, max {100 * summary['max_rel_error']:.1f}%; "
           f"best single exponent p = {summary['power_p']:.3f} (error median "
           f"{100 * summary['power_median_rel_error']:.1f}%, max {100 * summary['power_max_rel_error']:.1f}%)")
+    if args.time_inputs:
+        print("fit with the inputs: each micro-batch timed with its inputs drawn (the data loading), which "
+              "train_dit then times with it too")
     if held:
         print(f"held-out error ({summary['held_out_points']} measurements of {len(HELD_OUT[name_of_sweep])} shapes "
               f"not fitted): median {100 * summary['held_out_median_rel_error']:.1f}%, max "
@@ -565,32 +479,6 @@ def main(argv=None):
         print(link.describe(measured_link))
     print(f"wrote {args.out}")
     return summary
-
-
-def with_packs(profile: str, summary: dict, points, packs, fit_packs: bool, held=()):
-    """The profile and summary with the fit's errors on `packs` (fit.pack_points,
-    pack_median_rel_error, pack_max_rel_error) and the packs themselves (a "packs" list, each
-    with its predicted_s, so a reader can recompute). With fit_packs the cost is refitted to
-    points and packs together (fit_observations) and the points' errors are this fit's."""
-    j = json.loads(profile)
-    if fit_packs:
-        obs = [([(pt["tokens"], pt["batch"])], pt["time_s"]) for pt in points]
-        obs += [([[tuple(q) for q in m["parts"]]], m["time_s"]) for m in packs]
-        cost_json, _ = _C.fit_observations(obs)
-        j["cost"] = json.loads(cost_json)
-        med, mx = rel_errors(j["cost"], points)
-        j["fit"]["median_rel_error"], j["fit"]["max_rel_error"] = med, mx
-        j["fit"]["fitted_packs"] = True
-        summary = dict(summary, **j["cost"], median_rel_error=med, max_rel_error=mx)
-        if held:
-            hm, hx = rel_errors(j["cost"], held)
-            summary["held_out_median_rel_error"], summary["held_out_max_rel_error"] = hm, hx
-            j["fit"]["held_out_median_rel_error"], j["fit"]["held_out_max_rel_error"] = hm, hx
-    med, mx = rel_errors(j["cost"], packs)
-    j["fit"]["pack_points"], j["fit"]["pack_median_rel_error"], j["fit"]["pack_max_rel_error"] = len(packs), med, mx
-    j["packs"] = [dict(m, predicted_s=pack_price(j["cost"], m["parts"])) for m in packs]
-    summary = dict(summary, pack_points=len(packs), pack_median_rel_error=med, pack_max_rel_error=mx)
-    return json.dumps(j, indent=2), summary
 
 
 if __name__ == "__main__":

@@ -1,0 +1,96 @@
+"""calibrate --time-inputs and train_dit's timing of the inputs: a profile fitted with each
+micro-batch's inputs drawn inside its timing says so (fit.inputs_timed), and train_dit then
+draws each micro-batch's inputs inside its timer, so the measured and priced seconds hold the
+same work (the miniature's data loading); without it both leave the inputs out, as before."""
+import json
+import os
+import sys
+import time
+
+import pytest
+
+from adaptiveload import calibrate
+from conftest import REPO
+from test_train_dit import TINY, real_rows, write_csv
+
+sys.path.insert(0, os.path.join(REPO, "examples"))
+import train_dit  # noqa: E402
+
+SHAPES = [(1, 32, 48), (5, 32, 48), (1, 64, 64)]
+SLOW_S = 0.05  # what the spied input draw sleeps: the wall clock sees it only inside a timing
+
+
+def slow_draws(monkeypatch):
+    calls = []
+    draw = calibrate.draw_inputs
+
+    def spy(size, device):
+        calls.append(len(size))
+        time.sleep(SLOW_S)
+        return draw(size, device)
+    monkeypatch.setattr(calibrate, "draw_inputs", spy)
+    return calls
+
+
+def calibrate_tiny(tmp_path, extra):
+    out, meas = tmp_path / "p.json", tmp_path / "m.jsonl"
+    summary = calibrate.main(["--config", "tiny", "--layers", "1", "--device", "cpu", "--threads", "1",
+                              "--reps", "1", "--max-batch", "2", "--out", str(out), "--measurements-out",
+                              str(meas), *extra])
+    return summary, json.loads(out.read_text()), [json.loads(s) for s in meas.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("timed", [False, True])
+def test_calibrate_times_the_inputs_only_when_asked(timed, tmp_path, monkeypatch):
+    monkeypatch.setitem(calibrate.SHAPES, "tiny", SHAPES)
+    calls = slow_draws(monkeypatch)
+    summary, profile, points = calibrate_tiny(
+        tmp_path, ["--interleave", "2", "--packs", "1", "--max-tokens", "64"] + (["--time-inputs"] if timed else []))
+    n = len(points)
+    assert n == 6  # 3 shapes at B = 1, 2
+    if timed:
+        # Every timing draws its own: the sweep (a warm-up and a repetition a point), 2 interleaved
+        # rounds, the pack (a warm-up and a repetition; latents, noise and text of each sample).
+        assert calls[:4 * n] == [2] * (4 * n) and len(calls) == 4 * n + 2 and calls[-1] % 3 == 0
+        assert all(pt["time_s"] >= SLOW_S for pt in points)  # the draw is inside the wall-clock timing
+        assert profile["packs"][0]["time_s"] >= SLOW_S
+        assert profile["fit"]["inputs_timed"] is True and summary["inputs_timed"] is True
+    else:
+        assert calls == []
+        assert "inputs_timed" not in profile["fit"] and "inputs_timed" not in summary
+
+
+def test_train_dit_times_the_inputs_where_the_profile_was_fitted_with_them(tmp_path, monkeypatch):
+    monkeypatch.setitem(calibrate.SHAPES, "tiny", SHAPES)
+    manifest = write_csv(tmp_path / "m.csv", real_rows(4, 12))
+    # Whether train_dit's timer runs while each micro-batch's inputs are drawn.
+    active, seen = [False], []
+
+    class Spied(train_dit.Timer):
+        def __enter__(self):
+            active[0] = True
+            return super().__enter__()
+
+        def __exit__(self, *exc):
+            active[0] = False
+            return super().__exit__(*exc)
+    make_batch = train_dit.make_batch
+
+    def spy(*a, **k):
+        seen.append(active[0])
+        return make_batch(*a, **k)
+    monkeypatch.setattr(train_dit, "Timer", Spied)
+    monkeypatch.setattr(train_dit, "make_batch", spy)
+    results = {}
+    for timed in (False, True):
+        summary, _, _ = calibrate_tiny(tmp_path, ["--optimizer", "none"] + (["--time-inputs"] if timed else []))
+        assert train_dit.profile_inputs_timed(str(tmp_path / "p.json")) is timed
+        seen.clear()
+        r, = train_dit.main(TINY + ["--layers", "1", "-m", manifest, "-w", "2", "--epoch", "--strategy", "balanced",
+                                    "--profile", str(tmp_path / "p.json")])
+        assert seen and set(seen) == {timed}, seen  # every micro-batch's inputs: inside its timer, or none
+        assert r["inputs_timed"] is timed and r["inputs"] == "stream"
+        results[timed] = r
+    # The same plan either way: only where the inputs are drawn moves.
+    assert results[True]["measured"]["samples"] == results[False]["measured"]["samples"]
+    assert train_dit.profile_inputs_timed(None) is False
