@@ -20,8 +20,8 @@
 #      without --adapt-every, against the calibrated plan
 # Every table is also in OUT/<step>/compare.md and .json. Needs the project's .venv (or PYTHON)
 # with torch; runs in about 17 minutes on an idle 2-core machine with the defaults (calibrate, real2,
-# noise and emulated 4 took 5.5-6 minutes on 2026-12-06 with CALIB_REPS=1 CALIB_INTERLEAVE=5 DISCARD=1
-# EMULATED=4).
+# noise and emulated 4 took 5-6 minutes on 2026-12-06 with CALIB_REPS=1 CALIB_INTERLEAVE=5 DISCARD=1
+# EMULATED=4; every step with those settings, 11 minutes).
 #
 #   scripts/cpu_eval.sh                 everything
 #   STEPS="real2 emulated" scripts/cpu_eval.sh    some of: calibrate real2 noise emulated kernels adapt

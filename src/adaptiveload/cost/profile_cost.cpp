@@ -107,7 +107,7 @@ ProfileCost::ProfileCost(const std::string& path) {
       link_latency_s_ = num(l, "allreduce_latency_s", 0, true, kMaxSeconds, "link.");
       link_gradient_bytes_ = num(l, "gradient_bytes", 0, false, kMaxBytes, "link.");
       if (link_gradient_bytes_ < 0)
-        throw InputError(path, "profile field 'gradient_bytes' of 'link' must be >= 0 bytes (0: the model preset's); "
+        throw InputError(path, "profile field 'link.gradient_bytes' must be >= 0 bytes (0: the model preset's); "
                                "re-run `adaptiveload calibrate --allreduce-ranks N`");
       if (!(link_bus_bytes_per_s_ > 0) || link_latency_s_ < 0)
         throw InputError(path, "profile field 'link' needs allreduce_bus_bytes_per_s > 0 and allreduce_latency_s >= 0; "
