@@ -212,9 +212,9 @@ def speed_probe(targs, seconds: float = 1.0) -> Optional[float]:
         torch.set_num_threads(a.threads)
     c = wan_dit.config(a.config, a.layers)
     model = wan_dit.WanDiT(c).to(device)
-    # With its inputs drawn inside the timing where the profile was fitted so (calibrate --time-inputs).
-    step = calibrate.point_step(model, c, PROBE_SHAPE, PROBE_BATCH, device,
-                                bool(prof.get("fit", {}).get("inputs_timed")))
+    # With its inputs drawn inside the timing where the runs draw theirs so (train_dit --time-inputs).
+    timed_inputs = a.time_inputs == "on" or (a.time_inputs == "profile" and bool(prof.get("fit", {}).get("inputs_timed")))
+    step = calibrate.point_step(model, c, PROBE_SHAPE, PROBE_BATCH, device, timed_inputs)
     times = calibrate.timed(step, model, device, 1, a.clock)
     t_end = time.perf_counter() + seconds
     while time.perf_counter() < t_end:

@@ -235,6 +235,12 @@ def parse_args(argv=None):
                    "epoch, sample id), so runs with different world sizes or wrappers train on the same tensors. "
                    "Default: per-sample with --parallel, else stream; a micro-batch on a sequence-parallel group "
                    "always uses per-sample inputs (its ranks must hold the same tensors)")
+    p.add_argument("--time-inputs", default="profile", choices=["profile", "on", "off"],
+                   help="whether each micro-batch's timing holds the drawing of its inputs (this script's data "
+                        "loading): on, off, or profile (default): as the profile was calibrated (calibrate "
+                        "--time-inputs sets its fit.inputs_timed; off without a profile). The stream draw is "
+                        "what calibrate times; per-sample and pack inputs also draw each sample's timestep and "
+                        "noise on the CPU")
     p.add_argument("--save-model", help="after the run, write the model's full state dict (torch.save) here "
                    "(under torchrun, rank 0 writes it; FSDP2's shards are gathered)")
     p.add_argument("--rank-order", default="sequential", choices=["sequential", "interleaved"],
@@ -872,7 +878,7 @@ def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world:
                 if per_sample or g > 1:
                     return sample_inputs(s, mb, c, args.seed, st.epoch, device, dtype)
                 return make_batch(s, mb, c, device, dtype, gen) + (None, None)
-            # Drawn before the timing, or inside it where the profile priced them so (inputs_timed).
+            # Drawn before the timing, or inside it (--time-inputs: on, or as the profile was calibrated).
             inputs = None if inputs_timed else draw()
             # DDP: one all-reduce per step, in the last micro-batch's backward.
             no_sync = args.parallel == "ddp" and ddp and i + 1 < n
@@ -945,7 +951,7 @@ def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world:
     # the measured steps' spread (jitter_prediction); with --rank-order interleaved, to spread
     # each emulated rank's micro-batches over the step (interleaved_order).
     jitter = profile_jitter(args.profile)
-    inputs_timed = profile_inputs_timed(args.profile)
+    inputs_timed = profile_inputs_timed(args.profile) if args.time_inputs == "profile" else args.time_inputs == "on"
     interleave_ranks = args.rank_order == "interleaved" and not ddp
     mb_times = samplers[0].predicted_micro_batch_times() if jitter or interleave_ranks else None
     warmup_in_loop = args.warmup
@@ -1044,7 +1050,7 @@ def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world:
         "parallel": args.parallel if ddp else None,
         "sync": getattr(samplers[0], "sync", None),
         "inputs": "per-sample" if per_sample else "stream",
-        "inputs_timed": inputs_timed,  # drawn inside each micro-batch's timing (the profile's fit.inputs_timed)
+        "inputs_timed": inputs_timed,  # drawn inside each micro-batch's timing (--time-inputs)
         # packing: "on" when the micro-batches were trained as packs (--packing on, or a strategy that
         # always packs); packs: this process's packs in the measured steps and those mixing shapes
         # (the planner may keep one-shape micro-batches where that plan is faster)

@@ -36,9 +36,10 @@
 # LINK_RANKS (2: calibrate --allreduce-ranks, the real ranks' all-reduce measured on this host;
 # 0: priced from the cpu preset's link: 0.2 ms for the miniature's gradients, where their sync
 # measured 1.8-4.0 ms on 2026-12-05)
-# INPUTS (timed: calibrate --time-inputs, each micro-batch timed with its inputs drawn, this
-# miniature's data loading, in the calibration and so in train_dit's runs; untimed: drawn outside
-# the timings, and unpriced)
+# INPUTS (timed: calibrate --time-inputs and train_dit --time-inputs on, each micro-batch timed
+# with its inputs drawn, this miniature's data loading, in the calibration and in every run, the
+# analytic and adapt runs of step 5 too; untimed: drawn outside the timings, and unpriced. A
+# profile kept from an earlier run must have been calibrated the same way)
 # RANK_ORDER (emulated ranks, steps 3-5: interleaved, train_dit --rank-order interleaved, each
 # rank's micro-batches spread over the step so the machine's drift within a step falls on every
 # rank alike, as on ranks that run at once; sequential: rank by rank)
@@ -65,9 +66,14 @@ export OMP_NUM_THREADS=1
 # (setup.py build_ext --inplace) where there is one: the source tree without its extension
 # would shadow the installed package and fail to import.
 if compgen -G "python/adaptiveload/_C*.so" >/dev/null; then export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"; fi
+case "$INPUTS" in
+  timed) TIME_INPUTS=(--time-inputs) TRAIN_INPUTS=(--time-inputs on) ;;
+  untimed) TIME_INPUTS=() TRAIN_INPUTS=(--time-inputs off) ;;
+  *) echo "cpu_eval: INPUTS is timed or untimed, got '$INPUTS'" >&2; exit 2 ;;
+esac
 PROFILE="$OUT/profile.json"
 LOADED="$OUT/profile_loaded.json"
-COMMON=(--config tiny --grid mini --epoch --subset "$SUBSET" --threads 1 --clock thread
+COMMON=(--config tiny --grid mini --epoch --subset "$SUBSET" --threads 1 --clock thread "${TRAIN_INPUTS[@]}"
         -m data/taichi_hd.csv -m data/coco2017_val_images.csv)
 case "$REAL2_PROFILE" in
   alone) REAL2_USES="$PROFILE" ;;
@@ -78,11 +84,6 @@ case "$RUNS" in
   interleaved) ORDER=(--interleave --discard "$DISCARD") ;;
   sequential) ORDER=(--discard "$DISCARD") ;;
   *) echo "cpu_eval: RUNS is interleaved or sequential, got '$RUNS'" >&2; exit 2 ;;
-esac
-case "$INPUTS" in
-  timed) TIME_INPUTS=(--time-inputs) ;;
-  untimed) TIME_INPUTS=() ;;
-  *) echo "cpu_eval: INPUTS is timed or untimed, got '$INPUTS'" >&2; exit 2 ;;
 esac
 case "$RANK_ORDER" in
   interleaved | sequential) EMU=(--rank-order "$RANK_ORDER") ;;
@@ -109,6 +110,15 @@ if want real2 && [ "$REAL2_PROFILE" = loaded ] && { want calibrate || [ ! -f "$L
   stamp "calibrating the miniature beside a co-runner (the other core trains, as the second rank does)"
   calibrate "$LOADED" "$OUT/measurements_loaded.jsonl" --co-runners 1
 fi
+# A profile kept from an earlier run (calibrate not in STEPS) must time the inputs as the runs do.
+for prof in "$PROFILE" "$LOADED"; do
+  [ -f "$prof" ] || continue
+  timed=$("$PY" -c 'import json, sys; print("timed" if json.load(open(sys.argv[1])).get("fit", {}).get("inputs_timed") else "untimed")' "$prof")
+  if [ "$timed" != "$INPUTS" ]; then
+    echo "cpu_eval: $prof was calibrated with the inputs $timed, but INPUTS=$INPUTS: add calibrate to STEPS, or set INPUTS=$timed" >&2
+    exit 2
+  fi
+done
 if want real2; then
   stamp "2 real ranks (torchrun, gloo)"
   "$PY" -m torch.distributed.run --nproc_per_node 2 examples/compare.py "${COMMON[@]}" --strategies "$STRATS" \
@@ -129,7 +139,7 @@ with open(sys.argv[1], "w", newline="") as f:
         w.writerow(dict(longest, path=f"one_shape/{i:04d}.mp4"))
 PY
   "$PY" -m torch.distributed.run --nproc_per_node 2 examples/compare.py --config tiny --grid mini --epoch --subset 400 \
-    --threads 1 --clock thread -m "$OUT/one_shape.csv" --strategies equal_tokens --fused off --repeat "$REPEAT" \
+    --threads 1 --clock thread "${TRAIN_INPUTS[@]}" -m "$OUT/one_shape.csv" --strategies equal_tokens --fused off --repeat "$REPEAT" \
     "${ORDER[@]}" --profile "$REAL2_USES" --out-dir "$OUT/noise" > "$OUT/noise.log" 2>&1 ||
     { tail -40 "$OUT/noise.log" >&2; exit 1; }
   table "$OUT/noise"

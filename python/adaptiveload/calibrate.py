@@ -320,27 +320,31 @@ def sweep(model, c, shapes, device, max_batch: int, reps: int, max_tokens=None, 
 def measure_pack(model, c, shapes, device, reps, clock="wall", statistic="median", time_inputs=False):
     """Forward + backward of the model's packed path (forward_packed on a PackedBatch) on
     random latents of `shapes`, the flow-matching loss over every token; timed as measure()
-    (time_inputs: the latents, noise and text drawn inside each timing, as point_step's)."""
+    (time_inputs: the latents, noise and text drawn inside each timing, draw_inputs)."""
     from .packing import pack  # packing imports models.wan_dit
 
     latents = [(c.in_channels, 1 + (f - 1) // 4, h // 8, w // 8) for f, h, w in shapes]
-    size = latents + latents + [(c.text_len, c.text_dim)] * len(shapes)
-
-    def inputs():
-        drawn = draw_inputs(size, device) if time_inputs else [torch.randn(z, device=device) for z in size]
-        n = len(shapes)
-        return drawn[:n], drawn[n:2 * n], drawn[2 * n:]
-    t = torch.rand(len(shapes), device=device)
+    n = len(shapes)
+    if not time_inputs:  # drawn once, outside the timing
+        x0 = [torch.randn(z, device=device) for z in latents]
+        eps = [torch.randn_like(x) for x in x0]
+    t = torch.rand(n, device=device)
     noised = lambda x0, eps: [(1 - ti) * x + ti * e for ti, x, e in zip(t.tolist(), x0, eps)]  # noqa: E731
-    fixed = None if time_inputs else inputs()
-    xt_fixed = None if time_inputs else noised(*fixed[:2])
+    if not time_inputs:
+        xt = noised(x0, eps)
+        texts = [torch.randn(c.text_len, c.text_dim, device=device) for _ in shapes]
+    fixed = None if time_inputs else (x0, eps, texts, xt)
     amp = device.type == "cuda"
     packed = None
 
     def step():
         nonlocal packed
-        x0, eps, texts = fixed or inputs()
-        xt = xt_fixed or noised(x0, eps)
+        if time_inputs:
+            drawn = draw_inputs(latents + latents + [(c.text_len, c.text_dim)] * n, device)
+            x0, eps, texts = drawn[:n], drawn[n:2 * n], drawn[2 * n:]
+            xt = noised(x0, eps)
+        else:
+            x0, eps, texts, xt = fixed
         packed = pack(xt, c.patch, timesteps=t * 1000, text=texts)
         target = pack([e - x for x, e in zip(x0, eps)], c.patch).tokens  # [N, C*pt*ph*pw]
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):

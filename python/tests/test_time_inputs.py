@@ -60,10 +60,10 @@ def test_calibrate_times_the_inputs_only_when_asked(timed, tmp_path, monkeypatch
         assert "inputs_timed" not in profile["fit"] and "inputs_timed" not in summary
 
 
-def test_train_dit_times_the_inputs_where_the_profile_was_fitted_with_them(tmp_path, monkeypatch):
-    monkeypatch.setitem(calibrate.SHAPES, "tiny", SHAPES)
-    manifest = write_csv(tmp_path / "m.csv", real_rows(4, 12))
-    # Whether train_dit's timer runs while each micro-batch's inputs are drawn.
+@pytest.fixture
+def timer_spy(monkeypatch):
+    """Which of train_dit's input draws ran, and whether its timer was running then: a list of
+    (draw, inside the timer) per micro-batch."""
     active, seen = [False], []
 
     class Spied(train_dit.Timer):
@@ -74,23 +74,43 @@ def test_train_dit_times_the_inputs_where_the_profile_was_fitted_with_them(tmp_p
         def __exit__(self, *exc):
             active[0] = False
             return super().__exit__(*exc)
-    make_batch = train_dit.make_batch
-
-    def spy(*a, **k):
-        seen.append(active[0])
-        return make_batch(*a, **k)
     monkeypatch.setattr(train_dit, "Timer", Spied)
-    monkeypatch.setattr(train_dit, "make_batch", spy)
-    results = {}
-    for timed in (False, True):
-        summary, _, _ = calibrate_tiny(tmp_path, ["--optimizer", "none"] + (["--time-inputs"] if timed else []))
-        assert train_dit.profile_inputs_timed(str(tmp_path / "p.json")) is timed
-        seen.clear()
-        r, = train_dit.main(TINY + ["--layers", "1", "-m", manifest, "-w", "2", "--epoch", "--strategy", "balanced",
-                                    "--profile", str(tmp_path / "p.json")])
-        assert seen and set(seen) == {timed}, seen  # every micro-batch's inputs: inside its timer, or none
-        assert r["inputs_timed"] is timed and r["inputs"] == "stream"
-        results[timed] = r
-    # The same plan either way: only where the inputs are drawn moves.
-    assert results[True]["measured"]["samples"] == results[False]["measured"]["samples"]
-    assert train_dit.profile_inputs_timed(None) is False
+    for name in ("make_batch", "sample_inputs", "pack_inputs"):
+        def spy(*a, _draw=getattr(train_dit, name), _name=name, **k):
+            seen.append((_name, active[0]))
+            return _draw(*a, **k)
+        monkeypatch.setattr(train_dit, name, spy)
+    return seen
+
+
+def test_train_dit_times_the_inputs_where_the_profile_was_fitted_with_them(tmp_path, timer_spy):
+    manifest = write_csv(tmp_path / "m.csv", real_rows(4, 12))
+    # Two profiles alike but for what they say of the inputs (a written cost, not a calibration:
+    # a fit to a loaded machine's few tiny points can be flat, which the planner refuses).
+    cost = {"a": 2e-6, "b": 1e-9, "c0": 1e-4, "overhead_s": 1e-3, "half_efficiency_tokens": 0}
+    timed, untimed = tmp_path / "p.json", tmp_path / "untimed.json"
+    for path, fit in ((timed, {"inputs_timed": True}), (untimed, {})):
+        path.write_text(json.dumps({"format": "adaptiveload-profile", "version": 1, "cost": cost, "fit": fit}))
+    assert train_dit.profile_inputs_timed(str(timed)) is True
+    assert train_dit.profile_inputs_timed(str(untimed)) is False and train_dit.profile_inputs_timed(None) is False
+    base = TINY + ["--layers", "1", "-m", manifest, "-w", "2", "--epoch", "--strategy", "balanced"]
+    runs = {}
+    for profile, extra, draw, inside in [
+            (timed, [], "make_batch", True),  # the stream draw (default without --parallel)
+            (untimed, [], "make_batch", False),
+            (timed, ["--time-inputs", "off"], "make_batch", False),  # said outright, whatever the profile says
+            (untimed, ["--time-inputs", "on"], "make_batch", True),
+            (timed, ["--inputs", "per-sample"], "sample_inputs", True),
+            (untimed, ["--inputs", "per-sample"], "sample_inputs", False),
+            (timed, ["--packing", "on", "--inputs", "per-sample"], "pack_inputs", True),
+            (untimed, ["--packing", "on", "--inputs", "per-sample"], "pack_inputs", False)]:
+        timer_spy.clear()
+        r, = train_dit.main(base + ["--profile", str(profile)] + extra)
+        # Every micro-batch's inputs drawn once, by the path's own draw, inside its timer or before it.
+        assert timer_spy and set(timer_spy) == {(draw, inside)}, (profile.name, extra, set(timer_spy))
+        assert r["inputs_timed"] is inside
+        runs[(profile.name, tuple(extra))] = r
+    # Where the inputs are drawn changes no plan: the same predicted times either way.
+    for extra in [(), ("--inputs", "per-sample")]:
+        a, b = runs[("p.json", extra)], runs[("untimed.json", extra)]
+        assert a["predicted_rank_times"] == b["predicted_rank_times"] and a["predicted"] == b["predicted"]
