@@ -385,6 +385,26 @@ TEST(HardeningPresets, ProfileAndSegmentCostEntriesAreRangeChecked) {
             std::string::npos);
 }
 
+// A profile's version is compared as read: a float beyond int's range (fuzz_profile's
+// "version": 1.5e74, undefined behaviour through get<int>), 2^32 + 1 (which get<int> wraps to 1)
+// and 1.5 (which it truncates to 1) are another version; 1 and 1.0 read; a string stays the
+// JSON library's type error.
+TEST(HardeningPresets, ProfileVersionIsComparedAsRead) {
+  const Manifest m = small_manifest();
+  auto error_with = [&](const std::string& version) {
+    PlannerConfig cfg;
+    cfg.cost_model = "profile";
+    cfg.profile = write_temp("profile_version.json", R"({"format":"adaptiveload-profile","version":)" + version +
+                                                         R"(,"cost":{"a":1e-7,"b":1e-12,"c0":0.001}})");
+    return error_of([&] { Planner pl(m, cfg); });
+  };
+  for (const char* bad : {"1.5e74", "-1.5e74", "4294967297", "18446744073709551615", "1.5", "2", "0", "-1"})
+    EXPECT_NE(error_with(bad).find("unsupported profile version"), std::string::npos) << bad;
+  EXPECT_NE(error_with("\"1\"").find("malformed profile"), std::string::npos);
+  EXPECT_EQ(error_with("1"), "");
+  EXPECT_EQ(error_with("1.0"), "");
+}
+
 // --- Float-to-integer overflow (the class -fsanitize=float-cast-overflow catches) ------------
 
 TEST(HardeningGeometry, ExtremeValuesNeverOverflowAnInteger) {

@@ -42,7 +42,15 @@ ProfileCost::ProfileCost(const std::string& path) {
   try {
     if (!j.is_object() || j.value("format", "") != "adaptiveload-profile")
       throw InputError(path, "not an adaptiveload profile (expected \"format\": \"adaptiveload-profile\"; write one with `adaptiveload calibrate`)");
-    if (j.value("version", 0) != 1) throw InputError(path, "unsupported profile version (this build reads version 1)");
+    // The version compared as read: get<int>() of a float beyond int's range is undefined
+    // behaviour (the fuzzer's "version": 1.5e74), 2^32 + 1 would wrap to 1 and 1.5 truncate to
+    // it. A version that is not a number stays j.value()'s type error ("malformed profile").
+    const auto ver = j.find("version");
+    const bool version_1 = ver != j.end() && (!ver->is_number()            ? j.value("version", 0) == 1
+                                              : ver->is_number_float()    ? ver->get<double>() == 1.0
+                                              : ver->is_number_unsigned() ? ver->get<uint64_t>() == 1u
+                                                                          : ver->get<int64_t>() == 1);
+    if (!version_1) throw InputError(path, "unsupported profile version (this build reads version 1)");
     if (j.contains("cost")) {
       const json& c = j["cost"];
       // a: seconds per token, b: per token^2, c0: per sample.
