@@ -205,16 +205,14 @@ def speed_probe(targs, seconds: float = 1.0) -> Optional[float]:
     from adaptiveload import calibrate
     from adaptiveload.models import wan_dit
     with open(a.profile) as f:
-        prof = json.load(f)
-    cost = prof["cost"]
+        cost = json.load(f)["cost"]
     device = torch.device(a.device)
     if a.threads:
         torch.set_num_threads(a.threads)
     c = wan_dit.config(a.config, a.layers)
     model = wan_dit.WanDiT(c).to(device)
     # With its inputs drawn inside the timing where the runs draw theirs so (train_dit --time-inputs).
-    timed_inputs = a.time_inputs == "on" or (a.time_inputs == "profile" and bool(prof.get("fit", {}).get("inputs_timed")))
-    step = calibrate.point_step(model, c, PROBE_SHAPE, PROBE_BATCH, device, timed_inputs)
+    step = calibrate.point_step(model, c, PROBE_SHAPE, PROBE_BATCH, device, train_dit.inputs_timed_of(a))
     times = calibrate.timed(step, model, device, 1, a.clock)
     t_end = time.perf_counter() + seconds
     while time.perf_counter() < t_end:

@@ -347,6 +347,11 @@ def profile_inputs_timed(path: Optional[str]) -> bool:
         return bool(json.load(f).get("fit", {}).get("inputs_timed", False))
 
 
+def inputs_timed_of(args) -> bool:
+    """--time-inputs resolved: on, off, or (profile) as the profile was calibrated."""
+    return profile_inputs_timed(args.profile) if args.time_inputs == "profile" else args.time_inputs == "on"
+
+
 def jitter_prediction(mb_times, jitter: dict, samples: int, tokens: int, extra_s: List[float],
                       draws: int = 200, seed: int = 0) -> Dict[str, float]:
     """metrics() of the epoch the cost model prices when every micro-batch's seconds vary as
@@ -951,7 +956,7 @@ def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world:
     # the measured steps' spread (jitter_prediction); with --rank-order interleaved, to spread
     # each emulated rank's micro-batches over the step (interleaved_order).
     jitter = profile_jitter(args.profile)
-    inputs_timed = profile_inputs_timed(args.profile) if args.time_inputs == "profile" else args.time_inputs == "on"
+    inputs_timed = inputs_timed_of(args)
     interleave_ranks = args.rank_order == "interleaved" and not ddp
     mb_times = samplers[0].predicted_micro_batch_times() if jitter or interleave_ranks else None
     warmup_in_loop = args.warmup
