@@ -95,7 +95,9 @@ def parser() -> argparse.ArgumentParser:
                    "shapes (drawn with a fixed seed from the sweep's shapes, and the held-out ones with --held-out; "
                    "each within --max-batch samples and --max-tokens) and report the fit's error on them")
     p.add_argument("--fit-packs", action="store_true", help="fit the time model to the points and the packs "
-                   "together (fit_observations) and report both errors; memory stays the points' fit")
+                   "together (fit_observations), with a pack's cost per sample beyond its work (pack_sample_s: the "
+                   "packed forward's per-sample RoPE, text, timestep and per-segment attention), and report both "
+                   "errors; memory stays the points' fit")
     p.add_argument("--optimizer", default="adamw", choices=["adamw", "none"], help="also time the optimizer step "
                    "(AdamW over the model's parameters, then zero_grad), which a training step runs once beside its "
                    "micro-batches; the profile's \"step\" then prices it in every planned step (none: leave it out; "
@@ -472,6 +474,11 @@ def main(argv=None):
         how = "fitted with the points" if args.fit_packs else "not fitted"
         print(f"pack error ({summary['pack_points']} packs of mixed shapes, {how}): median "
               f"{100 * summary['pack_median_rel_error']:.1f}%, max {100 * summary['pack_max_rel_error']:.1f}%")
+        if args.fit_packs:
+            print(f"a pack's cost per sample beyond its work: {1000 * summary.get('pack_sample_s', 0.0):.3f} ms "
+                  f"(pack error with the points' own fit, before it: median "
+                  f"{100 * summary['pack_unfitted_median_rel_error']:.1f}%, max "
+                  f"{100 * summary['pack_unfitted_max_rel_error']:.1f}%)")
     if args.co_runners:
         print(f"measured beside {args.co_runners} co-runner(s) training: {', '.join(map(str, co_steps))} steps")
     if step:

@@ -113,8 +113,8 @@ def pack_parts(shapes):
 
 def pack_price(cost: Mapping, parts) -> float:
     """The time model's seconds for one micro-batch of parts [[S, B], ...] (one part: a point):
-    overhead + sum_i B_i t(S_i) (1 + N_half / N), t(S) = a S + b S^2 + c0, N = sum_i B_i S_i, as
-    the core prices it (_C.observation_time)."""
+    overhead + sum_i B_i t(S_i) (1 + N_half / N) (+ n pack_sample_s for a pack of n samples),
+    t(S) = a S + b S^2 + c0, N = sum_i B_i S_i, as the core prices it (_C.observation_time)."""
     return _C.observation_time(cost, [[tuple(p) for p in parts]])
 
 
@@ -135,9 +135,14 @@ def with_packs(profile: str, summary: dict, points, packs, fit_packs: bool, held
     """The profile and summary with the fit's errors on `packs` (fit.pack_points,
     pack_median_rel_error, pack_max_rel_error) and the packs themselves (a "packs" list, each
     with its predicted_s, so a reader can recompute). With fit_packs the cost is refitted to
-    points and packs together (fit_observations) and the points' errors are this fit's."""
+    points and packs together (fit_observations, which then fits a pack's cost per sample,
+    pack_sample_s, too) and the points' errors are this fit's; the packs' errors under the
+    points' own fit stay in fit.pack_unfitted_median_rel_error and _max_rel_error."""
     j = json.loads(profile)
     if fit_packs:
+        um, ux = rel_errors(j["cost"], packs)
+        j["fit"]["pack_unfitted_median_rel_error"], j["fit"]["pack_unfitted_max_rel_error"] = um, ux
+        summary = dict(summary, pack_unfitted_median_rel_error=um, pack_unfitted_max_rel_error=ux)
         obs = [([(pt["tokens"], pt["batch"])], pt["time_s"]) for pt in points]
         obs += [([[tuple(q) for q in m["parts"]]], m["time_s"]) for m in packs]
         cost_json, _ = _C.fit_observations(obs)

@@ -342,9 +342,10 @@ void bind_planner(pb::module_& m) {
             return group_work(self.cost(), rows_shape(self, rows), group, group_sp(self, group, world_size));
           },
           pb::arg("rows"), pb::arg("group") = 1, pb::arg("world_size") = 0,
-          "Its work at full efficiency (micro_batch_seconds less the overhead and the small-batch ramp): "
+          "Its work at full efficiency (micro_batch_seconds less the overhead, the small-batch ramp and a pack's cost per sample): "
           "what the table's `useful` and `fixed` columns count.")
       .def_property_readonly("cost_overhead_s", [](const Planner& self) { return self.cost().overhead_s; })
+      .def_property_readonly("cost_pack_sample_s", [](const Planner& self) { return self.cost().pack_sample_s; })
       .def_property_readonly("cost_half_efficiency_tokens",
                              [](const Planner& self) { return self.cost().half_efficiency_tokens; })
       .def(
@@ -477,7 +478,7 @@ void bind_planner(pb::module_& m) {
       "and held_out_max_rel_error are the fit's errors on them (0 points: both 0).");
   m.def(
       "fit_observations",
-      [](const pb::list& observations, double overhead_s, double half_efficiency_tokens) {
+      [](const pb::list& observations, double overhead_s, double half_efficiency_tokens, double pack_sample_s) {
         // Each observation is (micro-batches, seconds); a micro-batch is (tokens, batch), or
         // for a pack a list of (tokens, batch) parts.
         std::vector<Observation> obs;
@@ -488,15 +489,18 @@ void bind_planner(pb::module_& m) {
           for (const pb::handle& mb : mbs) o.micro_batches.push_back(observed_micro_batch(mb));
           obs.push_back(std::move(o));
         }
-        CalibrationFit f = fit_observations(obs, overhead_s, half_efficiency_tokens);
+        CalibrationFit f = fit_observations(obs, overhead_s, half_efficiency_tokens, pack_sample_s);
         pb::dict s;
         s["points"] = f.points, s["a"] = f.a, s["b"] = f.b, s["c0"] = f.c0, s["overhead_s"] = f.overhead_s;
-        s["half_efficiency_tokens"] = f.half_efficiency_tokens;
+        s["half_efficiency_tokens"] = f.half_efficiency_tokens, s["pack_sample_s"] = f.pack_sample_s;
         s["median_rel_error"] = f.median_rel_error, s["max_rel_error"] = f.max_rel_error;
         return pb::make_tuple(cost_json(f), s);
       },
       pb::arg("observations"), pb::arg("overhead_s") = -1.0, pb::arg("half_efficiency_tokens") = -1.0,
-      "Fits the cost model (overhead and half-efficiency tokens kept when given >= 0) to [([(tokens, batch), ...], seconds), ...] (one rank's step each; a packed micro-batch is a list of (tokens, batch) parts) and returns "
+      pb::arg("pack_sample_s") = -1.0,
+      "Fits the cost model (overhead, half-efficiency tokens and the seconds per sample of a pack kept when given "
+      ">= 0; the last is fitted only where some micro-batch is a pack) to [([(tokens, batch), ...], seconds), ...] "
+      "(one rank's step each; a packed micro-batch is a list of (tokens, batch) parts) and returns "
       "(cost_json, summary) for Planner.resume(..., new_cost=cost_json).");
   m.def(
       "observation_time",
@@ -505,15 +509,16 @@ void bind_planner(pb::module_& m) {
         f.a = cost["a"].cast<double>(), f.b = cost["b"].cast<double>(), f.c0 = cost["c0"].cast<double>();
         f.overhead_s = cost["overhead_s"].cast<double>();
         f.half_efficiency_tokens = cost["half_efficiency_tokens"].cast<double>();
+        if (cost.contains("pack_sample_s")) f.pack_sample_s = cost["pack_sample_s"].cast<double>();
         Observation o;
         for (const pb::handle& mb : micro_batches) o.micro_batches.push_back(observed_micro_batch(mb));
         return observation_time(f, o);
       },
       pb::arg("cost"), pb::arg("micro_batches"),
       "The cost model's seconds for micro-batches run one after another: `cost` has a, b, c0, overhead_s "
-      "and half_efficiency_tokens (a profile's or fit_observations' cost object); each micro-batch is "
-      "(tokens, batch) or, for a pack, a list of (tokens, batch) parts, priced overhead + sum_i B_i t(S_i) "
-      "(1 + N_half / N).");
+      "and half_efficiency_tokens, and pack_sample_s where the fit gave one (a profile's or fit_observations' "
+      "cost object); each micro-batch is (tokens, batch) or, for a pack, a list of (tokens, batch) parts, priced "
+      "overhead + sum_i B_i t(S_i) (1 + N_half / N) + n pack_sample_s (n its samples).");
   m.def(
       "parse_state", [](const std::string& text) { return state_to_dict(state_from_json(text)); },
       pb::arg("state_json"),

@@ -72,3 +72,36 @@ def test_pack_price_is_the_cores_pack_formula_and_fit_observations_inverts_it():
     _, fit = _C.fit_observations(obs, cost["overhead_s"], cost["half_efficiency_tokens"])
     for k in ("a", "b", "c0"):
         assert fit[k] == pytest.approx(cost[k], rel=1e-6)
+
+
+def test_fit_packs_fits_a_packs_cost_per_sample_and_keeps_the_unfitted_errors():
+    # Packs that cost 3 ms a sample more than their work (the packed forward's per-sample
+    # work): --fit-packs fits that as cost.pack_sample_s, prices the packs with it, and keeps
+    # the packs' errors under the points' own fit beside.
+    from adaptiveload import _C
+    cost = {"a": 1.5e-5, "b": 2e-8, "c0": 4e-4, "overhead_s": 0.005, "half_efficiency_tokens": 0.0}
+    points = [{"tokens": S, "batch": B, "time_s": calibrate.pack_price(cost, [[S, B]])}
+              for S in (88, 176, 352, 704, 1008) for B in (1, 2, 4, 8)]
+    packs = []
+    for i in range(12):
+        parts = [[88, 1 + i % 4], [352, 1 + i % 3]] + ([[1008, 1]] if i % 2 else [])
+        n = sum(B for _, B in parts)
+        packs.append({"parts": parts, "samples": n, "time_s": calibrate.pack_price(cost, parts) + 0.003 * n})
+    profile, summary = calibrate.fit(points, "tiny", "cpu")
+    assert "pack_sample_s" not in json.loads(profile)["cost"]  # points alone have none to fit
+    fitted, s = calibrate.with_packs(profile, summary, points, packs, True)
+    j = json.loads(fitted)
+    assert j["cost"]["pack_sample_s"] == pytest.approx(0.003, rel=1e-3) == s["pack_sample_s"]
+    assert j["fit"]["pack_max_rel_error"] < 1e-4 and j["fit"]["max_rel_error"] < 1e-4
+    assert j["fit"]["pack_unfitted_median_rel_error"] > 0.05  # what the points' fit alone misses
+    for m in j["packs"]:
+        assert m["predicted_s"] == pytest.approx(m["time_s"], rel=1e-4)
+    # Not fitted: the profile is the points' (no term), the errors are the unfitted ones.
+    plain = json.loads(calibrate.with_packs(profile, summary, points, packs, False)[0])
+    assert "pack_sample_s" not in plain["cost"] and "pack_unfitted_median_rel_error" not in plain["fit"]
+    assert plain["fit"]["pack_median_rel_error"] == pytest.approx(j["fit"]["pack_unfitted_median_rel_error"])
+    # Given (online adaptation keeps the planner's), the term stays as given.
+    obs = [([(p["tokens"], p["batch"])], p["time_s"]) for p in points]
+    obs += [([[tuple(q) for q in m["parts"]]], m["time_s"]) for m in packs]
+    _, kept = _C.fit_observations(obs, 0.005, 0.0, 0.002)
+    assert kept["pack_sample_s"] == 0.002

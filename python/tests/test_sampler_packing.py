@@ -110,3 +110,30 @@ def test_fit_observations_takes_packs_as_lists_of_parts():
     _, summary = _C.fit_observations(obs)
     assert summary["max_rel_error"] < 0.02
     assert abs(summary["b"] - b) < 0.1 * b
+
+
+def test_online_adaptation_keeps_the_profiles_cost_per_sample_of_a_pack(tmp_path):
+    # A profile fitted on packs (calibrate --packs N --fit-packs) prices a pack's samples beyond
+    # their work; online adaptation refits how cost grows with S and keeps that term, as it
+    # keeps the overhead: every refit and the cost it re-plans with carry the profile's.
+    import json
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps({"format": "adaptiveload-profile", "version": 1, "cost": {
+        "a": 2e-6, "b": 3e-11, "c0": 1e-3, "overhead_s": 0.004, "half_efficiency_tokens": 0.0,
+        "pack_sample_s": 0.002}}))
+    kw = dict(world_size=2, seed=3, packing="on", cost_model="profile", profile=str(profile), adapt_every=1)
+    ss = [AdaptiveBatchSampler(ROWS, rank=r, **kw) for r in range(2)]
+    assert ss[0]._planner(2).cost_pack_sample_s == 0.002
+    rng = random.Random(2)
+    for steps in zip(*[s.steps() for s in ss]):
+        # Each rank's time: the planner's own price of its micro-batches, 20% slower, +-3%.
+        times = []
+        for s, st in zip(ss, steps):
+            p = s._planner(2)
+            times.append(sum(p.micro_batch_seconds(mb) for mb in st.micro_batches) * 1.2 * (1 + 0.03 * (2 * rng.random() - 1)))
+        for s in ss:
+            s.observe_step(steps[0].step, times)
+    assert ss[0].adaptations, "no refit in the epoch"
+    assert all(a["pack_sample_s"] == 0.002 for a in ss[0].adaptations)
+    costs = [c for _, _, c in _C.parse_state(ss[0].state_dict()["core"])["segments"] if c]
+    assert costs and all(json.loads(c)["pack_sample_s"] == 0.002 for c in costs)

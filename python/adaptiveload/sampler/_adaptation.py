@@ -119,11 +119,13 @@ class _Adaptation:
             return None  # three coefficients need three token counts: wait for more buckets
         if self._step != t + 1 or self._offset != 0 or self._step >= self._plan.num_steps:
             return None  # adapt only at the boundary right after the observed step, before the end
-        # The overhead and small-batch efficiency stay the planner's: only how cost grows with
-        # S (a, b, c0) is refitted, which a few steps of mixed buckets do determine.
+        # The overhead, small-batch efficiency and a pack's cost per sample stay the planner's:
+        # only how cost grows with S (a, b, c0) is refitted, which a few steps of mixed buckets
+        # do determine.
         try:
             cost, summary = _C.fit_observations(observations, planner.cost_overhead_s,
-                                                planner.cost_half_efficiency_tokens)
+                                                planner.cost_half_efficiency_tokens,
+                                                planner.cost_pack_sample_s)
             plan, first_step, st = self._prepare(planner, self.state_dict()["core"], cost)
         except ValueError as e:
             # The measurements are valid and kept; only this refit is skipped, and the next

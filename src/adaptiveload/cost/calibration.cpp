@@ -106,8 +106,11 @@ double pack_tokens(const ObservedMicroBatch& mb) {
 
 
 // The time part of the fit: N_half from 0 and a geometric grid; for each, a linear NNLS fit
-// of (a, b, c0, overhead) on relative error (rows scaled by 1 / T).
-CalibrationFit fit_time(const std::vector<Observation>& obs, double fixed_overhead = -1, double fixed_half = -1) {
+// of (a, b, c0, overhead, pack_sample) on relative error (rows scaled by 1 / T); the columns
+// of a fixed coefficient move to the known side, and pack_sample's is there only when some
+// observation holds a pack.
+CalibrationFit fit_time(const std::vector<Observation>& obs, double fixed_overhead = -1, double fixed_half = -1,
+                        double fixed_pack_sample = -1) {
   std::set<int64_t> distinct;
   for (const auto& o : obs) {
     if (o.micro_batches.empty() || !(o.time_s > 0) || !std::isfinite(o.time_s))
@@ -130,25 +133,35 @@ CalibrationFit fit_time(const std::vector<Observation>& obs, double fixed_overhe
   for (double h = 16; h <= 262144; h *= 1.4142135623730951) grid.push_back(h);
   if (fixed_half >= 0) grid = {fixed_half};
   const bool fit_overhead = fixed_overhead < 0;
+  bool any_pack = false;
+  for (const auto& o : obs)
+    for (const ObservedMicroBatch& mb : o.micro_batches) any_pack = any_pack || mb.parts.size() > 1;
+  const bool fit_pack_sample = any_pack && fixed_pack_sample < 0;
+  const double known_pack_sample = fixed_pack_sample > 0 ? fixed_pack_sample : 0;
+  const size_t col_overhead = 3, col_pack = fit_overhead ? 4 : 3;
   for (double nh : grid) {
     std::vector<std::vector<double>> X;
     std::vector<double> y;
     for (const auto& o : obs) {
       const double w = 1.0 / o.time_s;
-      std::vector<double> row(fit_overhead ? 4 : 3, 0.0);
-      double known = 0;  // the fixed overhead's share of this observation, in units of 1/T
+      std::vector<double> row(3 + (fit_overhead ? 1 : 0) + (fit_pack_sample ? 1 : 0), 0.0);
+      double known = 0;  // the fixed coefficients' share of this observation, in units of 1/T
       for (const ObservedMicroBatch& mb : o.micro_batches) {
         if (mb.parts.size() == 1) {
           const double S = double(mb.parts[0].first), u = double(mb.parts[0].second) + nh / S;
           row[0] += u * S * w, row[1] += u * S * S * w, row[2] += u * w;
-        } else {  // a pack: sum_i B_i t(S_i) at the ramp of its total tokens
+        } else {  // a pack: sum_i B_i t(S_i) at the ramp of its total tokens, and its samples
           const double ramp = 1.0 + nh / pack_tokens(mb);
+          double n = 0;
           for (auto [Si, Bi] : mb.parts) {
             const double S = double(Si), u = double(Bi) * ramp;
             row[0] += u * S * w, row[1] += u * S * S * w, row[2] += u * w;
+            n += double(Bi);
           }
+          if (fit_pack_sample) row[col_pack] += n * w;
+          else known += known_pack_sample * n * w;
         }
-        if (fit_overhead) row[3] += w;
+        if (fit_overhead) row[col_overhead] += w;
         else known += fixed_overhead * w;
       }
       X.push_back(row);
@@ -156,8 +169,9 @@ CalibrationFit fit_time(const std::vector<Observation>& obs, double fixed_overhe
     }
     std::vector<double> c = nnls(X, y);
     CalibrationFit f;
-    f.a = c[0], f.b = c[1], f.c0 = c[2], f.overhead_s = fit_overhead ? c[3] : fixed_overhead;
+    f.a = c[0], f.b = c[1], f.c0 = c[2], f.overhead_s = fit_overhead ? c[col_overhead] : fixed_overhead;
     f.half_efficiency_tokens = nh;
+    f.pack_sample_s = fit_pack_sample ? c[col_pack] : known_pack_sample;
     double sq = 0;
     for (const auto& o : obs) {
       double r = (observation_time(f, o) - o.time_s) / o.time_s;
@@ -177,6 +191,7 @@ CalibrationFit fit_time(const std::vector<Observation>& obs, double fixed_overhe
                                 {best.b, "b"},
                                 {best.c0, "c0"},
                                 {best.overhead_s, "overhead_s"},
+                                {best.pack_sample_s, "pack_sample_s"},
                                 {best.median_rel_error, "median relative error"}})
     check_finite(v, std::string("the calibration fit's ") + what);
   return best;
@@ -185,8 +200,8 @@ CalibrationFit fit_time(const std::vector<Observation>& obs, double fixed_overhe
 }  // namespace
 
 CalibrationFit fit_observations(const std::vector<Observation>& obs, double fixed_overhead_s,
-                                double fixed_half_efficiency_tokens) {
-  return fit_time(obs, fixed_overhead_s, fixed_half_efficiency_tokens);
+                                double fixed_half_efficiency_tokens, double fixed_pack_sample_s) {
+  return fit_time(obs, fixed_overhead_s, fixed_half_efficiency_tokens, fixed_pack_sample_s);
 }
 
 double observation_time(const CalibrationFit& f, const Observation& o) {
@@ -196,9 +211,9 @@ double observation_time(const CalibrationFit& f, const Observation& o) {
       t += model_time(f, double(mb.parts[0].first), double(mb.parts[0].second));
       continue;
     }
-    double w = 0;
-    for (auto [S, B] : mb.parts) w += (f.a * double(S) + f.b * double(S) * double(S) + f.c0) * double(B);
-    t += f.overhead_s + w * (1.0 + f.half_efficiency_tokens / pack_tokens(mb));
+    double w = 0, n = 0;
+    for (auto [S, B] : mb.parts) w += (f.a * double(S) + f.b * double(S) * double(S) + f.c0) * double(B), n += double(B);
+    t += f.overhead_s + w * (1.0 + f.half_efficiency_tokens / pack_tokens(mb)) + f.pack_sample_s * n;
   }
   return t;
 }
@@ -219,6 +234,7 @@ HeldOutErrors held_out_errors(const CalibrationFit& fit, const std::vector<Measu
 std::string cost_json(const CalibrationFit& f) {
   nlohmann::json j = {{"a", f.a}, {"b", f.b}, {"c0", f.c0}, {"overhead_s", f.overhead_s},
                       {"half_efficiency_tokens", f.half_efficiency_tokens}};
+  if (f.pack_sample_s > 0) j["pack_sample_s"] = f.pack_sample_s;  // absent: 0, as before packs were fitted
   return j.dump();
 }
 
@@ -333,6 +349,7 @@ std::string profile_json(const CalibrationFit& f, const std::vector<Measurement>
   j["device"] = device;
   j["cost"] = {{"a", f.a}, {"b", f.b}, {"c0", f.c0}, {"overhead_s", f.overhead_s},
                {"half_efficiency_tokens", f.half_efficiency_tokens}};
+  if (f.pack_sample_s > 0) j["cost"]["pack_sample_s"] = f.pack_sample_s;
   if (f.has_memory) j["memory"] = {{"static_bytes", f.static_bytes}, {"m0", f.m0}, {"m1", f.m1}};
   j["fit"] = {{"points", f.points},
               {"median_rel_error", f.median_rel_error},

@@ -20,6 +20,7 @@ struct Measurement {
 
 struct CalibrationFit {
   double a = 0, b = 0, c0 = 0, overhead_s = 0, half_efficiency_tokens = 0;
+  double pack_sample_s = 0;  // per sample of a pack of several shapes (fitted only on packs)
   bool has_memory = false;
   double static_bytes = 0, m0 = 0, m1 = 0;
   double power_k = 0, power_p = 0;  // best single exponent: seconds per sample = k * S^p
@@ -30,7 +31,8 @@ struct CalibrationFit {
 
 // One micro-batch of an observation by its shape: (tokens S_i, samples B_i) per bucket it
 // holds; one part for a bucketed micro-batch, several for a pack, which the model prices as
-// overhead + sum_i B_i t(S_i) * (1 + N_half / N), N = sum_i B_i S_i (cost_model.h).
+// overhead + sum_i B_i t(S_i) * (1 + N_half / N) + n * pack_sample, N = sum_i B_i S_i and
+// n = sum_i B_i (cost_model.h).
 struct ObservedMicroBatch {
   std::vector<std::pair<int64_t, int64_t>> parts;
   ObservedMicroBatch(int64_t tokens, int64_t batch) : parts{{tokens, batch}} {}
@@ -45,14 +47,15 @@ struct Observation {
 };
 
 // Fits the time model to observations (each a sum of micro-batch times): the model is linear
-// in (a, b, c0, overhead) for a given N_half, so sums (and packs) fit the same way single
-// points do.
+// in (a, b, c0, overhead, pack_sample) for a given N_half, so sums (and packs) fit the same
+// way single points do. pack_sample is fitted only where some observation holds a pack (else
+// 0).
 // Memory is not fitted (has_memory false). Throws ConfigError when under-determined.
 // With `fixed_overhead_s` and `fixed_half_efficiency_tokens` >= 0, those two stay as given
-// (online adaptation keeps the prior's, which a few steps cannot pin down) and only
-// (a, b, c0) are fitted.
+// (online adaptation keeps the prior's, which a few steps cannot pin down); with
+// `fixed_pack_sample_s` >= 0 that one does too.
 CalibrationFit fit_observations(const std::vector<Observation>& obs, double fixed_overhead_s = -1,
-                                double fixed_half_efficiency_tokens = -1);
+                                double fixed_half_efficiency_tokens = -1, double fixed_pack_sample_s = -1);
 
 // The fitted model's seconds for an observation (its micro-batches' times summed; a pack
 // priced as one micro-batch, as above).

@@ -6,9 +6,13 @@
 //   T(B, S) = overhead + sample_time * (B + N_half / S)
 // i.e. efficiency ramps as N / (N + N_half) with N = B*S tokens in the micro-batch. For a
 // shape of several buckets (a pack, each sample attending only to itself) the same model:
-//   T = overhead + W * (1 + N_half / N),  W = sum_i sample_time(S_i),  N = sum_i S_i
-// which is T(B, S) when every sample is of one bucket (cost() computes that case as T(B, S),
-// so bucketed plans cost exactly what they cost before shapes).
+//   T = overhead + W * (1 + N_half / N) + n * pack_sample
+// with W = sum_i sample_time(S_i), N = sum_i S_i and n its samples. A shape of one bucket is
+// priced T(B, S) without it (cost() computes that case as such, so bucketed plans cost exactly
+// what they cost before shapes). `pack_sample` is what the
+// packed forward pays per sample beyond the batched forward's work (per-sample RoPE, text and
+// timestep, attention run per segment): 0 unless a profile fitted on packs says so (`calibrate
+// --packs N --fit-packs`).
 // Variants (registry in cost_registry.cpp): "analytic" (FLOPs of the model preset),
 // "power" (the paper's single exponent, k * S^p), "profile" (a*S + b*S^2 + c0 fitted by
 // `calibrate`, or a measured table, read from a file).
@@ -46,6 +50,9 @@ class CostModel {
 
   double overhead_s = 0;
   double half_efficiency_tokens = 0;
+  // Seconds per sample of a pack of several shapes beyond its work (the formula above); a
+  // micro-batch of one shape never pays it.
+  double pack_sample_s = 0;
 };
 
 // One micro-batch of `batch` samples of bucket b on a sequence-parallel group of g ranks, as
@@ -58,8 +65,8 @@ double group_microbatch_time(const CostModel& c, int64_t batch, const Bucket& b,
 // Its marginal seconds per sample, t(S) / g + a2a(S, g).
 double group_sample_time(const CostModel& c, const Bucket& b, int g, const SeqParallel& sp);
 // A micro-batch of any shape on a group of g ranks: overhead + a2a latency + W_g * (1 +
-// N_half * g / N) with W_g the sum of the samples' group_sample_time; group_microbatch_time
-// for a shape of one bucket, c.cost(s) for g = 1.
+// N_half * g / N) (+ n * pack_sample for a pack of several shapes), W_g the sum of the samples'
+// group_sample_time; group_microbatch_time for a shape of one bucket, c.cost(s) for g = 1.
 double group_cost(const CostModel& c, const MicroShape& s, int g, const SeqParallel& sp);
 // Its work at full efficiency on the group, sum_i group_sample_time(S_i).
 double group_work(const CostModel& c, const MicroShape& s, int g, const SeqParallel& sp);

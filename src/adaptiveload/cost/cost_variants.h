@@ -37,8 +37,8 @@ class PowerCost : public CostModel {
 class ProfileCost : public CostModel {
  public:
   explicit ProfileCost(const std::string& path);
-  // From a compact cost object {"a","b","c0","overhead_s","half_efficiency_tokens"} (online
-  // adaptation's refit, as stored in a sampler state).
+  // From a compact cost object {"a","b","c0","overhead_s","half_efficiency_tokens"[,
+  // "pack_sample_s"]} (online adaptation's refit, as stored in a sampler state).
   static std::unique_ptr<ProfileCost> from_cost_json(const std::string& text);
   std::string name() const override { return "profile"; }
   double sample_time(const Bucket& b) const override;

@@ -20,6 +20,7 @@ double group_microbatch_time(const CostModel& c, int64_t batch, const Bucket& b,
 GroupCost::GroupCost(const CostModel& base, int g, const SeqParallel& sp) : base_(base), g_(g), sp_(sp) {
   overhead_s = base.overhead_s + (g > 1 ? sp.a2a_latency_s : 0.0);
   half_efficiency_tokens = base.half_efficiency_tokens * double(g);
+  pack_sample_s = base.pack_sample_s;
 }
 
 double GroupCost::sample_time(const Bucket& b) const { return group_sample_time(base_, b, g_, sp_); }

@@ -58,7 +58,9 @@ ProfileCost::ProfileCost(const std::string& path) {
       c0_ = num(c, "c0", 0, true, kMaxSeconds);
       overhead_s = num(c, "overhead_s", 0, false, kMaxSeconds);
       half_efficiency_tokens = num(c, "half_efficiency_tokens", 0, false, kMaxTokens);
-      if (a_ < 0 || b_ < 0 || c0_ < 0 || overhead_s < 0 || half_efficiency_tokens < 0)
+      // Seconds per sample of a pack of several shapes (`calibrate --packs N --fit-packs`).
+      pack_sample_s = num(c, "pack_sample_s", 0, false, kMaxSeconds);
+      if (a_ < 0 || b_ < 0 || c0_ < 0 || overhead_s < 0 || half_efficiency_tokens < 0 || pack_sample_s < 0)
         throw InputError(path, "profile cost coefficients must be >= 0");
       if (a_ == 0 && b_ == 0 && c0_ == 0) throw InputError(path, "profile cost coefficients are all zero");
     } else if (j.contains("table")) {
@@ -132,6 +134,7 @@ std::unique_ptr<ProfileCost> ProfileCost::from_cost_json(const std::string& text
   p->a_ = j["a"].get<double>(), p->b_ = j["b"].get<double>(), p->c0_ = j["c0"].get<double>();
   p->overhead_s = j["overhead_s"].get<double>();
   p->half_efficiency_tokens = j["half_efficiency_tokens"].get<double>();
+  p->pack_sample_s = j.value("pack_sample_s", 0.0);
   return p;
 }
 

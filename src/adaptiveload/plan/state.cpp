@@ -40,6 +40,13 @@ std::string canonical_cost_json(const std::string& text) {
     }
     out[k] = v;
   }
+  // Optional (a fit on packs): written only when > 0, so a cost without it reads as before.
+  if (j.contains("pack_sample_s")) {
+    const nlohmann::json& v = j["pack_sample_s"];
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0 || v.get<double>() > 1e6)
+      throw InputError("segment cost", "'pack_sample_s' must be a number in [0, 1e6] (seconds per sample of a pack)");
+    if (v.get<double>() > 0) out["pack_sample_s"] = v.get<double>();
+  }
   if (out["a"].get<double>() == 0 && out["b"].get<double>() == 0 && out["c0"].get<double>() == 0)
     throw InputError("segment cost", "a, b and c0 are all zero");
   return out.dump();

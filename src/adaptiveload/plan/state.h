@@ -31,8 +31,8 @@ struct PlanState {
   int layout = kLayout;
   // Per segment, the cost model it was planned with when online adaptation replaced the
   // configured one: a compact JSON object {"a","b","c0","overhead_s","half_efficiency_tokens"}
-  // (seconds per sample a*S + b*S^2 + c0), or "" for the configured model. Empty or the
-  // same length as `segments`.
+  // (seconds per sample a*S + b*S^2 + c0; "pack_sample_s" too where a fit on packs gave one),
+  // or "" for the configured model. Empty or the same length as `segments`.
   std::vector<std::string> segment_costs;
   const std::string& cost_of(size_t segment) const;
 };

@@ -41,9 +41,11 @@ constexpr int kPackCandidates = 4;
 constexpr double kLoadClasses[] = {0.01, 0.03, 0.1};
 constexpr double kStratified = -1, kSlotsByLoad = -2;  // the other layouts' tags
 
+// A sample's ticks in a pack: its work and pack_sample_s (a bin of one shape is dealt as a pack).
 std::vector<Ticks> per_sample_ticks(const PlanProblem& pr) {
   std::vector<Ticks> per(pr.buckets->size());
-  for (size_t b = 0; b < per.size(); ++b) per[b] = sample_ticks(pr, (*pr.buckets)[b]).per;
+  const Ticks extra = pr.cost->pack_sample_s > 0 ? to_ticks(pr.cost->pack_sample_s) : 0;
+  for (size_t b = 0; b < per.size(); ++b) per[b] = sample_ticks(pr, (*pr.buckets)[b]).per + extra;
   return per;
 }
 
