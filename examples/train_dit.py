@@ -45,11 +45,13 @@ planner may run a sample too big for one GPU on an aligned group of ranks (Plann
   --adapt-every with groups is refused (the refit does not model groups yet).
 
 Packing (--packing on; both: each strategy bucketed, then packed): the sampler plans packed
-micro-batches (packing="on": samples of any buckets in one micro-batch) and each is trained as
-one pack, one varlen token sequence (wan-dit: models.wan_dit_packed.flow_matching_loss_packed;
-diffusers-wan: adaptiveload.diffusers.packed_forward). Each sample's inputs
-are the unpacked path's at its own bucket (with --inputs per-sample, the same tensors), the
-loss is normalised as unpacked (per-sample losses summed over the step's global samples).
+micro-batches (packing="on": samples of any buckets in one micro-batch) and each that mixes
+shapes is trained as one pack, one varlen token sequence (wan-dit:
+models.wan_dit_packed.flow_matching_loss_packed; diffusers-wan:
+adaptiveload.diffusers.packed_forward); one of a single shape runs as an ordinary batch, as the
+planner prices it. Each sample's inputs are the unpacked path's at its own bucket (with
+--inputs per-sample, the same tensors), the loss is normalised as unpacked (per-sample losses
+summed over the step's global samples).
 Under torchrun, ddp wraps a PackedForward module (the pack through DDP's forward, so its
 hooks run), fsdp2 registers the blocks' and the root's forward_packed with FSDP2. Plans with
 sequence-parallel groups are refused (a pack trains its samples on one GPU).
@@ -179,8 +181,8 @@ def parse_args(argv=None):
                    "as one pack, one varlen sequence (wan-dit: flow_matching_loss_packed); both: each strategy "
                    "bucketed, then packed (default: %(default)s)")
     p.add_argument("--packed-forward", default="varlen", choices=["varlen", "buckets"], help="how a pack is "
-                   "trained: varlen, one forward over the pack's rows; buckets, one ordinary batch per shape in "
-                   "the pack (the same losses and gradients: the reference a packed run is checked against; "
+                   "trained: varlen, one forward over the pack's rows (a micro-batch of one shape: one ordinary "
+                   "batch, as the planner prices it); buckets, one ordinary batch per shape in the pack (the same losses and gradients: the reference a packed run is checked against; "
                    "emulated ranks or torchrun without --parallel) (default: %(default)s)")
     p.add_argument("--world-size", "-w", type=whole(1, MAX_WORLD_SIZE), default=4,
                    help="emulated ranks, 1..%d (ignored under torchrun)" % MAX_WORLD_SIZE)
@@ -460,13 +462,19 @@ def flow_matching_loss_of(model, x0, ctx, t, noise, sp: Optional[spl.SPContext] 
 class PackedForward(torch.nn.Module):
     """The model on a PackedBatch -> its patch predictions [N, C*pt*ph*pw], as a module's forward
     (what DistributedDataParallel wraps: its gradient hooks are armed by its forward): wan-dit's
-    forward_packed, or adaptiveload.diffusers.packed_forward for diffusers-wan."""
+    forward_packed, or adaptiveload.diffusers.packed_forward for diffusers-wan. Given anything
+    else (an ordinary batch: a packed plan's micro-batch of one shape), the model's forward."""
 
     def __init__(self, model: torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, packed):
+    def forward(self, *args, **kwargs):
+        from adaptiveload.packing import PackedBatch
+
+        if len(args) != 1 or kwargs or not isinstance(args[0], PackedBatch):
+            return self.model(*args, **kwargs)
+        packed = args[0]
         if isinstance(self.model, DiffusersWan):
             # diffusers' packed forward takes lists (Wan's convention) and packs them itself:
             # the pack's samples and texts out, its per-sample predictions back to pack rows.
@@ -890,7 +898,10 @@ def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world:
             with Timer(device, args.clock) as tm, (wrapped.no_sync() if no_sync else contextlib.nullcontext()):
                 x0, ctx, tt, noise = inputs or draw()
                 with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
-                    if varlen:
+                    # A micro-batch of one shape runs as one ordinary batch, packed plan or not:
+                    # the planner prices it so (only a pack of several shapes pays the packed
+                    # forward's cost per sample, the profile's pack_sample_s).
+                    if varlen and len({tuple(x.shape) for x in x0}) > 1:
                         per = wan_dit_packed.flow_matching_loss_packed(model, x0, ctx, t=tt, noises=noise,
                                                                        forward=wrapped)
                     elif packs:

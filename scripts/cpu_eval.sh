@@ -4,8 +4,10 @@
 # for whole epochs of a fixed subset of the real manifests (data/), measured beside the
 # planner's prediction:
 #   1. calibration on the miniature's shapes, with held-out shapes (fit errors on shapes the
-#      fit never saw) and the gloo all-reduce between LINK_RANKS processes (the profile's "link",
-#      which prices the real ranks' gradient sync) -> OUT/profile.json; with REAL2_PROFILE=loaded,
+#      fit never saw), CALIB_PACKS packs of mixed shapes fitted with them (a pack's cost per
+#      sample, which prices step 4's packed plans), and the gloo all-reduce between LINK_RANKS
+#      processes (the profile's "link", which prices the real ranks' gradient sync)
+#      -> OUT/profile.json; with REAL2_PROFILE=loaded,
 #      again beside a co-runner training on the other core (calibrate --co-runners 1)
 #      -> OUT/profile_loaded.json
 #   2. 2 real ranks (torchrun, gloo, one thread a rank): equal_tokens, dual, balanced, REPEAT
@@ -33,6 +35,9 @@
 # REAL2_PROFILE (alone: the real ranks planned with the profile measured alone; loaded: with one
 # measured beside a co-runner. On 2026-12-04 alone predicted 2-rank epochs at 0.95-0.98x the
 # measured samples/s and loaded at 0.91-0.93x; on 2026-12-03, another VM, alone gave 1.18-1.21x)
+# CALIB_PACKS (12: calibrate --packs 12 --fit-packs, packs of mixed shapes measured through the
+# packed forward and fitted with the points, cost.pack_sample_s; 0: no packs, packs priced as the
+# sum of their work, 1.07-1.27x under what they measured on 2026-12-04)
 # LINK_RANKS (2: calibrate --allreduce-ranks, the real ranks' all-reduce measured on this host;
 # 0: priced from the cpu preset's link: 0.2 ms for the miniature's gradients, where their sync
 # measured 1.8-4.0 ms on 2026-12-05)
@@ -50,6 +55,7 @@ SUBSET=${SUBSET:-200}
 REPEAT=${REPEAT:-5}
 EMULATED=${EMULATED:-4 8}
 CALIB_REPS=${CALIB_REPS:-5}
+CALIB_PACKS=${CALIB_PACKS:-12}
 CALIB_INTERLEAVE=${CALIB_INTERLEAVE:-0}
 RUNS=${RUNS:-interleaved}
 DISCARD=${DISCARD:-0}
@@ -96,11 +102,14 @@ want() { [[ " $STEPS " == *" $1 "* ]]; }
 # The measured tables of a compare.py run (its full output is in DIR.log).
 table() { sed -n '/^# Whole epochs/,/^Reported by the paper/p' "$1/compare.md" | sed '$d'; }
 
+[[ "$CALIB_PACKS" =~ ^[0-9]+$ ]] || { echo "cpu_eval: CALIB_PACKS is a count of packs (0: none), got '$CALIB_PACKS'" >&2; exit 2; }
+PACKS=()
+if [ "$CALIB_PACKS" -gt 0 ]; then PACKS=(--packs "$CALIB_PACKS" --fit-packs); fi
 calibrate() {  # calibrate OUT_PROFILE MEASUREMENTS [calibrate options]
   "$PY" -m adaptiveload.calibrate --config tiny --sweep mini --held-out --threads 1 --clock thread \
     --max-batch 64 --max-tokens 4096 --reps "$CALIB_REPS" --interleave "$CALIB_INTERLEAVE" --out "$1" \
-    --allreduce-ranks "$LINK_RANKS" --measurements-out "$2" "${TIME_INPUTS[@]}" "${@:3}" |
-    grep -E '^(fit|held-out|jitter|pack error|measured beside|optimizer step|all-reduce|wrote)'
+    --allreduce-ranks "$LINK_RANKS" --measurements-out "$2" "${TIME_INPUTS[@]}" "${PACKS[@]}" "${@:3}" |
+    grep -E '^(fit|held-out|jitter|pack error|a pack.s cost|measured beside|optimizer step|all-reduce|wrote)'
 }
 if want calibrate || [ ! -f "$PROFILE" ]; then
   stamp "calibrating the miniature (shapes of the mini grid, held-out shapes)"

@@ -237,19 +237,18 @@ def test_sharded_epoch_matches_one_process(manifest, tmp_path, parallel, world):
         "sampler_sync": result["sync"]})
 
 
-@pytest.mark.parametrize("parallel", ["fsdp2", "ddp"])
-def test_packed_epoch_matches_unpacked_one_process(manifest, tmp_path, parallel):
-    """--packing on under torchrun x2: each micro-batch (samples of mixed shapes) trained as one
-    pack through flow_matching_loss_packed; checked against one process running the same
+def check_packed_epoch(manifest, tmp_path, parallel, what, mixes):
+    """--packing on under torchrun x2 on `manifest`, checked against one process running the same
     micro-batches unpacked (--packed-forward buckets: each shape of a micro-batch an ordinary
-    batch), sample by sample and step by step, and the final weights' update."""
+    batch), sample by sample and step by step, and the final weights' update. mixes(mixed):
+    the precondition on the plan's micro-batches (True: it mixes shapes)."""
     world = 2
     strategy, sync = plan_options(parallel)
-    name = f"{parallel} x{world} packed ({strategy}, sync={sync or 'default'})"
+    name = f"{parallel} x{world} packed{what} ({strategy}, sync={sync or 'default'})"
     log, model_path, summary = tmp_path / "ids", tmp_path / "model.pt", tmp_path / "summary.json"
     plan = samplers(manifest, strategy, sync, world, packing="on")
     mixed = [len({s.sample_geometry(i) for i in mb}) > 1 for s in plan for st in s.steps() for mb in st.micro_batches]
-    assert sum(mixed) > len(mixed) // 2, f"precondition: most packs mix shapes, got {sum(mixed)} of {len(mixed)}"
+    assert mixes(mixed), f"precondition on the packs' shapes: {sum(mixed)} of {len(mixed)} mix shapes"
     args = TRAIN + ["-m", manifest, "--parallel", parallel, "--strategy", strategy, "--packing", "on",
                     "--log-samples", str(log), "--save-model", str(model_path), "--out", str(summary)] + (
                         ["--sync", sync] if sync else [])
@@ -276,6 +275,32 @@ def test_packed_epoch_matches_unpacked_one_process(manifest, tmp_path, parallel)
         "packs_mixing_shapes": sum(mixed), "packs": len(mixed), "samples_trained": sum(trained.values()),
         "padded": trained_padded, "sample_loss_max_rel_err": sample_err, "loss_max_rel_err": loss_err,
         "update_max_rel_err": update_err, "weight_max_rel_err": weight_err, "sampler_sync": result["sync"]})
+
+
+@pytest.mark.parametrize("parallel", ["fsdp2", "ddp"])
+def test_packed_epoch_matches_unpacked_one_process(manifest, tmp_path, parallel):
+    """Each micro-batch (samples of mixed shapes) trained as one pack through
+    flow_matching_loss_packed, as one process trains it unpacked (check_packed_epoch)."""
+    check_packed_epoch(manifest, tmp_path, parallel, "", lambda mixed: sum(mixed) > len(mixed) // 2)
+
+
+@pytest.mark.parametrize("parallel", ["fsdp2", "ddp"])
+def test_packed_epoch_runs_one_shape_micro_batches_as_ordinary_batches(tmp_path, parallel):
+    """A packed plan's micro-batches of one shape run as ordinary batches through the same
+    wrapped module (train_dit's PackedForward, under DDP's hooks or FSDP2's gathers) beside its
+    packs of several shapes in one epoch: 100 copies of one Taichi-HD clip and 4 COCO images
+    plan both kinds; every sample's loss and the update as one process trains them unpacked."""
+    with open(os.path.join(DATASETS, "taichi_hd.csv"), newline="") as f:
+        clip = next(csv.DictReader(f))
+    with open(os.path.join(DATASETS, "coco2017_val_images.csv"), newline="") as f:
+        images = [r for _, r in zip(range(4), csv.DictReader(f))]
+    path = tmp_path / "one_shape.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["path", "num_frames", "height", "width", "fps"], extrasaction="ignore")
+        w.writeheader()
+        w.writerows([dict(clip, path=f"one_shape/{i:03d}.mp4") for i in range(100)] + images)
+    check_packed_epoch(str(path), tmp_path, parallel, " (one-shape micro-batches)",
+                       lambda mixed: any(mixed) and not all(mixed))
 
 
 def test_fsdp2_fails_loudly_on_unequal_micro_batch_counts(manifest, tmp_path):
