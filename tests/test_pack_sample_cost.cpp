@@ -158,6 +158,13 @@ TEST(PackSampleCost, PartOfTheFingerprintAndOfBalancedsChoiceToPack) {
   write_profile("ps_plan.json", R"(,"pack_sample_s":1.0)");
   const Planner b(m, cfg);
   EXPECT_NE(a.fingerprint(), b.fingerprint()) << "a state must not resume under another price of packs";
+  // Without packing no plan pays it: a state resumes as before.
+  PlannerConfig off = cfg;
+  off.packing = "off";
+  write_profile("ps_plan.json", "");
+  const uint64_t before = Planner(m, off).fingerprint();
+  write_profile("ps_plan.json", R"(,"pack_sample_s":1.0)");
+  EXPECT_EQ(Planner(m, off).fingerprint(), before);
   auto packs = [](const Plan& p) {
     size_t n = 0;
     for (const MicroBatch& mb : p.micro_batches) n += mb.bucket == kPackedBucket;

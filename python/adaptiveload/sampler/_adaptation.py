@@ -54,9 +54,10 @@ class _Adaptation:
         same list on every rank, in rank order; a step that has run, each once). With
         adapt_every set, once that many steps are recorded (and at least MIN_OBSERVATIONS
         rank-steps at MIN_FIT_TOKEN_COUNTS token counts) and the position is at the step
-        boundary after `step`, refits the cost model (a*S + b*S^2 + c0; overhead and
-        small-batch efficiency kept from the planner's model) to every observation of the
-        epoch and re-plans the rest of the epoch; returns the fit summary then, else None.
+        boundary after `step`, refits the cost model (a*S + b*S^2 + c0; overhead, small-batch
+        efficiency and a pack's cost per sample kept from the planner's model) to every
+        observation of the epoch and re-plans the rest of the epoch; returns the fit summary
+        then, else None.
         A running steps() / iter() loop continues with the re-planned steps.
 
         Raises TypeError / ValueError (and records nothing) for a step outside the current

@@ -45,7 +45,7 @@ class CostModel {
   // shape of one bucket.
   double cost(const MicroShape& s) const;
   // Its work at full efficiency, sum_i sample_time(S_i): cost() less the fixed costs
-  // (overhead and the small-batch ramp).
+  // (overhead, the small-batch ramp, a pack's pack_sample_s).
   double work(const MicroShape& s) const;
 
   double overhead_s = 0;

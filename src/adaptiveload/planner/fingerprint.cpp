@@ -53,8 +53,8 @@ uint64_t Planner::compute_fingerprint(const Manifest* manifest) const {
   if (opt_.packing) h.str("packing");  // packed plans differ; without packing it stays as it was
   // A profile's optimizer step and measured link price every step; without them it stays as it was.
   if (const double s = step_fixed_s(); s > 0) h.str("step"), h.pod(s);
-  // So does a profile's cost per sample of a pack (a fit on packs): it prices packed plans.
-  if (const double s = cost_->pack_sample_s; s > 0) h.str("pack_sample"), h.pod(s);
+  // So does a profile's cost per sample of a pack (a fit on packs) where plans pack.
+  if (const double s = cost_->pack_sample_s; s > 0 && opt_.packing) h.str("pack_sample"), h.pod(s);
   if (const auto* prof = dynamic_cast<const ProfileCost*>(cost_.get()); prof && prof->has_link())
     h.str("link"), h.pod(prof->link_bus_bytes_per_s()), h.pod(prof->link_latency_s()), h.pod(prof->link_gradient_bytes());
   return h.digest();

@@ -41,11 +41,9 @@ constexpr int kPackCandidates = 4;
 constexpr double kLoadClasses[] = {0.01, 0.03, 0.1};
 constexpr double kStratified = -1, kSlotsByLoad = -2;  // the other layouts' tags
 
-// A sample's ticks in a pack: its work and pack_sample_s (a bin of one shape is dealt as a pack).
 std::vector<Ticks> per_sample_ticks(const PlanProblem& pr) {
   std::vector<Ticks> per(pr.buckets->size());
-  const Ticks extra = pr.cost->pack_sample_s > 0 ? to_ticks(pr.cost->pack_sample_s) : 0;
-  for (size_t b = 0; b < per.size(); ++b) per[b] = sample_ticks(pr, (*pr.buckets)[b]).per + extra;
+  for (size_t b = 0; b < per.size(); ++b) per[b] = sample_ticks(pr, (*pr.buckets)[b]).per;
   return per;
 }
 
@@ -53,14 +51,15 @@ std::vector<Ticks> per_sample_ticks(const PlanProblem& pr) {
 // bin of one pack, or of as many packs as its tokens need (`bin_packs` > 1: a rank-step in step
 // sync, cut into packs after dealing), each paying its overhead and its ramp.
 struct PackCost {
-  Ticks overhead = 0;
+  Ticks overhead = 0, sample = 0;  // sample: pack_sample_s (every bin's samples pay it, as in a pack)
   double half = 0;
   int64_t pack_tokens = 1;
   uint64_t bin_packs = 1;
-  Ticks of(Ticks work, int64_t tokens) const {
+  Ticks of(Ticks work, int64_t tokens, uint64_t n) const {
     if (tokens <= 0) return 0;
     const int64_t packs = bin_packs == 1 ? 1 : std::max<int64_t>(1, (tokens + pack_tokens - 1) / pack_tokens);
-    return overhead * packs + work + Ticks(std::llround(double(work) * half * double(packs) / double(tokens)));
+    return overhead * packs + work + Ticks(std::llround(double(work) * half * double(packs) / double(tokens))) +
+           sample * Ticks(n);
   }
 };
 
@@ -148,7 +147,7 @@ bool deal_packs(const BucketedPool& pool, const std::vector<size_t>& order, cons
         uint64_t k = 1;
         if (left > 1) {
           const Ticks next = heap.empty() ? e.first : heap.front().first;
-          const uint64_t level = next > e.first ? uint64_t((next - e.first) / std::max<Ticks>(1, per[b])) : 0;
+          const uint64_t level = next > e.first ? uint64_t((next - e.first) / std::max<Ticks>(1, per[b] + pc.sample)) : 0;
           k = std::max<uint64_t>({1, level, left / (4 * bins)});
           const uint64_t by_tokens = uint64_t((room.max_tokens - bin_tokens[j]) / S);
           const double per_bytes = room.sample_bytes(S);
@@ -160,7 +159,7 @@ bool deal_packs(const BucketedPool& pool, const std::vector<size_t>& order, cons
         bytes[j] += double(k) * room.sample_bytes(S), bin_count[j] += uint32_t(k);
         for (uint64_t q = 0; q < k; ++q) bin_of[i + q] = j;
         i += k - 1;
-        heap.push_back({pc.of(work[j], bin_tokens[j]), j});
+        heap.push_back({pc.of(work[j], bin_tokens[j], bin_count[j]), j});
         std::push_heap(heap.begin(), heap.end(), later);
         placed = true;
         break;
@@ -185,17 +184,17 @@ bool deal_packs(const BucketedPool& pool, const std::vector<size_t>& order, cons
     if (!heap_deal(order[k], pool.begin[order[k]])) return false;
   if (short_from == order.size()) {
     d.bin_load.resize(bins);
-    for (uint64_t j = 0; j < bins; ++j) d.bin_load[j] = pc.of(work[j], bin_tokens[j]);
+    for (uint64_t j = 0; j < bins; ++j) d.bin_load[j] = pc.of(work[j], bin_tokens[j], bin_count[j]);
     return true;
   }
   double level = 0;
   for (size_t k = short_from; k < order.size(); ++k)
-    level += double(pool.begin[order[k] + 1] - pool.begin[order[k]]) * double(per[order[k]]);
+    level += double(pool.begin[order[k] + 1] - pool.begin[order[k]]) * double(per[order[k]] + pc.sample);
   std::vector<uint32_t> asc(bins);
-  for (uint64_t j = 0; j < bins; ++j) asc[j] = uint32_t(j), level += double(pc.of(work[j], bin_tokens[j]));
+  for (uint64_t j = 0; j < bins; ++j) asc[j] = uint32_t(j), level += double(pc.of(work[j], bin_tokens[j], bin_count[j]));
   const Ticks top = Ticks(level / double(bins));
   std::stable_sort(asc.begin(), asc.end(), [&](uint32_t x, uint32_t y) {
-    return pc.of(work[x], bin_tokens[x]) < pc.of(work[y], bin_tokens[y]);
+    return pc.of(work[x], bin_tokens[x], bin_count[x]) < pc.of(work[y], bin_tokens[y], bin_count[y]);
   });
   size_t k = short_from;
   uint64_t i = pool.begin[order[k]];
@@ -207,7 +206,7 @@ bool deal_packs(const BucketedPool& pool, const std::vector<size_t>& order, cons
         continue;
       }
       const int64_t S = tokens[b];
-      if (!room.fits(bin_tokens[j], bytes[j], S) || pc.of(work[j] + per[b], bin_tokens[j] + S) > top) break;
+      if (!room.fits(bin_tokens[j], bytes[j], S) || pc.of(work[j] + per[b], bin_tokens[j] + S, bin_count[j] + 1) > top) break;
       work[j] += per[b], bin_tokens[j] += S, bytes[j] += room.sample_bytes(S), ++bin_count[j];
       bin_of[i++] = j;
     }
@@ -215,14 +214,14 @@ bool deal_packs(const BucketedPool& pool, const std::vector<size_t>& order, cons
   }
   // The rest through the heap, from the loads the sweep left.
   heap.resize(bins);
-  for (uint64_t j = 0; j < bins; ++j) heap[j] = {pc.of(work[j], bin_tokens[j]), uint32_t(j)};
+  for (uint64_t j = 0; j < bins; ++j) heap[j] = {pc.of(work[j], bin_tokens[j], bin_count[j]), uint32_t(j)};
   std::make_heap(heap.begin(), heap.end(), later);
   for (; k < order.size(); ++k) {
     if (!heap_deal(order[k], i)) return false;
     if (k + 1 < order.size()) i = pool.begin[order[k + 1]];
   }
   d.bin_load.resize(bins);
-  for (uint64_t j = 0; j < bins; ++j) d.bin_load[j] = pc.of(work[j], bin_tokens[j]);
+  for (uint64_t j = 0; j < bins; ++j) d.bin_load[j] = pc.of(work[j], bin_tokens[j], bin_count[j]);
   return true;
 }
 
@@ -421,6 +420,7 @@ Plan plan_balanced_packed(const PlanProblem& pr) {
   std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return per[x] > per[y]; });
   PackCost pc;
   pc.overhead = pr.cost->overhead_s > 0 ? to_ticks(pr.cost->overhead_s) : 0;
+  pc.sample = pr.cost->pack_sample_s > 0 ? to_ticks(pr.cost->pack_sample_s) : 0;
   pc.half = pr.cost->half_efficiency_tokens;
   pc.pack_tokens = room.max_tokens;
 

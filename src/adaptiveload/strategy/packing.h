@@ -2,9 +2,10 @@
 // Packed micro-batches (--packing on): a micro-batch holds samples of any buckets, concatenated
 // into one token sequence in which each sample attends only to itself (docs/planner.md,
 // "Packing"). The cost models price a pack by its shape (cost/shape.h): one overhead, the sum
-// of its samples' work, the small-batch ramp on its total tokens. A pack is bounded by the
-// memory budget's tokens (PlanProblem::mem_budget_tokens, per GPU) and by device memory
-// (PlanProblem::memory of its shape within usable_bytes).
+// of its samples' work, the small-batch ramp on its total tokens, and pack_sample_s a sample
+// (cost_model.h). A pack is bounded by the memory budget's tokens
+// (PlanProblem::mem_budget_tokens, per GPU) and by device memory (PlanProblem::memory of its
+// shape within usable_bytes).
 #include <cstdint>
 #include <vector>
 
