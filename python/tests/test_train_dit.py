@@ -266,10 +266,14 @@ def test_packed_emulated_epoch_matches_its_unpacked_run(tmp_path, model):
         assert [r["packing"] for r in both] == ["off", "on"] and both[0]["packs"] is None
 
 
-def test_a_packed_plans_one_shape_micro_batches_run_as_ordinary_batches(tmp_path, monkeypatch):
+@pytest.mark.parametrize("model", ["wan-dit", "diffusers-wan"])
+def test_a_packed_plans_one_shape_micro_batches_run_as_ordinary_batches(tmp_path, monkeypatch, model):
     """The planner prices a micro-batch of one shape as a bucketed one (only a pack of several
-    shapes pays the profile's pack_sample_s), so train_dit runs it as one: the varlen forward
-    is called for exactly the packs that mix shapes, and every micro-batch is trained."""
+    shapes pays the profile's pack_sample_s), so train_dit runs it as one, through the same
+    PackedForward module as the packs: the varlen forward is called for exactly the packs that
+    mix shapes, and every micro-batch is trained (our DiT and diffusers' Wan)."""
+    if model == "diffusers-wan":
+        pytest.importorskip("diffusers")
     clip = real_rows(1, 0)[0]
     rows = [dict(clip, path=f"one_shape/{i:03d}.mp4") for i in range(100)] + real_rows(0, 4)
     manifest = write_csv(tmp_path / "m.csv", rows)
@@ -283,7 +287,7 @@ def test_a_packed_plans_one_shape_micro_batches_run_as_ordinary_batches(tmp_path
     monkeypatch.setattr(train_dit.wan_dit_packed, "flow_matching_loss_packed", counted)
     log = tmp_path / "log.jsonl"
     (r,) = train_dit.main(TINY + ["-m", manifest, "-w", "2", "--epoch", "--strategy", "balanced", "--packing", "on",
-                                  "--log-samples", str(log)])
+                                  "--model", model, "--log-samples", str(log)])
     entries = [json.loads(line) for line in open(log)]
     shapes = [e["shapes"] for e in entries]
     assert 1 in shapes and any(n > 1 for n in shapes), shapes  # precondition: both kinds planned
