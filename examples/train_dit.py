@@ -182,8 +182,9 @@ def parse_args(argv=None):
                    "bucketed, then packed (default: %(default)s)")
     p.add_argument("--packed-forward", default="varlen", choices=["varlen", "buckets"], help="how a pack is "
                    "trained: varlen, one forward over the pack's rows (a micro-batch of one shape: one ordinary "
-                   "batch, as the planner prices it); buckets, one ordinary batch per shape in the pack (the same losses and gradients: the reference a packed run is checked against; "
-                   "emulated ranks or torchrun without --parallel) (default: %(default)s)")
+                   "batch, as the planner prices it); buckets, one ordinary batch per shape in the pack (the same "
+                   "losses and gradients: the reference a packed run is checked against; emulated ranks or "
+                   "torchrun without --parallel) (default: %(default)s)")
     p.add_argument("--world-size", "-w", type=whole(1, MAX_WORLD_SIZE), default=4,
                    help="emulated ranks, 1..%d (ignored under torchrun)" % MAX_WORLD_SIZE)
     p.add_argument("--steps", type=whole(1), default=8, help="global steps to run per strategy (after "
@@ -897,11 +898,12 @@ def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world:
             no_sync = args.parallel == "ddp" and ddp and i + 1 < n
             with Timer(device, args.clock) as tm, (wrapped.no_sync() if no_sync else contextlib.nullcontext()):
                 x0, ctx, tt, noise = inputs or draw()
+                shapes = len({tuple(x.shape) for x in x0}) if packs else 1  # a pack's distinct latent shapes
                 with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
                     # A micro-batch of one shape runs as one ordinary batch, packed plan or not:
                     # the planner prices it so (only a pack of several shapes pays the packed
                     # forward's cost per sample, the profile's pack_sample_s).
-                    if varlen and len({tuple(x.shape) for x in x0}) > 1:
+                    if varlen and shapes > 1:
                         per = wan_dit_packed.flow_matching_loss_packed(model, x0, ctx, t=tt, noises=noise,
                                                                        forward=wrapped)
                     elif packs:
@@ -921,7 +923,7 @@ def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world:
             rank_times[k] += seconds
             if packs and measured:
                 mixed[0] += 1
-                mixed[1] += len({tuple(x.shape) for x in x0}) > 1
+                mixed[1] += shapes > 1
             if log and log_it:
                 padded = bool(st.padded_micro_batches[i]) if st.padded_micro_batches else False
                 entry = {"strategy": strategy, "fused_adaln": fused, "epoch": st.epoch,
@@ -932,7 +934,7 @@ def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world:
                 if mb_times is not None:  # the planner's price of it (with jitter or --rank-order interleaved)
                     entry["predicted_s"] = mb_times[st.step - plan_first][s.rank][i]
                 if packs:  # the pack's distinct latent shapes (1: one bucket)
-                    entry.update(packing="on", shapes=len({tuple(x.shape) for x in x0}))
+                    entry.update(packing="on", shapes=shapes)
                 log.write(json.dumps(entry) + "\n")
         if ddp and not steps[0].micro_batches and args.parallel != "fsdp2":
             # A rank with nothing to train in a step still joins the step's all-reduce (DDP's,

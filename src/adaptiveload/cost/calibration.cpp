@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "adaptiveload/cost/cost_model.h"
 #include "adaptiveload/presets/presets.h"
 #include "adaptiveload/util/error.h"
 
@@ -112,11 +113,13 @@ double pack_tokens(const ObservedMicroBatch& mb) {
 CalibrationFit fit_time(const std::vector<Observation>& obs, double fixed_overhead = -1, double fixed_half = -1,
                         double fixed_pack_sample = -1) {
   std::set<int64_t> distinct;
+  bool any_pack = false;
   for (const auto& o : obs) {
     if (o.micro_batches.empty() || !(o.time_s > 0) || !std::isfinite(o.time_s))
       throw ConfigError("calibration: an observation needs micro-batches and time_s > 0");
     for (const ObservedMicroBatch& mb : o.micro_batches) {
       if (mb.parts.empty()) throw ConfigError("calibration: an observed micro-batch needs at least one sample");
+      any_pack = any_pack || mb.parts.size() > 1;
       for (auto [S, B] : mb.parts) {
         if (S <= 0 || B <= 0)
           throw ConfigError("calibration: a measurement needs tokens > 0, batch > 0 and time_s > 0");
@@ -133,9 +136,6 @@ CalibrationFit fit_time(const std::vector<Observation>& obs, double fixed_overhe
   for (double h = 16; h <= 262144; h *= 1.4142135623730951) grid.push_back(h);
   if (fixed_half >= 0) grid = {fixed_half};
   const bool fit_overhead = fixed_overhead < 0;
-  bool any_pack = false;
-  for (const auto& o : obs)
-    for (const ObservedMicroBatch& mb : o.micro_batches) any_pack = any_pack || mb.parts.size() > 1;
   const bool fit_pack_sample = any_pack && fixed_pack_sample < 0;
   const double known_pack_sample = fixed_pack_sample > 0 ? fixed_pack_sample : 0;
   const size_t col_overhead = 3, col_pack = fit_overhead ? 4 : 3;
@@ -213,7 +213,7 @@ double observation_time(const CalibrationFit& f, const Observation& o) {
     }
     double w = 0, n = 0;
     for (auto [S, B] : mb.parts) w += (f.a * double(S) + f.b * double(S) * double(S) + f.c0) * double(B), n += double(B);
-    t += f.overhead_s + w * (1.0 + f.half_efficiency_tokens / pack_tokens(mb)) + f.pack_sample_s * n;
+    t += pack_seconds(f.overhead_s, w, f.half_efficiency_tokens, pack_tokens(mb), n, f.pack_sample_s);
   }
   return t;
 }

@@ -55,6 +55,15 @@ class CostModel {
   double pack_sample_s = 0;
 };
 
+// A pack's seconds from its parts: `fixed` (the overhead, and on a group its all-to-all
+// latency), its work at full efficiency, the ramp on its `tokens` (N_half per the group), and
+// `pack_sample` for each of its `samples`. The one formula of CostModel::cost, group_cost and
+// the calibration's observation_time for a shape of several buckets.
+inline double pack_seconds(double fixed, double work, double half_tokens, double tokens, double samples,
+                           double pack_sample) {
+  return fixed + work * (1.0 + half_tokens / tokens) + pack_sample * samples;
+}
+
 // One micro-batch of `batch` samples of bucket b on a sequence-parallel group of g ranks, as
 // every rank of the group sees it (docs/planner.md, "Sequence parallelism"):
 //   T_g(B, S) = overhead + a2a latency + (t(S) / g + a2a(S, g)) * (B + N_half * g / S)

@@ -7,7 +7,7 @@ double CostModel::cost(const MicroShape& s) const {
   if (s.empty()) return 0;
   if (s.is_uniform()) return microbatch_time(s.parts()[0].count, *s.parts()[0].bucket);
   const double w = work(s);
-  return overhead_s + w * (1.0 + half_efficiency_tokens / double(s.tokens())) + pack_sample_s * double(s.samples());
+  return pack_seconds(overhead_s, w, half_efficiency_tokens, double(s.tokens()), double(s.samples()), pack_sample_s);
 }
 
 double CostModel::work(const MicroShape& s) const {
@@ -22,8 +22,8 @@ double group_cost(const CostModel& c, const MicroShape& s, int g, const SeqParal
   if (s.empty()) return 0;
   if (s.is_uniform()) return group_microbatch_time(c, s.parts()[0].count, *s.parts()[0].bucket, g, sp);
   const double w = group_work(c, s, g, sp);
-  return c.overhead_s + sp.a2a_latency_s + w * (1.0 + c.half_efficiency_tokens * double(g) / double(s.tokens())) +
-         c.pack_sample_s * double(s.samples());
+  return pack_seconds(c.overhead_s + sp.a2a_latency_s, w, c.half_efficiency_tokens * double(g), double(s.tokens()),
+                      double(s.samples()), c.pack_sample_s);
 }
 
 double group_work(const CostModel& c, const MicroShape& s, int g, const SeqParallel& sp) {

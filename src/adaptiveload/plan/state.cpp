@@ -27,9 +27,18 @@ std::string canonical_cost_json(const std::string& text) {
   if (!j.is_object()) throw InputError("segment cost", "must be an object");
   nlohmann::json out = nlohmann::json::object();
   // Upper limits as a profile's (profile_cost.cpp): the cost of any bucket stays finite.
-  const std::pair<const char*, double> limits[] = {
-      {"a", 1}, {"b", 1e-3}, {"c0", 1e6}, {"overhead_s", 1e6}, {"half_efficiency_tokens", 1e12}};
-  for (const auto& [k, hi] : limits) {
+  // pack_sample_s (a fit on packs) is optional and written only when > 0, so a cost without
+  // it reads and writes as before.
+  struct Limit {
+    const char* key;
+    double hi;
+    bool required;
+  };
+  const Limit limits[] = {{"a", 1, true},          {"b", 1e-3, true},
+                          {"c0", 1e6, true},        {"overhead_s", 1e6, true},
+                          {"half_efficiency_tokens", 1e12, true}, {"pack_sample_s", 1e6, false}};
+  for (const auto& [k, hi, required] : limits) {
+    if (!required && !j.contains(k)) continue;
     if (!j.contains(k) || !j[k].is_number()) throw InputError("segment cost", std::string("needs a number '") + k + "'");
     double v = j[k].get<double>();
     if (!std::isfinite(v) || v < 0) throw InputError("segment cost", std::string("'") + k + "' must be finite and >= 0");
@@ -38,14 +47,7 @@ std::string canonical_cost_json(const std::string& text) {
       snprintf(buf, sizeof buf, "' is %g, above the plausible limit %g", v, hi);
       throw InputError("segment cost", std::string("'") + k + buf);
     }
-    out[k] = v;
-  }
-  // Optional (a fit on packs): written only when > 0, so a cost without it reads as before.
-  if (j.contains("pack_sample_s")) {
-    const nlohmann::json& v = j["pack_sample_s"];
-    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0 || v.get<double>() > 1e6)
-      throw InputError("segment cost", "'pack_sample_s' must be a number in [0, 1e6] (seconds per sample of a pack)");
-    if (v.get<double>() > 0) out["pack_sample_s"] = v.get<double>();
+    if (required || v > 0) out[k] = v;
   }
   if (out["a"].get<double>() == 0 && out["b"].get<double>() == 0 && out["c0"].get<double>() == 0)
     throw InputError("segment cost", "a, b and c0 are all zero");
