@@ -6,21 +6,15 @@
 
 #include "adaptiveload/strategy/group_cuts.h"
 #include "adaptiveload/util/error.h"
+#include "token_cost.h"
 
 namespace adaptiveload {
 namespace {
 
-// One nanosecond per token, 1 ms of overhead per micro-batch.
-class TokenCost : public CostModel {
- public:
-  TokenCost() { overhead_s = 1e-3; }
-  std::string name() const override { return "tokens"; }
-  double sample_time(const Bucket& b) const override { return double(b.tokens) * 1e-9; }
-};
 
 struct Problem {
   std::vector<Bucket> buckets;
-  TokenCost cost;
+  test::TokenCost cost{1e-3};  // 1 ms of overhead per micro-batch
   PlanProblem pr;
   BucketedPool pool;
   Problem() {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <stdexcept>
 
 #include "adaptiveload/strategy/rank_steps.h"
 #include "adaptiveload/strategy/step_layout.h"
@@ -131,6 +132,79 @@ TEST(DealBins, WholeMicroBatchesKeepTheCap) {
   std::sort(n.begin(), n.end());
   EXPECT_EQ(n, (std::vector<uint32_t>{2, 4, 4}));
   for (uint32_t m : c.mbs) EXPECT_EQ(m, 1u);
+}
+
+// The deal written by replay_deal: every sample of the buckets dealt once, each bin with the
+// samples it counted.
+void expect_replay_covers(const BinCounts& c, const DealInputs& in) {
+  const Plan plan = write(c, in, true);
+  std::vector<uint32_t> dealt;
+  for (size_t b : in.order)
+    for (uint64_t k = in.pool->begin[b]; k < in.pool->begin[b + 1]; ++k) dealt.push_back(in.pool->ids[k]);
+  std::sort(dealt.begin(), dealt.end());
+  EXPECT_EQ(sorted_ids(plan), dealt);
+  for (uint64_t j = 0; j < c.load.size(); ++j) {
+    uint32_t n = 0;
+    for (uint64_t m = plan.rank_begin[j]; m < plan.rank_begin[j + 1]; ++m) n += plan.micro_batches[m].count;
+    EXPECT_EQ(n, c.samples[j]) << "bin " << j;
+  }
+}
+
+TEST(DealBins, StartLoadsAndOffsetsSteerTheDeal) {
+  // Bin 0 starts with 5,000 ticks of other work: the 11 short clips and 40 images (about
+  // 1,700 ticks) all go to bins 1-3.
+  Pool p(0, 11, 40);
+  DealInputs::StartLoads start{{5000, 0, 0, 0}, {0, 0, 0, 0}};
+  p.in.start = &start;
+  BinCounts c = deal_bins(4, p.in, nullptr);
+  EXPECT_EQ(c.samples[0], 0u);
+  EXPECT_EQ(c.load[0], 5000);
+  EXPECT_EQ(c.samples[1] + c.samples[2] + c.samples[3], 51u);
+  expect_replay_covers(c, p.in);
+  // With an offset of 5,000 (its step's level is that much higher) bin 0 is as empty as the
+  // others: it takes its share, on top of its start.
+  start.offset = {5000, 0, 0, 0};
+  c = deal_bins(4, p.in, nullptr);
+  EXPECT_GT(c.samples[0], 5u);
+  EXPECT_GT(c.load[0], 5000);
+  const auto [lo, hi] = std::minmax_element(c.load.begin() + 1, c.load.end());
+  EXPECT_LE(c.load[0] - 5000 - *hi, p.in.per[1] + p.in.fixed[1]);
+  EXPECT_LE(*lo - (c.load[0] - 5000), p.in.per[1] + p.in.fixed[1]);
+  expect_replay_covers(c, p.in);
+  // A start with a two-phase, images-first or contiguous deal, or of the wrong size, is refused.
+  DealInputs bad = p.in;
+  bad.images_first = true;
+  EXPECT_THROW(deal_bins(4, bad, nullptr), std::logic_error);
+  bad = p.in;
+  bad.coarse_threshold = 100;
+  EXPECT_THROW(deal_bins(4, bad, nullptr), std::logic_error);
+  EXPECT_THROW(deal_bins(3, p.in, nullptr), std::logic_error);
+}
+
+TEST(DealBins, GivenPiecesGoWholeToTheBinWithMostRoom) {
+  // Pieces of 3, 3, 2, 2 and 1 short clips, longest first, on three bins starting at 0, 250
+  // and 0 (bin 1's offset 250: as much room as the others).
+  Pool p(0, 11, 0);
+  const DealInputs::StartLoads start{{0, 250, 0}, {0, 250, 0}};
+  p.in.start = &start;
+  for (const uint32_t n : {3u, 3u, 2u, 2u, 1u}) p.in.pieces.push_back({int64_t(n) * 100 + 20, n, 1});
+  const BinCounts c = deal_bins(3, p.in, nullptr);
+  // Ties go to the lowest bin: 3 -> 0, 3 -> 1, 2 -> 2, 2 -> 2 (220 + 220 < 320), 1 -> 0; each
+  // piece takes the next ids of its bucket, and none is merged.
+  const Plan plan = write(c, p.in, true);
+  const std::vector<std::vector<uint32_t>> want[3] = {
+      {{100, 101, 102}, {110}}, {{103, 104, 105}}, {{106, 107}, {108, 109}}};
+  for (uint64_t j = 0; j < 3; ++j) {
+    std::vector<std::vector<uint32_t>> got;
+    for (uint64_t m = plan.rank_begin[j]; m < plan.rank_begin[j + 1]; ++m)
+      got.emplace_back(plan.ids(plan.micro_batches[m]), plan.ids(plan.micro_batches[m]) + plan.micro_batches[m].count);
+    EXPECT_EQ(got, want[j]) << "bin " << j;
+  }
+  EXPECT_EQ(c.load, (std::vector<int64_t>{320 + 120, 250 + 320, 440}));
+  EXPECT_EQ(c.mbs, (std::vector<uint32_t>{2, 1, 2}));
+  expect_replay_covers(c, p.in);
+  // A writing pass does not deal given pieces again (replay_deal writes them).
+  EXPECT_THROW(write(c, p.in, false), std::logic_error);
 }
 
 TEST(DealContiguous, ConsecutiveRunsAndNoBinEmpty) {

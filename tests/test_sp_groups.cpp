@@ -324,6 +324,29 @@ TEST(SpGroups, OneGroupSizeForAllAndPerSampleSearch) {
   EXPECT_GE(per.simulate(p).throughput_samples_per_s, one.simulate(one.plan("balanced")).throughput_samples_per_s * 0.999);
 }
 
+TEST(SpGroups, PerSampleSearchHoldsTheGlobalBatchWhereThatCostsLittle) {
+  // Taichi-HD + COCO on 4 ranks at 64 samples a step, groups tried per sample: a plan with
+  // groups of 1-4 is a little faster (under 1%) but lets some steps run 2.4x the batch; the
+  // one-GPU plan holds it (each step within kMaxBatchDev of 64 samples). The search keeps
+  // the one that holds the batch, as balanced does without groups.
+  PlannerConfig c;
+  c.world_size = 4;
+  c.sp = "per-sample";
+  c.global_batch = "samples:64";
+  Planner pl(test::real_manifest(), c);
+  const Plan p = pl.plan("balanced");
+  expect_plan_contract(pl, p, "per-sample, samples:64");
+  EXPECT_LE(pl.simulate(p).global_batch_samples_max_dev, kMaxBatchDev);
+  // With a free global batch nothing is held: the fastest, at least as fast as one GPU.
+  c.global_batch = "free";
+  Planner free_batch(test::real_manifest(), c);
+  const Plan f = free_batch.plan("balanced");
+  PlannerConfig off = c;
+  off.sp = "off";
+  Planner one(test::real_manifest(), off);
+  EXPECT_GE(free_batch.simulate(f).throughput_samples_per_s, one.simulate(one.plan("balanced")).throughput_samples_per_s);
+}
+
 TEST(SpGroups, SkippedOversizeSamplesLeaveOneGpuPlansAlone) {
   // Only the longest clips need groups; with sizes up to 1 they are skipped, and the rest
   // plans exactly as with sequence parallelism off.

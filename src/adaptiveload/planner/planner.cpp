@@ -265,13 +265,9 @@ Plan Planner::run(const StrategyEntry& s, const PlanProblem& pr, bool may_pack) 
     Plan bucketed = run(s, pr, false);
     const Metrics mp = simulate(packed), mb = simulate(bucketed);
     // As between packed layouts: a plan that holds the global batch (its tokens, or samples,
-    // per step within kMaxBatchDev) is kept unless the other is over kPackHoldCost faster.
-    auto holds = [&](const Metrics& m) {
-      if (pr.batch_kind == BatchKind::kFree) return true;
-      return (pr.batch_kind == BatchKind::kSamples ? m.global_batch_samples_max_dev : m.global_batch_tokens_max_dev) <=
-             kMaxBatchDev;
-    };
-    const double need = holds(mp) && !holds(mb) ? 1 + kPackHoldCost : 1.0;
+    // per step within kMaxBatchDev) is kept unless the other is over kHoldCost faster.
+    const bool held = keeps_global_batch(mp, pr.batch_kind), bucketed_held = keeps_global_batch(mb, pr.batch_kind);
+    const double need = held && !bucketed_held ? 1 + kHoldCost : 1.0;
     if (mb.throughput_samples_per_s <= need * mp.throughput_samples_per_s) return packed;
     bucketed.packed = true;
     return bucketed;

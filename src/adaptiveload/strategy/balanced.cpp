@@ -22,6 +22,11 @@
 // assignments is kept (~50 bytes per sample at 10M samples x 1024 ranks).
 //
 // Times are integer nanosecond "ticks" rounded once from the cost model, so every decision is
+// integer arithmetic, exact and the same on every rank.
+//
+// The choice among dealings for a given step count is one stage, deal_steps (balanced.h), that
+// balanced on sequence-parallel groups calls too, for its one-GPU samples around the wide
+// micro-batches it placed first (strategy/sp_groups.cpp).
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -46,6 +51,215 @@ constexpr uint64_t kSearchSamples = 2'000'000;
 
 }  // namespace
 
+DealInputs deal_inputs(const PlanProblem& pr, const BucketedPool& pool, const std::vector<uint8_t>& take) {
+  const size_t nb = pr.buckets->size();
+  DealInputs in;
+  in.pool = &pool;
+  in.mem_cap = dual_batch_sizes(pr);  // micro-batches obey the dual constraint
+  in.per.resize(nb);
+  in.fixed.resize(nb);
+  in.tokens.resize(nb);
+  in.min_new.resize(nb);
+  in.image.resize(nb);
+  for (size_t b = 0; b < nb; ++b) {
+    const Bucket& bk = (*pr.buckets)[b];
+    in.tokens[b] = bk.tokens;
+    in.image[b] = bk.frames == 1;
+    const SampleTicks one = sample_ticks(pr, bk);
+    in.per[b] = one.per;
+    in.fixed[b] = one.fixed;
+    // A new micro-batch takes at least enough samples to cover its own overhead.
+    in.min_new[b] = std::max<int64_t>(1, (in.fixed[b] + in.per[b] - 1) / in.per[b]);
+    if (pool.begin[b + 1] > pool.begin[b] && (take.empty() || take[b])) in.order.push_back(b);
+  }
+  std::stable_sort(in.order.begin(), in.order.end(), [&](size_t x, size_t y) { return in.per[x] > in.per[y]; });
+  return in;
+}
+
+StepDeal deal_steps(const PlanProblem& pr, const DealInputs& in, uint64_t K, int64_t allreduce,
+                    std::vector<DealInputs> extra) {
+  StepDeal out;
+  // The step count is given (the user's global batch, at most one sample per bin; or, on
+  // sequence-parallel groups, that path's own). Candidates differ in how large a micro-batch
+  // must be: a new one takes at least enough samples that
+  // its fixed cost (overhead and small-batch inefficiency) is at most a share `f` of it
+  // (f = 1: it only covers itself), or the bucket's whole dual-constraint batches are
+  // dealt longest first (LPT). The fastest is kept.
+  const int W = pr.world_size;
+  const size_t nb = in.per.size();
+  const uint64_t bins = K * uint64_t(W);
+  if (bins > UINT32_MAX) throw ConfigError("balanced: more than 2^32 rank-steps in one epoch");
+  const bool started = in.start != nullptr;
+  const BucketedPool& pool = *in.pool;
+  uint64_t n_samples = 0, work = 0;
+  for (size_t b : in.order) {
+    const uint64_t n = pool.begin[b + 1] - pool.begin[b];
+    n_samples += n, work += n * uint64_t(in.per[b]);
+  }
+  const Rng rng = problem_rng(pr, kPurposeBalancedDraw);
+  const bool by_tokens = pr.batch_kind == BatchKind::kTokens;
+  std::vector<DealInputs> cands;
+  // Per-bin level if every sample were in one micro-batch per bucket and bin: the scale
+  // of the two-phase split (coarse: one sample over a fraction of it).
+  double level = double(work);
+  for (size_t b : in.order)
+    level += double(in.fixed[b]) * std::ceil(double(pool.begin[b + 1] - pool.begin[b]) / double(in.mem_cap[b]));
+  level /= double(bins);
+  const double shares[] = {1.0, 0.25, 0.1};
+  const double coarse[] = {0, 1.0 / 8, 1.0 / 3};
+  for (double f : shares) {
+    for (double q : coarse) {
+      // With start loads, bins keep their steps: one phase (phase two lays bins out anew).
+      if (started ? q != 0 || (n_samples > kSearchSamples && f != 0.25)
+                  : n_samples > kSearchSamples && (f != 0.25 || q != 1.0 / 8))
+        continue;
+      DealInputs c = in;
+      c.world_size = W;
+      c.coarse_threshold = int64_t(q * level);
+      for (size_t b = 0; b < nb; ++b) {
+        // In double first, capped before the conversion (fixed / per can be large).
+        const double need = std::ceil(double(c.fixed[b]) / (f * double(c.per[b])));
+        c.min_new[b] = need >= double(c.mem_cap[b]) ? c.mem_cap[b] : std::max<int64_t>(1, int64_t(need));
+      }
+      cands.push_back(std::move(c));
+    }
+  }
+  // Whole batches: of the dual constraint's sizes, and of the memory budget's (a bucket
+  // loader's B = M_mem / S: the fewest fixed costs; dealing, not M_comp, balances them).
+  for (int sizes = 0; sizes < 2 && n_samples <= kSearchSamples; ++sizes) {
+    DealInputs c = in;
+    c.whole = true;
+    if (sizes == 1) {
+      c.mem_cap = equal_tokens_batch_sizes(pr);
+      if (c.mem_cap == in.mem_cap) break;
+    }
+    std::stable_sort(c.order.begin(), c.order.end(), [&](size_t x, size_t y) {
+      return c.fixed[x] + c.mem_cap[x] * c.per[x] > c.fixed[y] + c.mem_cap[y] * c.per[y];
+    });
+    cands.push_back(std::move(c));
+  }
+  if (!started) {
+    // Images first, cut evenly over the bins, then the clips LPT onto them: a like mix in
+    // every step by construction (when there are images for every bin).
+    DealInputs c = in;
+    c.world_size = W;
+    c.images_first = true;
+    std::stable_partition(c.order.begin(), c.order.end(), [&](size_t b) { return c.image[b] != 0; });
+    uint64_t images = 0;
+    for (size_t b : c.order)
+      if (c.image[b]) images += pool.begin[b + 1] - pool.begin[b];
+    if (images >= bins && images < n_samples && n_samples <= kSearchSamples) cands.push_back(std::move(c));
+  }
+  if (!started && n_samples <= kSearchSamples) {
+    // The cut's total load counts the fixed cost of every micro-batch, which only a cut
+    // knows (one per bucket a bin spans): refined from two trial cuts, so the last bin
+    // does not collect the estimate's error.
+    DealInputs c = in;
+    c.contiguous = true;
+    for (int it = 0; it < 2; ++it) {
+      const BinCounts trial = deal_contiguous(bins, c, nullptr);
+      double total = 0;
+      for (int64_t x : trial.load) total += double(x);
+      c.contiguous_total = total;
+    }
+    cands.push_back(std::move(c));
+  }
+  for (DealInputs& c : extra) cands.push_back(std::move(c));
+  // Every rank-step gets work (K <= n / W, so there is a sample for every bin): a
+  // candidate that leaves a bin empty is not kept. If none of the candidates above is full,
+  // plain LPT (new micro-batches of one sample or more, one phase) is: it gives every bin a
+  // sample before any bin a second one.
+  // (Fewer samples than ranks: one step, whose empty bins repeat a sample, as in free mode.)
+  // A bin that starts with work is not empty; with start loads, the plain LPT is kept even
+  // where it leaves a bin empty (its caller fills them).
+  uint64_t open_bins = bins;
+  if (started) open_bins = uint64_t(std::count(in.start->load.begin(), in.start->load.end(), int64_t(0)));
+  const bool can_fill = n_samples >= open_bins;
+  auto has_empty = [&](const BinCounts& counts) {
+    for (uint64_t j = 0; j < bins; ++j)
+      if (counts.samples[j] == 0 && (!started || in.start->load[j] == 0)) return true;
+    return false;
+  };
+  // The global batch and the step mix (PlanProblem::hold): a layout whose steps' tokens
+  // (samples for samples:N) stray over kMaxBatchDev from their mean misses the global batch;
+  // one with more than kMaxUnmixed of its steps lacking images (or clips) that the pool has
+  // enough of misses the mix. The fastest layout that keeps what is held is kept: both,
+  // else the batch, else the mix, else the fastest of all. Each dealing is laid out twice: long
+  // bins grouped into steps of their own (fewest waits on them) and every bin in one snake
+  // (the evenest steps); each layout is also tried evened (level_steps: steps re-split two
+  // at a time so long bins wait on each other, keeping the batch and the mix that are held).
+  // With start loads, bin r * K + t stays rank r of step t (the work it started with is
+  // there), and the steps' spread counts the starting work too.
+  struct Pick {
+    std::shared_ptr<BinCounts> counts;
+    std::vector<uint32_t> perm;
+    const DealInputs* inputs = nullptr;
+    int64_t ticks = INT64_MAX;
+  };
+  Pick fastest, batch_ok, mix_ok, both_ok;
+  const Rng level_rng = problem_rng(pr, kPurposeLevelSteps);
+  auto evaluate = [&](const DealInputs& c, bool keep_empty) {
+    auto counts = std::make_shared<BinCounts>(c.contiguous ? deal_contiguous(bins, c, nullptr) : deal_bins(bins, c, nullptr));
+    if (can_fill && !keep_empty && has_empty(*counts)) return;
+    if (started && !counts->logged) return;  // its pieces are read back from the log
+    auto consider = [&](const std::vector<uint32_t>& p) {
+      const int64_t ticks = epoch_ticks(*counts, p, W, allreduce);
+      auto keep = [&](Pick& k) { k.counts = counts, k.perm = p, k.inputs = &c, k.ticks = ticks; };
+      StepSpread sp;
+      if (started && !in.start->samples.empty()) {
+        // The spread of what the steps hold: the dealt samples and the starting work.
+        BinCounts all;
+        all.samples = counts->samples, all.tokens = counts->tokens, all.images = counts->images;
+        for (uint64_t j = 0; j < bins; ++j)
+          all.samples[j] += in.start->samples[j], all.tokens[j] += in.start->tokens[j], all.images[j] += in.start->images[j];
+        sp = step_spread(all, p, W, by_tokens);
+      } else {
+        sp = step_spread(*counts, p, W, by_tokens);
+      }
+      const bool batch = sp.batch_dev <= kMaxBatchDev, mixed = sp.unmixed <= kMaxUnmixed;
+      if (ticks < fastest.ticks) keep(fastest);
+      if (batch && ticks < batch_ok.ticks) keep(batch_ok);
+      if (mixed && ticks < mix_ok.ticks) keep(mix_ok);
+      if (batch && mixed && ticks < both_ok.ticks) keep(both_ok);
+    };
+    if (started) {
+      std::vector<uint32_t> p(bins);
+      for (uint64_t t = 0; t < K; ++t)
+        for (uint64_t r = 0; r < uint64_t(W); ++r) p[t * uint64_t(W) + r] = uint32_t(r * K + t);
+      consider(p);
+      return;
+    }
+    for (const bool group_tall : {true, false}) {
+      std::vector<uint32_t> p = stratified_bins(*counts, W, by_tokens, group_tall, rng);
+      consider(p);
+      // The same layout evened (always faster where it changes; kept where the holds judge it
+      // better). Up to kSearchSamples samples, as the other extra candidates (at 10M samples
+      // x 8 ranks it took a third of the plan's time).
+      if (pr.even_steps && n_samples <= kSearchSamples && level_steps(*counts, p, W, by_tokens, pr.hold, level_rng)) consider(p);
+    }
+  };
+  auto choose = [&] {
+    const bool hb = pr.hold & kHoldBatch, hm = pr.hold & kHoldMix;
+    const Pick* k = hb && hm && both_ok.counts ? &both_ok
+                    : hb && batch_ok.counts    ? &batch_ok
+                    : hm && mix_ok.counts      ? &mix_ok
+                                               : &fastest;
+    if (!k->counts) return;
+    // Moved, not copied: the picks are not read again (a deal's log is 8 bytes a piece).
+    out.counts = std::move(*k->counts), out.perm = std::move(k->perm), out.inputs = *k->inputs, out.ticks = k->ticks;
+  };
+  for (const DealInputs& c : cands) evaluate(c, false);
+  DealInputs plain = in;
+  if (!fastest.counts) {
+    plain.world_size = W;
+    std::fill(plain.min_new.begin(), plain.min_new.end(), int64_t(1));
+    evaluate(plain, started);
+  }
+  choose();
+  if (out.perm.empty()) throw std::logic_error("balanced: plain LPT left a rank-step empty");
+  return out;
+}
+
 Plan plan_balanced(const PlanProblem& pr) {
   if (pr.packing) return plan_balanced_packed(pr);
   if (!pr.bucket_group.empty()) return plan_balanced_groups(pr);
@@ -58,25 +272,7 @@ Plan plan_balanced(const PlanProblem& pr) {
   if (n_samples == 0) return plan;
   if (n_samples > UINT32_MAX) throw ConfigError("balanced: more than 2^32 samples in one epoch");
 
-  DealInputs in;
-  in.pool = &pool;
-  in.mem_cap = dual_batch_sizes(pr);  // micro-batches obey the dual constraint
-  in.per.resize(nb);
-  in.fixed.resize(nb);
-  in.tokens.resize(nb);
-  in.min_new.resize(nb);
-  in.image.resize(nb);
-  std::vector<int64_t>& tokens = in.tokens;
-  for (size_t b = 0; b < nb; ++b) {
-    const Bucket& bk = (*pr.buckets)[b];
-    tokens[b] = bk.tokens;
-    in.image[b] = bk.frames == 1;
-    const SampleTicks one = sample_ticks(pr, bk);
-    in.per[b] = one.per;
-    in.fixed[b] = one.fixed;
-    // A new micro-batch takes at least enough samples to cover its own overhead.
-    in.min_new[b] = std::max<int64_t>(1, (in.fixed[b] + in.per[b] - 1) / in.per[b]);
-  }
+  DealInputs in = deal_inputs(pr, pool, {});
   const int64_t cap = to_ticks(pr.step_budget_s);
   uint64_t work = 0;      // ticks, without per-micro-batch overheads
   double work_bound = 0;  // ticks, every sample in its own micro-batch (an upper bound)
@@ -89,7 +285,6 @@ Plan plan_balanced(const PlanProblem& pr) {
                         " s); raise --step-budget or leave it on auto");
     work += n * uint64_t(in.per[b]);
     work_bound += double(n) * double(in.per[b] + in.fixed[b]);
-    in.order.push_back(b);
   }
   // Loads and epoch times are sums of ticks: refuse an epoch that would not fit them.
   const int64_t allreduce = to_ticks(pr.step_seconds());
@@ -98,7 +293,6 @@ Plan plan_balanced(const PlanProblem& pr) {
         "balanced: the epoch's estimated time is beyond 100 years; check the cost model, the "
         "device "
         "preset and --step-budget");
-  std::stable_sort(in.order.begin(), in.order.end(), [&](size_t x, size_t y) { return in.per[x] > in.per[y]; });
 
   const Rng rng = problem_rng(pr, kPurposeBalancedDraw);
   BinCounts best;
@@ -142,142 +336,12 @@ Plan plan_balanced(const PlanProblem& pr) {
       if (ticks < best_ticks) best_ticks = ticks, best = std::move(counts), perm = std::move(p);
     }
   } else {
-    // The user's global batch fixes the step count (at most one sample per bin). Candidates
-    // differ in how large a micro-batch must be: a new one takes at least enough samples that
-    // its fixed cost (overhead and small-batch inefficiency) is at most a share `f` of it
-    // (f = 1: it only covers itself), or the bucket's whole dual-constraint batches are
-    // dealt longest first (LPT). The fastest is kept.
+    // The user's global batch fixes the step count (at most one sample per bin); deal_steps
+    // chooses the dealing.
     const uint64_t k_max = n_samples >= uint64_t(W) ? n_samples / uint64_t(W) : 1;
     const uint64_t K = std::max<uint64_t>(1, std::min(target, k_max));
-    const uint64_t bins = K * uint64_t(W);
-    if (bins > UINT32_MAX) throw ConfigError("balanced: more than 2^32 rank-steps in one epoch");
-    const bool by_tokens = pr.batch_kind == BatchKind::kTokens;
-    std::vector<DealInputs> cands;
-    // Per-bin level if every sample were in one micro-batch per bucket and bin: the scale
-    // of the two-phase split (coarse: one sample over a fraction of it).
-    double level = double(work);
-    for (size_t b : in.order)
-      level += double(in.fixed[b]) * std::ceil(double(pool.begin[b + 1] - pool.begin[b]) / double(in.mem_cap[b]));
-    level /= double(bins);
-    const double shares[] = {1.0, 0.25, 0.1};
-    const double coarse[] = {0, 1.0 / 8, 1.0 / 3};
-    for (double f : shares) {
-      for (double q : coarse) {
-        if (n_samples > kSearchSamples && (f != 0.25 || q != 1.0 / 8)) continue;
-        DealInputs c = in;
-        c.world_size = W;
-        c.coarse_threshold = int64_t(q * level);
-        for (size_t b = 0; b < nb; ++b) {
-          // In double first, capped before the conversion (fixed / per can be large).
-          const double need = std::ceil(double(c.fixed[b]) / (f * double(c.per[b])));
-          c.min_new[b] = need >= double(c.mem_cap[b]) ? c.mem_cap[b] : std::max<int64_t>(1, int64_t(need));
-        }
-        cands.push_back(std::move(c));
-      }
-    }
-    // Whole batches: of the dual constraint's sizes, and of the memory budget's (a bucket
-    // loader's B = M_mem / S: the fewest fixed costs; dealing, not M_comp, balances them).
-    for (int sizes = 0; sizes < 2 && n_samples <= kSearchSamples; ++sizes) {
-      DealInputs c = in;
-      c.whole = true;
-      if (sizes == 1) {
-        c.mem_cap = equal_tokens_batch_sizes(pr);
-        if (c.mem_cap == in.mem_cap) break;
-      }
-      std::stable_sort(c.order.begin(), c.order.end(), [&](size_t x, size_t y) {
-        return c.fixed[x] + c.mem_cap[x] * c.per[x] > c.fixed[y] + c.mem_cap[y] * c.per[y];
-      });
-      cands.push_back(std::move(c));
-    }
-    {
-      // Images first, cut evenly over the bins, then the clips LPT onto them: a like mix in
-      // every step by construction (when there are images for every bin).
-      DealInputs c = in;
-      c.world_size = W;
-      c.images_first = true;
-      std::stable_partition(c.order.begin(), c.order.end(), [&](size_t b) { return c.image[b] != 0; });
-      uint64_t images = 0;
-      for (size_t b : c.order)
-        if (c.image[b]) images += pool.begin[b + 1] - pool.begin[b];
-      if (images >= bins && images < n_samples && n_samples <= kSearchSamples) cands.push_back(std::move(c));
-    }
-    if (n_samples <= kSearchSamples) {
-      // The cut's total load counts the fixed cost of every micro-batch, which only a cut
-      // knows (one per bucket a bin spans): refined from two trial cuts, so the last bin
-      // does not collect the estimate's error.
-      DealInputs c = in;
-      c.contiguous = true;
-      for (int it = 0; it < 2; ++it) {
-        const BinCounts trial = deal_contiguous(bins, c, nullptr);
-        double total = 0;
-        for (int64_t x : trial.load) total += double(x);
-        c.contiguous_total = total;
-      }
-      cands.push_back(std::move(c));
-    }
-    // Every rank-step gets work (K <= n / W, so there is a sample for every bin): a
-    // candidate that leaves a bin empty is not kept. If none of the candidates above is full,
-    // plain LPT (new micro-batches of one sample or more, one phase) is: it gives every bin a
-    // sample before any bin a second one.
-    // (Fewer samples than ranks: one step, whose empty bins repeat a sample, as in free mode.)
-    const bool can_fill = n_samples >= bins;
-    // The global batch and the step mix (PlanProblem::hold): a layout whose steps' tokens
-    // (samples for samples:N) stray over kMaxBatchDev from their mean misses the global batch;
-    // one with more than kMaxUnmixed of its steps lacking images (or clips) that the pool has
-    // enough of misses the mix. The fastest layout that keeps what is held is kept: both,
-    // else the batch, else the mix, else the fastest of all. Each dealing is laid out twice: long
-    // bins grouped into steps of their own (fewest waits on them) and every bin in one snake
-    // (the evenest steps); each layout is also tried evened (level_steps: steps re-split two
-    // at a time so long bins wait on each other, keeping the batch and the mix that are held).
-    struct Pick {
-      std::shared_ptr<BinCounts> counts;
-      std::vector<uint32_t> perm;
-      const DealInputs* inputs = nullptr;
-      int64_t ticks = INT64_MAX;
-    };
-    Pick fastest, batch_ok, mix_ok, both_ok;
-    const Rng level_rng = problem_rng(pr, kPurposeLevelSteps);
-    auto evaluate = [&](const DealInputs& c) {
-      auto counts = std::make_shared<BinCounts>(c.contiguous ? deal_contiguous(bins, c, nullptr) : deal_bins(bins, c, nullptr));
-      if (can_fill && std::find(counts->samples.begin(), counts->samples.end(), 0u) != counts->samples.end()) return;
-      auto consider = [&](const std::vector<uint32_t>& p) {
-        const int64_t ticks = epoch_ticks(*counts, p, W, allreduce);
-        const StepSpread sp = step_spread(*counts, p, W, by_tokens);
-        const bool batch = sp.batch_dev <= kMaxBatchDev, mixed = sp.unmixed <= kMaxUnmixed;
-        auto keep = [&](Pick& k) { k.counts = counts, k.perm = p, k.inputs = &c, k.ticks = ticks; };
-        if (ticks < fastest.ticks) keep(fastest);
-        if (batch && ticks < batch_ok.ticks) keep(batch_ok);
-        if (mixed && ticks < mix_ok.ticks) keep(mix_ok);
-        if (batch && mixed && ticks < both_ok.ticks) keep(both_ok);
-      };
-      for (const bool group_tall : {true, false}) {
-        std::vector<uint32_t> p = stratified_bins(*counts, W, by_tokens, group_tall, rng);
-        consider(p);
-        // The same layout evened (always faster where it changes; kept where the holds judge it
-        // better). Up to kSearchSamples samples, as the other extra candidates (at 10M samples
-        // x 8 ranks it took a third of the plan's time).
-        if (pr.even_steps && n_samples <= kSearchSamples && level_steps(*counts, p, W, by_tokens, pr.hold, level_rng)) consider(p);
-      }
-    };
-    auto choose = [&] {
-      const bool hb = pr.hold & kHoldBatch, hm = pr.hold & kHoldMix;
-      const Pick* k = hb && hm && both_ok.counts ? &both_ok
-                      : hb && batch_ok.counts    ? &batch_ok
-                      : hm && mix_ok.counts      ? &mix_ok
-                                                 : &fastest;
-      if (!k->counts) return;
-      // Moved, not copied: the picks are not read again (a deal's log is 8 bytes a piece).
-      best = std::move(*k->counts), perm = std::move(k->perm), chosen = *k->inputs, best_ticks = k->ticks;
-    };
-    for (const DealInputs& c : cands) evaluate(c);
-    DealInputs plain = in;
-    if (!fastest.counts) {
-      plain.world_size = W;
-      std::fill(plain.min_new.begin(), plain.min_new.end(), int64_t(1));
-      evaluate(plain);
-    }
-    choose();
-    if (perm.empty()) throw std::logic_error("balanced: plain LPT left a rank-step empty");
+    StepDeal d = deal_steps(pr, in, K, allreduce, {});
+    best = std::move(d.counts), perm = std::move(d.perm), chosen = std::move(d.inputs), best_ticks = d.ticks;
   }
   const uint64_t bins = perm.size();
 

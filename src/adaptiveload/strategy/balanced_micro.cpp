@@ -22,16 +22,11 @@ namespace adaptiveload {
 // for the shortest epoch, computed from per-bucket counts (no pass over the samples); the
 // dual-constraint sizes themselves are one candidate. Slots are then grouped into the global
 // batch's steps (steps_of_slots): each step's ranks run the same number of micro-batches.
-Plan plan_balanced_micro(const PlanProblem& pr) {
+MicroCut cut_for_slots(const PlanProblem& pr, const BucketedPool& pool, const std::vector<uint64_t>& from,
+                       uint64_t target, const std::vector<std::vector<int64_t>>& sizes) {
   const int W = pr.world_size;
   const uint64_t w = uint64_t(W);
   const size_t nb = pr.buckets->size();
-  const BucketedPool pool = shuffled_by_bucket(pr);
-  const uint64_t n_samples = pool.ids.size();
-  if (n_samples == 0) {
-    return empty_plan(pr, "balanced");
-  }
-  if (n_samples > UINT32_MAX) throw ConfigError("balanced: more than 2^32 samples in one epoch");
   const std::vector<int64_t> cap = dual_batch_sizes(pr);
   std::vector<int64_t> per(nb), fixed(nb);
   std::vector<uint64_t> count(nb);
@@ -41,9 +36,11 @@ Plan plan_balanced_micro(const PlanProblem& pr) {
     const SampleTicks one = sample_ticks(pr, bk);
     per[b] = one.per;
     fixed[b] = one.fixed;
-    count[b] = pool.begin[b + 1] - pool.begin[b];
+    count[b] = pool.begin[b + 1] - from[b];
     if (count[b]) live.push_back(b);
   }
+  MicroCut out;
+  if (live.empty()) return out;
   // A group: `mult` micro-batches of `n` samples of bucket b.
   struct Group {
     int64_t cost;
@@ -114,9 +111,8 @@ Plan plan_balanced_micro(const PlanProblem& pr) {
     taus.push_back(int64_t(double(lo_t) * std::pow(double(hi_t) / double(lo_t), double(i) / (kGrid - 1))));
   std::sort(taus.begin(), taus.end());
   taus.erase(std::unique(taus.begin(), taus.end()), taus.end());
-  // Candidates are ranked by: slots short of the global batch's step count (each step needs
-  // one slot or more), then padded slots, then the epoch time.
-  const uint64_t target = pr.target_steps();
+  // Candidates are ranked by: slots short of the target (the global batch's step count: each
+  // step needs one slot or more), then padded slots, then the epoch time.
   struct Rank {
     uint64_t shortfall, pad;
     int64_t ticks;
@@ -146,6 +142,7 @@ Plan plan_balanced_micro(const PlanProblem& pr) {
     // The memory budget's sizes (a bucket loader's B = M_mem / S): the fewest fixed costs.
     consider(equal_tokens_batch_sizes(pr));
   }
+  for (const std::vector<int64_t>& B : sizes) consider(B);
   for (int64_t tau : taus) {
     std::vector<int64_t> B(nb, 1);
     for (size_t b : live)
@@ -167,13 +164,27 @@ Plan plan_balanced_micro(const PlanProblem& pr) {
   }
 
   // Expand the groups into micro-batches over each bucket's shuffled ids, in cost order.
-  std::vector<SlotItem> items;
-  std::vector<uint64_t> next(pool.begin.begin(), pool.begin.end() - 1);
-  for (const Group& x : best_g)
+  std::vector<uint64_t> next(from);
+  out.least.assign(nb, kMaxTicks);
+  for (const Group& x : best_g) {
+    out.least[x.b] = std::min(out.least[x.b], x.cost);
     for (uint64_t k = 0; k < x.mult; ++k) {
-      items.push_back({next[x.b], x.n, x.b, 0});
+      out.items.push_back({next[x.b], x.n, x.b, 0});
       next[x.b] += x.n;
     }
+  }
+  out.missing = best_pad;
+  return out;
+}
+
+Plan plan_balanced_micro(const PlanProblem& pr) {
+  const uint64_t w = uint64_t(pr.world_size);
+  const BucketedPool pool = shuffled_by_bucket(pr);
+  if (pool.ids.empty()) return empty_plan(pr, "balanced");
+  if (pool.ids.size() > UINT32_MAX) throw ConfigError("balanced: more than 2^32 samples in one epoch");
+  const uint64_t target = pr.target_steps();
+  MicroCut cut = cut_for_slots(pr, pool, std::vector<uint64_t>(pool.begin.begin(), pool.begin.end() - 1), target, {});
+  std::vector<SlotItem>& items = cut.items;
   std::vector<uint32_t> dropped;
   bool padded_last = false;
   if (items.size() % w != 0) {
@@ -181,9 +192,7 @@ Plan plan_balanced_micro(const PlanProblem& pr) {
     padded_last = pr.end_policy == EndPolicy::kPad;
     if (pr.end_policy == EndPolicy::kPad) {
       // Complete the last slot with repeats of a sample of the cheapest micro-batch's bucket.
-      std::vector<Ticks> least(nb, kMaxTicks);
-      for (const Group& x : best_g) least[x.b] = std::min(least[x.b], x.cost);
-      const SlotItem pad = padded_repeat(pool, cheapest_bucket(pool, least));
+      const SlotItem pad = padded_repeat(pool, cheapest_bucket(pool, cut.least));
       for (uint64_t r = rem; r < w; ++r) items.push_back(pad);
     } else {
       for (uint64_t i = items.size() - rem; i < items.size(); ++i)

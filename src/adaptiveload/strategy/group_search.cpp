@@ -158,22 +158,32 @@ Plan run_balanced_groups(const GroupSearch& gs, const StrategyEntry& s, const Pl
     for (size_t i = 0; i < ids.size(); i += stride) sub.push_back(ids[i]);
   }
   // The fastest among the candidates that keep the global batch's step count (as near as
-  // any does): a plan of fewer, larger steps would win by running fewer collectives.
+  // any does): a plan of fewer, larger steps would win by running fewer collectives. In step
+  // sync, where the global batch is held (PlanProblem::hold, as balanced holds it without
+  // groups), one that keeps each step's tokens (or samples) within kMaxBatchDev of their mean
+  // is kept unless another is over kHoldCost faster.
   const uint64_t target = sub.empty() ? K : [&] {
     PlanProblem q = pr;
     q.pool_view = &sub;
     return q.target_steps();
   }();
+  const bool hold_batch = (pr.hold & kHoldBatch) && target > 0 && !pr.layout.lockstep_slots();
   Plan best;
   size_t best_i = 0;
   double best_tp = -1;
   uint64_t best_steps = 0;
+  bool best_holds = false;
   for (size_t i = 0; i < cands.size(); ++i) {
     Plan p = plan_with(cands[i], sub.empty() ? nullptr : &sub);
-    const double tp = adaptiveload::simulate(p, env).throughput_samples_per_s;
+    const Metrics m = adaptiveload::simulate(p, env);
+    const double tp = m.throughput_samples_per_s;
     const uint64_t steps = target > 0 ? std::min<uint64_t>(p.num_steps(), target) : 0;
-    if (steps > best_steps || (steps == best_steps && tp > best_tp))
-      best_tp = tp, best_i = i, best_steps = steps, best = std::move(p);
+    const bool holds = !hold_batch || keeps_global_batch(m, pr.batch_kind);
+    const bool better = steps != best_steps ? steps > best_steps
+                        : holds == best_holds ? tp > best_tp
+                        : holds               ? tp * (1 + kHoldCost) >= best_tp
+                                              : tp > best_tp * (1 + kHoldCost);
+    if (better) best_tp = tp, best_i = i, best_steps = steps, best_holds = holds, best = std::move(p);
   }
   return sub.empty() ? best : plan_with(cands[best_i], nullptr);
 }

@@ -1,9 +1,9 @@
 #pragma once
 // balanced beside sequence parallelism: one group size g for all samples (the problem as
 // W / g ranks that each are one group), the search for each bucket's g (candidates planned
-// and simulated, the fastest kept), and balanced's step-sync invariants let go where a bucket
-// loader would be faster. The planner supplies what fits memory and the simulator
-// (GroupSearch); the plans are the strategies' own.
+// and simulated, the fastest kept, the global batch weighed), and balanced's step-sync
+// invariants let go where a bucket loader would be faster. The planner supplies what fits
+// memory and the simulator (GroupSearch); the plans are the strategies' own.
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -31,9 +31,17 @@ PlanProblem as_groups(const GroupSearch& gs, const PlanProblem& pr, int g,
                       const CostModel* group_cost);
 // Strategy s with every sample on g ranks; each of the W / g plan ranks is listed as its g ranks.
 Plan run_on_groups(const GroupSearch& gs, const StrategyEntry& s, const PlanProblem& pr, int g);
+// Whether a plan's simulated steps keep the global batch: each step's tokens (samples for
+// samples:N) within kMaxBatchDev of their mean; a free batch always.
+inline bool keeps_global_batch(const Metrics& m, BatchKind kind) {
+  if (kind == BatchKind::kFree) return true;
+  return (kind == BatchKind::kSamples ? m.global_batch_samples_max_dev : m.global_batch_tokens_max_dev) <= kMaxBatchDev;
+}
 // balanced with per-sample groups: from each bucket's smallest fitting g, candidates that
 // raise groups (a floor for all, and long samples further), the one whose plan simulates
-// fastest.
+// fastest among those that keep the global batch's step count; in step sync, where the batch
+// is held (PlanProblem::hold), one that keeps it is kept unless another is over kHoldCost
+// faster.
 Plan run_balanced_groups(const GroupSearch& gs, const StrategyEntry& s, const PlanProblem& pr);
 // balanced without groups: its plan keeping the step-sync invariants (PlanProblem::hold), or
 // with fewer of them where a bucket loader would beat it. `best_other`: the best simulated

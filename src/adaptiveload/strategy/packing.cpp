@@ -473,8 +473,8 @@ Plan plan_balanced_packed(const PlanProblem& pr) {
     }
   }
   if (!fastest.deal) throw std::logic_error("balanced: packing found no room for a sample");
-  // The batch is held where that costs at most kPackHoldCost of the epoch; else the fastest.
-  const Pick& pick = held.deal && double(held.epoch) <= (1 + kPackHoldCost) * double(fastest.epoch) ? held : fastest;
+  // The batch is held where that costs at most kHoldCost of the epoch; else the fastest.
+  const Pick& pick = held.deal && double(held.epoch) <= (1 + kHoldCost) * double(fastest.epoch) ? held : fastest;
   Deal& best = *pick.deal;
   std::vector<uint32_t>& bin_of = best.bin_of;
   const std::vector<uint32_t>& bin_count = best.bin_count;

@@ -126,6 +126,33 @@ BinCounts deal_bins(uint64_t bins, const DealInputs& in, BinWriter* w) {
   };
   std::vector<Bin> st(bins);
   BinHeap heap(bins);
+  if (in.start) {
+    if (in.start->load.size() != bins || in.start->offset.size() != bins || in.coarse_threshold > 0 || in.images_first ||
+        in.contiguous)
+      throw std::logic_error("balanced: start loads need one load and offset per bin and a one-phase deal");
+    std::vector<int64_t> keys(bins);
+    for (uint64_t j = 0; j < bins; ++j)
+      st[j].load = in.start->load[j], st[j].offset = in.start->offset[j], keys[j] = st[j].load - st[j].offset;
+    heap = BinHeap(bins, &keys);
+  }
+  // Given pieces: each whole to the bin of least load - offset (replay_deal writes them).
+  if (w && !in.pieces.empty()) throw std::logic_error("balanced: given pieces are dealt by the counting pass only");
+  for (const DealInputs::Piece& p : in.pieces) {
+    const auto [load, j] = heap.top();
+    Bin& s = st[j];
+    s.samples += p.n;
+    s.tokens += uint64_t(p.n) * uint64_t(in.tokens[p.bucket]);
+    if (in.image[p.bucket]) s.images += p.n;
+    ++s.mbs;
+    if (c.logged && p.n >= (uint32_t(1) << 31)) {  // no room in a log entry: not read back
+      c.logged = false;
+      std::vector<uint64_t>().swap(c.log);
+    }
+    if (c.logged) c.log.push_back(uint64_t(j) << 32 | uint64_t(p.n));
+    s.last_bucket = p.bucket, s.open_count = p.n;
+    s.load = load + s.offset + p.cost;
+    heap.replace_top_load(s.load - s.offset);
+  }
   bool phase_two = in.coarse_threshold <= 0;
   // images_first: samples still to cut and the bin being filled.
   bool cutting = in.images_first;
@@ -133,7 +160,7 @@ BinCounts deal_bins(uint64_t bins, const DealInputs& in, BinWriter* w) {
   if (cutting)
     for (size_t b : in.order)
       if (in.image[b]) cut_left += in.pool->begin[b + 1] - in.pool->begin[b];
-  for (size_t oi = 0; oi < in.order.size(); ++oi) {
+  for (size_t oi = 0; oi < in.order.size() && in.pieces.empty(); ++oi) {
     const size_t b = in.order[oi];
     if (cutting && !in.image[b]) {
       cutting = false;
@@ -234,7 +261,20 @@ BinCounts deal_bins(uint64_t bins, const DealInputs& in, BinWriter* w) {
 
 // The writing pass of a logged deal_bins(): the same pieces, in the same order, without the heap.
 void replay_deal(const BinCounts& c, const DealInputs& in, BinWriter& w) {
+  if (!c.logged) throw std::logic_error("balanced: the deal was not logged");
   size_t i = 0;
+  if (!in.pieces.empty()) {
+    // Given pieces: in their order, each bucket's from its first position on.
+    std::vector<uint64_t> next(in.pool->begin.begin(), in.pool->begin.end() - 1);
+    for (const DealInputs::Piece& p : in.pieces) {
+      if (i == c.log.size()) break;
+      const uint64_t e = c.log[i++];
+      w.put(*in.pool, uint32_t(e >> 32), p.bucket, next[p.bucket], int64_t(p.n), false);
+      next[p.bucket] += p.n;
+    }
+    if (i != in.pieces.size()) throw std::logic_error("balanced: the deal's log does not match its pieces");
+    return;
+  }
   for (size_t b : in.order) {
     uint64_t next = in.pool->begin[b];
     const uint64_t end = in.pool->begin[b + 1];
@@ -254,6 +294,7 @@ void replay_deal(const BinCounts& c, const DealInputs& in, BinWriter& w) {
 // samples (images) this gives few micro-batches per bin, where LPT gives every bin a piece
 // of every bucket. Both passes make identical decisions.
 BinCounts deal_contiguous(uint64_t bins, const DealInputs& in, BinWriter* w) {
+  if (in.start) throw std::logic_error("balanced: a contiguous cut lays the bins out anew; no start loads");
   BinCounts c(bins, true);  // its decisions need the sample counts in both passes
   double remaining = in.contiguous_total;
   if (!(remaining > 0))

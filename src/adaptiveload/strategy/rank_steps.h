@@ -29,6 +29,27 @@ struct DealInputs {
   // heavy bin up to that bin's level instead of leaving its ranks idle (see deal_bins()).
   int64_t coarse_threshold = 0;
   int world_size = 1;
+  // Bins that start with work (balanced on sequence-parallel groups: the wide micro-batches
+  // placed first): per bin its starting load and its offset, the load it may carry beyond the
+  // others (the heap orders bins by load - offset, as phase two does). Null: every bin starts
+  // at 0. Not with coarse_threshold, images_first or contiguous, which lay the bins out anew.
+  // Held by the caller, shared by every candidate (one per bin: as many as the samples).
+  struct StartLoads {
+    std::vector<int64_t> load, offset;
+    // What the starting work holds, for the steps' spread (a micro-batch on a group of ranks
+    // counted once, at its first rank); empty: nothing.
+    std::vector<uint32_t> samples, images;
+    std::vector<uint64_t> tokens;
+  };
+  const StartLoads* start = nullptr;
+  // Given micro-batches instead of `order`'s buckets (start loads only): dealt whole in this
+  // order, each to the bin of least load - offset, none merged; `cost` is its load.
+  struct Piece {
+    int64_t cost;
+    uint32_t n;
+    uint16_t bucket;
+  };
+  std::vector<Piece> pieces;
 };
 
 // Where the second pass writes: per bin, its next sample slot and its micro-batch cursor.
@@ -88,7 +109,9 @@ struct BinCounts {
 // DealInputs::coarse_threshold; with a writer, also writes the plan's ids and micro-batches.
 // Both passes make identical decisions.
 BinCounts deal_bins(uint64_t bins, const DealInputs& in, BinWriter* w);
-// The writing pass of a logged deal_bins(): the same pieces, in the same order, without the heap.
+// The writing pass of a logged deal_bins(): the same pieces, in the same order, without the heap
+// (given pieces too: each bucket's from its first position in the pool on). Throws
+// std::logic_error when the deal was not logged or its log does not match `in`.
 void replay_deal(const BinCounts& c, const DealInputs& in, BinWriter& w);
 // Cuts the pool, bucket by bucket, into consecutive runs of about equal load, one per bin.
 BinCounts deal_contiguous(uint64_t bins, const DealInputs& in, BinWriter* w);

@@ -6,33 +6,37 @@
 // Micro-batches: each bucket is cut into micro-batches of about equal size, as large as the
 // memory and the mode allow (below).
 //
-// step sync: the epoch is K * W rank-steps. Micro-batches go largest group first, then
-// longest first, each to an aligned block of g ranks of some step: a wide one (g > 1) to the
-// block whose room below its step's level fits it most tightly (best fit), a one-GPU one to
-// the rank with the most room (LPT); the block's ranks then all stand at its clock plus the
-// micro-batch's time. A step's level is the longest rank it already has, or more where the
-// work left fills every step up to a common lambda; so the one-GPU work fills the steps that
-// long groups made long, instead of levelling all rank-steps alike. Blocks
-// of a larger g are placed before any smaller one, so every rank runs its groups from the
-// largest g down and the ranks of a group reach its micro-batches together (nested aligned
-// blocks: no two ranks wait on each other in opposite orders). Ties go to the next step
-// before the next block, so long clips spread over the steps. Micro-batches are sized to at
-// most a quarter of a rank-step's share of the work.
+// step sync: the epoch is K * W rank-steps. The wide micro-batches (g > 1) go first, largest
+// group first, then longest first, each to the aligned block of g ranks of some step whose
+// room below its step's level fits it most tightly (best fit); the block's ranks then all
+// stand at its clock plus the micro-batch's time. A step's level is the longest rank it
+// already has, or more where the work left fills every step up to a common lambda; so the
+// one-GPU work fills the steps that long groups made long, instead of levelling all
+// rank-steps alike. Blocks of a larger g are placed before any smaller one, so every rank runs
+// its groups from the largest g down and the ranks of a group reach its micro-batches together
+// (nested aligned blocks: no two ranks wait on each other in opposite orders). Ties go to the
+// next step before the next block, so long clips spread over the steps. Micro-batches are
+// sized to at most a quarter of a rank-step's share of the work. The one-GPU samples are then
+// dealt by balanced's own step-sync stage (deal_steps, strategy/balanced.h), the rank-steps
+// starting at their wide work and ordered by their room below their step's level: the group
+// of 1 is no special case, it is what balanced deals without groups.
 //
 // micro sync: every rank runs one micro-batch per slot. The wide micro-batches (g > 1),
 // longest first, are packed into slots (first fit on aligned blocks); the free ranks of each
 // slot get one-GPU micro-batches cut to the slot's longest, from the bucket with the most
-// work left. The remaining one-GPU samples are cut for a target tau (the longest micro-batch
-// any bucket's memory admits, at most the work of one slot per step), sorted and taken W at
-// a time, so a slot holds micro-batches of about equal time. Slots are grouped into the global batch's steps as the other strategies do
-// (steps_of_slots). A rank that would be left without work in a slot (or a step) gets a
-// padded repeat, flagged and counted (the end-of-epoch policy is always pad here).
+// work left. The remaining one-GPU samples are cut by balanced's own micro-sync stage
+// (cut_for_slots: a searched target cost, sorted and taken W at a time, so a slot holds
+// micro-batches of about equal time). Slots are grouped into the global batch's steps as the
+// other strategies do (steps_of_slots). A rank that would be left without work in a slot (or
+// a step) gets a padded repeat, flagged and counted (the end-of-epoch policy is always pad
+// here).
 #include <algorithm>
 #include <numeric>
 #include <queue>
 #include <set>
 #include <unordered_map>
 
+#include "adaptiveload/strategy/balanced.h"
 #include "adaptiveload/strategy/group_cuts.h"
 #include "adaptiveload/strategy/plan_writer.h"
 #include "adaptiveload/strategy/stages.h"
@@ -42,36 +46,33 @@
 namespace adaptiveload {
 namespace {
 
-struct Level {
-  int64_t clock;
-  uint64_t order;  // tie-break: next step before next block
-  uint64_t block;  // t * (W / g) + j
-  bool operator>(const Level& o) const { return clock != o.clock ? clock > o.clock : order > o.order; }
-};
-
-Plan plan_step(const PlanProblem& pr, const BucketedPool& pool, const GroupBuckets& c, uint64_t K, __int128 work) {
+// `pool` gains the one-GPU samples' ids again, in the order they are written (appended).
+Plan plan_step(const PlanProblem& pr, BucketedPool& pool, const GroupBuckets& c, uint64_t K, __int128 work) {
   const uint64_t W = uint64_t(pr.world_size);
   const Ticks share = Ticks(work / __int128(K * W));  // per rank-step
-  std::vector<GroupItem> items;
-  for (size_t b = 0; b < c.g.size(); ++b) cut_bucket(items, c, pr, b, pool.begin[b], pool.begin[b + 1], batch_for(c, b, share / 4));
+  // Wide micro-batches (placed here) and one-GPU ones (one candidate of the dealing below).
+  std::vector<GroupItem> items, ones;
+  for (size_t b = 0; b < c.g.size(); ++b)
+    cut_bucket(c.g[b] > 1 ? items : ones, c, pr, b, pool.begin[b], pool.begin[b + 1], batch_for(c, b, share / 4));
   std::vector<uint32_t> order(items.size());
   std::iota(order.begin(), order.end(), 0u);
   std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
     return items[a].group != items[b].group ? items[a].group > items[b].group : items[a].cost > items[b].cost;
   });
+  std::stable_sort(ones.begin(), ones.end(), [](const GroupItem& a, const GroupItem& b) { return a.cost > b.cost; });
   std::vector<int64_t> clock(K * W, 0);
   std::vector<uint64_t> where(items.size());  // t * W + first rank of its block
-  // Rank-ticks of the items from position i on (128-bit: a sum over every rank of the epoch).
+  // Rank-ticks of the wide items from position i on and of every one-GPU item (128-bit: a sum
+  // over every rank of the epoch).
   std::vector<__int128> rest(order.size() + 1, 0);
+  for (const GroupItem& it : ones) rest[order.size()] += it.cost;
   for (size_t i = order.size(); i-- > 0;)
     rest[i] = rest[i + 1] + __int128(items[order[i]].cost) * items[order[i]].group;
   std::vector<int64_t> level(K), top_of(K);
-  size_t i = 0;
-  while (i < order.size()) {
-    const int g = items[order[i]].group;
-    const uint64_t per_step = W / uint64_t(g);
-    // Each step's level: its longest rank so far, or lambda where the work left brings every
-    // step up to it: sum_t W max(M_t, lambda) = work left + the clocks so far.
+  // Each step's level before the items from position i on: its longest rank so far, or lambda
+  // where the work left brings every step up to it: sum_t W max(M_t, lambda) = work left + the
+  // clocks so far.
+  auto set_levels = [&](size_t i) {
     __int128 have = rest[i];
     for (uint64_t t = 0; t < K; ++t) {
       int64_t m = 0;
@@ -94,40 +95,83 @@ Plan plan_step(const PlanProblem& pr, const BucketedPool& pool, const GroupBucke
       above += lo;
     }
     for (uint64_t t = 0; t < K; ++t) level[t] = std::max<int64_t>(top_of[t], lambda);
-    if (g > 1) {
-      // Wide micro-batches are coarse: best fit (the block whose room below its step's level
-      // fits it most tightly; the roomiest when none does) leaves whole rooms for the next
-      // ones instead of spreading every room thin.
-      std::set<std::pair<int64_t, uint64_t>> rooms;  // (room, j * K + t)
-      for (uint64_t t = 0; t < K; ++t)
-        for (uint64_t j = 0; j < per_step; ++j) rooms.insert({level[t] - clock[t * W + j * uint64_t(g)], j * K + t});
-      for (; i < order.size() && items[order[i]].group == g; ++i) {
-        const Ticks cost = items[order[i]].cost;
-        auto it = rooms.lower_bound({cost, 0});
-        if (it == rooms.end()) it = std::prev(rooms.end());
-        const auto [room, key] = *it;
-        rooms.erase(it);
-        const uint64_t t = key % K, first = (key / K) * uint64_t(g);
-        where[order[i]] = t * W + first;
-        for (uint64_t k = 0; k < uint64_t(g); ++k) clock[t * W + first + k] += cost;
-        rooms.insert({room - cost, key});
-      }
-      continue;
-    }
-    // One-GPU micro-batches: LPT on the room left below each step's level (key: clock - level).
-    std::priority_queue<Level, std::vector<Level>, std::greater<Level>> heap;
+  };
+  for (size_t i = 0; i < order.size();) {
+    const int g = items[order[i]].group;
+    const uint64_t per_step = W / uint64_t(g);
+    set_levels(i);
+    // Wide micro-batches are coarse: best fit (the block whose room below its step's level
+    // fits it most tightly; the roomiest when none does) leaves whole rooms for the next ones
+    // instead of spreading every room thin.
+    std::set<std::pair<int64_t, uint64_t>> rooms;  // (room, j * K + t)
     for (uint64_t t = 0; t < K; ++t)
-      for (uint64_t j = 0; j < per_step; ++j)
-        heap.push({clock[t * W + j * uint64_t(g)] - level[t], j * K + t, t * per_step + j});
+      for (uint64_t j = 0; j < per_step; ++j) rooms.insert({level[t] - clock[t * W + j * uint64_t(g)], j * K + t});
     for (; i < order.size() && items[order[i]].group == g; ++i) {
-      Level top = heap.top();
-      heap.pop();
-      const uint64_t t = top.block / per_step, first = (top.block % per_step) * uint64_t(g);
+      const Ticks cost = items[order[i]].cost;
+      auto it = rooms.lower_bound({cost, 0});
+      if (it == rooms.end()) it = std::prev(rooms.end());
+      const auto [room, key] = *it;
+      rooms.erase(it);
+      const uint64_t t = key % K, first = (key / K) * uint64_t(g);
       where[order[i]] = t * W + first;
-      top.clock += items[order[i]].cost;
-      for (uint64_t k = 0; k < uint64_t(g); ++k) clock[t * W + first + k] = top.clock + level[t];
-      heap.push(top);
+      for (uint64_t k = 0; k < uint64_t(g); ++k) clock[t * W + first + k] += cost;
+      rooms.insert({room - cost, key});
     }
+  }
+  if (!ones.empty()) {
+    // One-GPU micro-batches: balanced's own dealing (deal_steps), onto rank-steps that start at
+    // their wide work and wait below their step's level (key: clock - level). The micro-batches
+    // cut above, longest first, are one candidate (each whole to the rank-step with the most
+    // room); balanced's dealings of the samples are the others; balanced's choice among them
+    // (the global batch and the step mix held, the wide micro-batches counted in them).
+    set_levels(order.size());
+    std::vector<uint8_t> one_gpu(c.g.size());
+    for (size_t b = 0; b < c.g.size(); ++b) one_gpu[b] = c.g[b] == 1;
+    DealInputs in = deal_inputs(pr, pool, one_gpu);
+    DealInputs::StartLoads start;
+    start.load.resize(K * W), start.offset.resize(K * W);
+    for (uint64_t t = 0; t < K; ++t)
+      for (uint64_t r = 0; r < W; ++r) start.load[r * K + t] = clock[t * W + r], start.offset[r * K + t] = level[t];
+    start.samples.assign(K * W, 0), start.images.assign(K * W, 0), start.tokens.assign(K * W, 0);
+    for (const uint32_t n : order) {  // each wide micro-batch once, at its block's first rank
+      const uint64_t j = (where[n] % W) * K + where[n] / W;
+      start.samples[j] += items[n].count, start.tokens[j] += uint64_t(items[n].count) * uint64_t(in.tokens[items[n].bucket]);
+      if (in.image[items[n].bucket]) start.images[j] += items[n].count;
+    }
+    in.start = &start;
+    std::vector<DealInputs> extra(1, in);
+    for (const GroupItem& it : ones) extra[0].pieces.push_back({it.cost, it.count, it.bucket});
+    std::vector<GroupItem>().swap(ones);
+    const StepDeal d = deal_steps(pr, in, K, to_ticks(pr.step_seconds()), std::move(extra));
+    // Written as balanced writes its plan (replay_deal), rank-step by rank-step, into ids
+    // appended to the pool's: each micro-batch then is one item over consecutive ids.
+    Plan one;
+    BinWriter w;
+    w.plan = &one;
+    w.next_sample.resize(K * W), w.next_mb.resize(K * W);
+    uint64_t samples = 0, mbs = 0;
+    for (uint64_t x = 0; x < K * W; ++x) {
+      const uint32_t j = d.perm[x];  // rank x % W of step x / W
+      w.next_sample[j] = samples, w.next_mb[j] = mbs;
+      samples += d.counts.samples[j], mbs += d.counts.mbs[j];
+    }
+    one.sample_ids.resize(samples);
+    one.micro_batches.resize(mbs);
+    replay_deal(d.counts, d.inputs, w);
+    const uint64_t base = pool.ids.size();
+    pool.ids.insert(pool.ids.end(), one.sample_ids.begin(), one.sample_ids.end());
+    std::vector<uint32_t>().swap(one.sample_ids);
+    items.reserve(items.size() + mbs), where.reserve(items.size() + mbs), order.reserve(items.size() + mbs);
+    for (uint64_t x = 0, m = 0; x < K * W; ++x)
+      for (const uint64_t end = m + d.counts.mbs[d.perm[x]]; m < end; ++m) {
+        const MicroBatch& mb = one.micro_batches[m];
+        GroupItem it;
+        it.begin = base + mb.begin, it.count = it.own = mb.count, it.bucket = mb.bucket, it.group = 1;
+        it.cost = group_ticks(pr, MicroShape::uniform(mb.count, (*pr.buckets)[mb.bucket]), 1);
+        where.push_back(x);  // t * W + r
+        order.push_back(uint32_t(items.size()));
+        items.push_back(it);
+      }
   }
   // Every rank works in every step: an empty rank-step takes half of the step's largest
   // one-GPU micro-batch, or else a padded repeat.
@@ -278,24 +322,26 @@ Plan micro_once(const PlanProblem& pr, const BucketedPool& pool, const GroupBuck
         for (uint64_t k = 0; k < g; ++k) slots[s][r + k] = uint32_t(items.size() - 1);
       }
     }
-  // The rest of the one-GPU samples: cut for tau, longest first, W to a slot.
+  // The rest of the one-GPU samples: balanced's own micro-sync cut (cut_for_slots; one more
+  // candidate: every bucket cut for tau), for the slots the global batch's steps still need,
+  // padded to a multiple of W; W to a slot, the ranks of each slot in a seeded order.
+  const uint64_t made = slots.size();
+  std::vector<int64_t> at_tau(nb, 1);  // one candidate: every bucket cut for tau
+  for (size_t b : ones) at_tau[b] = batch_for(c, b, tau);
+  const MicroCut rest = cut_for_slots(pr, pool, next, K > made ? K - made : 0, {at_tau});
   const size_t first_rest = items.size();
-  for (size_t b : ones) cut_bucket(items, c, pr, b, next[b], pool.begin[b + 1], batch_for(c, b, tau));
-  std::stable_sort(items.begin() + long(first_rest), items.end(), [](const GroupItem& a, const GroupItem& b) { return a.cost > b.cost; });
-  // A count that is not a multiple of W: split the largest micro-batches, else pad.
-  const uint64_t missing = split_to_multiple(items.size() - first_rest, W, [&](uint64_t) -> uint64_t {
-    size_t best = SIZE_MAX;
-    for (size_t n = first_rest; n < items.size(); ++n)
-      if (items[n].count > 1 && (best == SIZE_MAX || items[n].count > items[best].count)) best = n;
-    if (best == SIZE_MAX) return 0;
-    const GroupItem moved = split_half(items[best], pr);
-    items.insert(items.begin() + long(best) + 1, moved);
-    return 1;
-  });
-  for (uint64_t k = 0; k < missing; ++k) items.push_back(group_padding(pr, pool, c, 1));
+  for (const SlotItem& x : rest.items) {
+    GroupItem it;
+    it.begin = x.begin, it.count = it.own = x.count, it.bucket = x.bucket, it.group = 1;
+    it.cost = group_ticks(pr, MicroShape::uniform(x.count, (*pr.buckets)[x.bucket]), 1);
+    items.push_back(it);
+  }
+  while ((items.size() - first_rest) % W != 0) items.push_back(group_padding(pr, pool, c, 1));
+  Rng ranks = problem_rng(pr, kPurposeSlotRanks);
   for (size_t n = first_rest; n < items.size(); n += W) {
     slots.emplace_back(W);
     for (uint64_t r = 0; r < W; ++r) slots.back()[r] = uint32_t(n + r);
+    ranks.shuffle(slots.back().data(), W);
   }
   // Slots into the global batch's steps.
   std::vector<uint64_t> key(slots.size(), 0);
@@ -345,7 +391,7 @@ Plan plan_micro(const PlanProblem& pr, const BucketedPool& pool, const GroupBuck
 
 Plan plan_balanced_groups(const PlanProblem& pr) {
   const uint64_t W = uint64_t(pr.world_size);
-  const BucketedPool pool = shuffled_by_bucket(pr);
+  BucketedPool pool = shuffled_by_bucket(pr);
   if (pool.ids.empty()) return empty_plan(pr, "balanced");
   if (pool.ids.size() > UINT32_MAX) throw ConfigError("balanced: more than 2^32 samples in one epoch");
   const GroupBuckets c = group_bucket_costs(pr);

@@ -25,9 +25,11 @@ enum class BatchKind : uint8_t { kFree = 0, kSamples = 1, kTokens = 2 };
 // for samples:N) per step within kMaxBatchDev of their mean, and at most kMaxUnmixed of the
 // steps without an image, or without a clip, where the pool has one of them for every step.
 constexpr double kMaxBatchDev = 0.10;
-// Packed balanced holds the global batch where that costs at most this share of the epoch
-// (between its layouts, strategy/packing.cpp, and against its bucketed plan, Planner::run).
-constexpr double kPackHoldCost = 0.05;
+// balanced holds the global batch where that costs at most this share of the epoch: packed,
+// between its layouts (strategy/packing.cpp) and against its bucketed plan (Planner::run); on
+// sequence-parallel groups in step sync, between the group assignments it tries
+// (run_balanced_groups).
+constexpr double kHoldCost = 0.05;
 constexpr double kMaxUnmixed = 0.05;
 constexpr uint8_t kHoldBatch = 1, kHoldMix = 2;
 
