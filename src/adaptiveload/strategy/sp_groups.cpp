@@ -336,7 +336,7 @@ Plan micro_once(const PlanProblem& pr, const BucketedPool& pool, const GroupBuck
     it.cost = group_ticks(pr, MicroShape::uniform(x.count, (*pr.buckets)[x.bucket]), 1);
     items.push_back(it);
   }
-  while ((items.size() - first_rest) % W != 0) items.push_back(group_padding(pr, pool, c, 1));
+  for (uint64_t k = 0; k < rest.missing; ++k) items.push_back(group_padding(pr, pool, c, 1));  // what no split made up
   Rng ranks = problem_rng(pr, kPurposeSlotRanks);
   for (size_t n = first_rest; n < items.size(); n += W) {
     slots.emplace_back(W);
