@@ -114,7 +114,9 @@ TEST(DealSteps, AGivenCandidateThatIsFastestIsKept) {
   // fastest, are kept.
   Problem p;
   DealInputs in = deal_inputs(p.pr, p.pool, {0, 1, 0});
-  const DealInputs::StartLoads start{std::vector<int64_t>(4, 0), std::vector<int64_t>(4, 0)};
+  DealInputs::StartLoads start;
+  start.load = std::vector<int64_t>(4, 0);
+  start.offset = std::vector<int64_t>(4, 0);
   in.start = &start;
   DealInputs cheap = in;
   for (int k = 0; k < 4; ++k) cheap.pieces.push_back({1000, 5, 1});

@@ -154,7 +154,9 @@ TEST(DealBins, StartLoadsAndOffsetsSteerTheDeal) {
   // Bin 0 starts with 5,000 ticks of other work: the 11 short clips and 40 images (about
   // 1,700 ticks) all go to bins 1-3.
   Pool p(0, 11, 40);
-  DealInputs::StartLoads start{{5000, 0, 0, 0}, {0, 0, 0, 0}};
+  DealInputs::StartLoads start;
+  start.load = std::vector<int64_t>{5000, 0, 0, 0};
+  start.offset = std::vector<int64_t>{0, 0, 0, 0};
   p.in.start = &start;
   BinCounts c = deal_bins(4, p.in, nullptr);
   EXPECT_EQ(c.samples[0], 0u);
@@ -163,7 +165,7 @@ TEST(DealBins, StartLoadsAndOffsetsSteerTheDeal) {
   expect_replay_covers(c, p.in);
   // With an offset of 5,000 (its step's level is that much higher) bin 0 is as empty as the
   // others: it takes its share, on top of its start.
-  start.offset = {5000, 0, 0, 0};
+  start.offset = std::vector<int64_t>{5000, 0, 0, 0};
   c = deal_bins(4, p.in, nullptr);
   EXPECT_GT(c.samples[0], 5u);
   EXPECT_GT(c.load[0], 5000);
@@ -185,7 +187,9 @@ TEST(DealBins, GivenPiecesGoWholeToTheBinWithMostRoom) {
   // Pieces of 3, 3, 2, 2 and 1 short clips, longest first, on three bins starting at 0, 250
   // and 0 (bin 1's offset 250: as much room as the others).
   Pool p(0, 11, 0);
-  const DealInputs::StartLoads start{{0, 250, 0}, {0, 250, 0}};
+  DealInputs::StartLoads start;
+  start.load = std::vector<int64_t>{0, 250, 0};
+  start.offset = std::vector<int64_t>{0, 250, 0};
   p.in.start = &start;
   for (const uint32_t n : {3u, 3u, 2u, 2u, 1u}) p.in.pieces.push_back({int64_t(n) * 100 + 20, n, 1});
   const BinCounts c = deal_bins(3, p.in, nullptr);

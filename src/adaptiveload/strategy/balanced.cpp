@@ -345,25 +345,9 @@ Plan plan_balanced(const PlanProblem& pr) {
   }
   const uint64_t bins = perm.size();
 
-  // Lay the bins out in (step, rank) order, then deal again writing in place.
-  BinWriter w;
-  w.plan = &plan;
-  w.next_sample.resize(bins);
-  w.next_mb.resize(bins);
-  uint64_t total_mbs = 0;
-  plan.rank_begin.reserve(bins + 1);
-  uint64_t total_samples = 0;
-  for (uint64_t i = 0; i < bins; ++i) {
-    const uint32_t j = perm[i];
-    w.next_sample[j] = total_samples;
-    w.next_mb[j] = total_mbs;
-    total_samples += best.samples[j];
-    total_mbs += best.mbs[j] + (best.samples[j] == 0 ? 1 : 0);  // an empty bin gets a padded one
-    plan.rank_begin.push_back(total_mbs);
-  }
-  plan.sample_ids.reserve(total_samples + uint64_t(W));
-  plan.sample_ids.resize(total_samples);
-  plan.micro_batches.resize(total_mbs);
+  // Lay the bins out in (step, rank) order (an empty bin gets a padded micro-batch), then deal
+  // again writing in place.
+  BinWriter w = lay_out_bins(plan, best, perm, true, uint64_t(W));
   if (chosen.contiguous) {
     deal_contiguous(bins, chosen, &w);
   } else if (best.logged) {

@@ -30,6 +30,13 @@ GroupBuckets group_bucket_costs(const PlanProblem& pr) {
   return c;
 }
 
+GroupItem group_item(const PlanProblem& pr, uint64_t begin, uint32_t count, uint16_t bucket, int g) {
+  GroupItem it;
+  it.begin = begin, it.count = it.own = count, it.bucket = bucket, it.group = uint8_t(g);
+  it.cost = group_ticks(pr, MicroShape::uniform(count, (*pr.buckets)[bucket]), g);
+  return it;
+}
+
 // Cuts bucket b's samples [begin, end) into about equal micro-batches of at most B.
 void cut_bucket(std::vector<GroupItem>& out, const GroupBuckets& c, const PlanProblem& pr, size_t b, uint64_t begin, uint64_t end,
          int64_t B) {
@@ -40,10 +47,7 @@ void cut_bucket(std::vector<GroupItem>& out, const GroupBuckets& c, const PlanPr
   uint64_t at = begin;
   for (uint64_t i = 0; i < k; ++i) {
     const uint32_t cnt = uint32_t(q + (i < extra ? 1 : 0));
-    GroupItem it;
-    it.count = it.own = cnt, it.begin = at, it.bucket = uint16_t(b), it.group = uint8_t(c.g[b]);
-    it.cost = group_ticks(pr, MicroShape::uniform(cnt, (*pr.buckets)[b]), c.g[b]);
-    out.push_back(it);
+    out.push_back(group_item(pr, at, cnt, uint16_t(b), c.g[b]));
     at += cnt;
   }
 }

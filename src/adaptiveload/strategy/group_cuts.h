@@ -31,6 +31,9 @@ struct GroupBuckets {
   std::vector<Ticks> per, fixed;  // per sample, fixed per micro-batch
 };
 
+// A micro-batch of `count` samples of bucket b from position `begin` of the bucketed pool, on a
+// group of g ranks, priced there (group_ticks).
+GroupItem group_item(const PlanProblem& pr, uint64_t begin, uint32_t count, uint16_t bucket, int g);
 // Per bucket: its group size, the largest micro-batch that fits (memory, M_mem) and its
 // ticks per sample and fixed ticks per micro-batch on that group.
 GroupBuckets group_bucket_costs(const PlanProblem& pr);

@@ -135,21 +135,38 @@ BinCounts deal_bins(uint64_t bins, const DealInputs& in, BinWriter* w) {
       st[j].load = in.start->load[j], st[j].offset = in.start->offset[j], keys[j] = st[j].load - st[j].offset;
     heap = BinHeap(bins, &keys);
   }
+  // A piece of n samples of bucket b, from position `next` of the pool, to bin j: written (with
+  // a writer) or counted and logged (a piece of 2^31 samples or more has no room in a log
+  // entry: the deal is then not logged); the bin's open micro-batch grows (merge) or is new.
+  auto place = [&](uint32_t j, Bin& s, size_t b, uint64_t next, int64_t n, bool merge) {
+    if (w) {
+      w->put(*in.pool, j, b, next, n, merge);
+    } else {
+      s.samples += uint32_t(n);
+      s.tokens += uint64_t(n) * uint64_t(in.tokens[b]);
+      if (in.image[b]) s.images += uint32_t(n);
+      if (!merge) ++s.mbs;
+      if (c.logged) {
+        if (n < (int64_t(1) << 31)) {
+          c.log.push_back(uint64_t(j) << 32 | (merge ? uint64_t(1) << 31 : 0) | uint64_t(n));
+        } else {
+          c.logged = false;
+          std::vector<uint64_t>().swap(c.log);
+        }
+      }
+    }
+    if (merge) {
+      s.open_count += uint32_t(n);
+    } else {
+      s.last_bucket = uint16_t(b), s.open_count = uint32_t(n);
+    }
+  };
   // Given pieces: each whole to the bin of least load - offset (replay_deal writes them).
   if (w && !in.pieces.empty()) throw std::logic_error("balanced: given pieces are dealt by the counting pass only");
   for (const DealInputs::Piece& p : in.pieces) {
     const auto [load, j] = heap.top();
     Bin& s = st[j];
-    s.samples += p.n;
-    s.tokens += uint64_t(p.n) * uint64_t(in.tokens[p.bucket]);
-    if (in.image[p.bucket]) s.images += p.n;
-    ++s.mbs;
-    if (c.logged && p.n >= (uint32_t(1) << 31)) {  // no room in a log entry: not read back
-      c.logged = false;
-      std::vector<uint64_t>().swap(c.log);
-    }
-    if (c.logged) c.log.push_back(uint64_t(j) << 32 | uint64_t(p.n));
-    s.last_bucket = p.bucket, s.open_count = p.n;
+    place(j, s, p.bucket, 0, int64_t(p.n), false);
     s.load = load + s.offset + p.cost;
     heap.replace_top_load(s.load - s.offset);
   }
@@ -182,18 +199,7 @@ BinCounts deal_bins(uint64_t bins, const DealInputs& in, BinWriter* w) {
         const bool merge = s.last_bucket == b && int64_t(s.open_count) < in.mem_cap[b];
         const int64_t n = std::min<int64_t>({int64_t(std::max<uint64_t>(quota - cut_have, 1)), int64_t(end - next),
                                              merge ? in.mem_cap[b] - int64_t(s.open_count) : in.mem_cap[b]});
-        if (w) {
-          w->put(*in.pool, j, b, next, n, merge);
-        } else {
-          s.samples += uint32_t(n), s.images += uint32_t(n), s.tokens += uint64_t(n) * uint64_t(in.tokens[b]);
-          if (!merge) ++s.mbs;
-          if (c.logged) c.log.push_back(uint64_t(j) << 32 | (merge ? uint64_t(1) << 31 : 0) | uint64_t(n));
-        }
-        if (merge) {
-          s.open_count += uint32_t(n);
-        } else {
-          s.last_bucket = uint16_t(b), s.open_count = uint32_t(n);
-        }
+        place(j, s, b, next, n, merge);
         s.load += n * in.per[b] + (merge ? 0 : in.fixed[b]);
         next += uint64_t(n), cut_have += uint64_t(n), cut_left -= uint64_t(n);
       }
@@ -226,27 +232,7 @@ BinCounts deal_bins(uint64_t bins, const DealInputs& in, BinWriter* w) {
       const int64_t gap = heap.second() - load - (merge ? 0 : fixed);
       int64_t n = in.whole ? cap : std::max<int64_t>(merge ? 1 : min_new, gap > 0 ? (gap + per - 1) / per : 1);
       n = std::min<int64_t>({n, int64_t(end - next), merge ? cap - int64_t(s.open_count) : cap});
-      if (w) {
-        w->put(*in.pool, j, b, next, n, merge);
-      } else {
-        s.samples += uint32_t(n);
-        s.tokens += uint64_t(n) * uint64_t(in.tokens[b]);
-        if (in.image[b]) s.images += uint32_t(n);
-        if (!merge) ++s.mbs;
-        if (c.logged) {
-          if (n < (int64_t(1) << 31)) {
-            c.log.push_back(uint64_t(j) << 32 | (merge ? uint64_t(1) << 31 : 0) | uint64_t(n));
-          } else {
-            c.logged = false;
-            std::vector<uint64_t>().swap(c.log);
-          }
-        }
-      }
-      if (merge) {
-        s.open_count += uint32_t(n);
-      } else {
-        s.last_bucket = uint16_t(b), s.open_count = uint32_t(n);
-      }
+      place(j, s, b, next, n, merge);
       next += uint64_t(n);
       s.load = load + s.offset + n * per + (merge ? 0 : fixed);
       heap.replace_top_load(s.load - s.offset);
@@ -257,6 +243,29 @@ BinCounts deal_bins(uint64_t bins, const DealInputs& in, BinWriter* w) {
     if (!w) c.samples[j] = st[j].samples, c.mbs[j] = st[j].mbs, c.tokens[j] = st[j].tokens, c.images[j] = st[j].images;
   }
   return c;
+}
+
+BinWriter lay_out_bins(Plan& plan, const BinCounts& c, const std::vector<uint32_t>& perm, bool pad_empty,
+                       uint64_t spare_ids) {
+  const uint64_t bins = perm.size();
+  BinWriter w;
+  w.plan = &plan;
+  w.next_sample.resize(bins);
+  w.next_mb.resize(bins);
+  uint64_t total_samples = 0, total_mbs = plan.rank_begin.back();
+  plan.rank_begin.reserve(plan.rank_begin.size() + bins);
+  for (uint64_t i = 0; i < bins; ++i) {
+    const uint32_t j = perm[i];
+    w.next_sample[j] = total_samples;
+    w.next_mb[j] = total_mbs;
+    total_samples += c.samples[j];
+    total_mbs += c.mbs[j] + (pad_empty && c.samples[j] == 0 ? 1 : 0);
+    plan.rank_begin.push_back(total_mbs);
+  }
+  plan.sample_ids.reserve(total_samples + spare_ids);
+  plan.sample_ids.resize(total_samples);
+  plan.micro_batches.resize(total_mbs);
+  return w;
 }
 
 // The writing pass of a logged deal_bins(): the same pieces, in the same order, without the heap.

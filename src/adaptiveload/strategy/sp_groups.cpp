@@ -146,31 +146,19 @@ Plan plan_step(const PlanProblem& pr, BucketedPool& pool, const GroupBuckets& c,
     // Written as balanced writes its plan (replay_deal), rank-step by rank-step, into ids
     // appended to the pool's: each micro-batch then is one item over consecutive ids.
     Plan one;
-    BinWriter w;
-    w.plan = &one;
-    w.next_sample.resize(K * W), w.next_mb.resize(K * W);
-    uint64_t samples = 0, mbs = 0;
-    for (uint64_t x = 0; x < K * W; ++x) {
-      const uint32_t j = d.perm[x];  // rank x % W of step x / W
-      w.next_sample[j] = samples, w.next_mb[j] = mbs;
-      samples += d.counts.samples[j], mbs += d.counts.mbs[j];
-    }
-    one.sample_ids.resize(samples);
-    one.micro_batches.resize(mbs);
+    BinWriter w = lay_out_bins(one, d.counts, d.perm, false, 0);  // position x: rank x % W of step x / W
     replay_deal(d.counts, d.inputs, w);
+    const uint64_t mbs = one.micro_batches.size();
     const uint64_t base = pool.ids.size();
     pool.ids.insert(pool.ids.end(), one.sample_ids.begin(), one.sample_ids.end());
     std::vector<uint32_t>().swap(one.sample_ids);
     items.reserve(items.size() + mbs), where.reserve(items.size() + mbs), order.reserve(items.size() + mbs);
-    for (uint64_t x = 0, m = 0; x < K * W; ++x)
-      for (const uint64_t end = m + d.counts.mbs[d.perm[x]]; m < end; ++m) {
+    for (uint64_t x = 0; x < K * W; ++x)
+      for (uint64_t m = one.rank_begin[x]; m < one.rank_begin[x + 1]; ++m) {
         const MicroBatch& mb = one.micro_batches[m];
-        GroupItem it;
-        it.begin = base + mb.begin, it.count = it.own = mb.count, it.bucket = mb.bucket, it.group = 1;
-        it.cost = group_ticks(pr, MicroShape::uniform(mb.count, (*pr.buckets)[mb.bucket]), 1);
         where.push_back(x);  // t * W + r
         order.push_back(uint32_t(items.size()));
-        items.push_back(it);
+        items.push_back(group_item(pr, base + mb.begin, mb.count, mb.bucket, 1));
       }
   }
   // Every rank works in every step: an empty rank-step takes half of the step's largest
@@ -296,10 +284,7 @@ Plan micro_once(const PlanProblem& pr, const BucketedPool& pool, const GroupBuck
     }
     if (best == SIZE_MAX) return false;
     const uint64_t n = std::min<uint64_t>(pool.begin[best + 1] - next[best], uint64_t(batch_for(c, best, ticks)));
-    GroupItem it;
-    it.begin = next[best], it.count = it.own = uint32_t(n), it.bucket = uint16_t(best), it.group = 1;
-    it.cost = group_ticks(pr, MicroShape::uniform(int64_t(n), (*pr.buckets)[best]), 1);
-    items.push_back(it);
+    items.push_back(group_item(pr, next[best], uint32_t(n), uint16_t(best), 1));
     next[best] += n;
     return true;
   };
@@ -330,12 +315,7 @@ Plan micro_once(const PlanProblem& pr, const BucketedPool& pool, const GroupBuck
   for (size_t b : ones) at_tau[b] = batch_for(c, b, tau);
   const MicroCut rest = cut_for_slots(pr, pool, next, K > made ? K - made : 0, {at_tau});
   const size_t first_rest = items.size();
-  for (const SlotItem& x : rest.items) {
-    GroupItem it;
-    it.begin = x.begin, it.count = it.own = x.count, it.bucket = x.bucket, it.group = 1;
-    it.cost = group_ticks(pr, MicroShape::uniform(x.count, (*pr.buckets)[x.bucket]), 1);
-    items.push_back(it);
-  }
+  for (const SlotItem& x : rest.items) items.push_back(group_item(pr, x.begin, x.count, x.bucket, 1));
   for (uint64_t k = 0; k < rest.missing; ++k) items.push_back(group_padding(pr, pool, c, 1));  // what no split made up
   Rng ranks = problem_rng(pr, kPurposeSlotRanks);
   for (size_t n = first_rest; n < items.size(); n += W) {
