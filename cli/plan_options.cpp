@@ -364,15 +364,8 @@ void print_table(const Planner& planner, const Manifest& manifest, const Compari
 void print_drop_warnings(const Planner& planner, const Comparison& c, std::ostream& out) {
   const int64_t planned = int64_t(planner.bucketing().usable) - int64_t(planner.oversize().size());
   for (const auto& m : c.metrics) {
-    if (m.dropped == 0 || planned <= 0) continue;
-    const double frac = double(m.dropped) / double(planned);
-    if (frac <= kDropWarnFraction) continue;
-    out << "warning: strategy '" << m.name << "' drops " << thousands(m.dropped) << " of "
-        << thousands(planned) << " samples (" << fmt("%.1f%%", 100 * frac)
-        << ") at the epoch's end (--end-policy drop"
-        << (m.samples == 0 ? "; it trains nothing" : "")
-        << "); use --end-policy pad, fewer ranks (-w) or "
-        << "smaller batches\n";
+    const std::string w = drop_warning(m.name, int64_t(m.dropped), planned, m.samples == 0);
+    if (!w.empty()) out << "warning: " << w << "\n";
   }
   for (const auto& w : c.warnings)
     for (const std::string& line : w) out << "warning: " << line << "\n";

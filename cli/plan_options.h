@@ -47,9 +47,8 @@ Manifest demo_manifest(BadRowPolicy policy);
 // Human table and JSON object of a comparison; `inputs` describes manifests and budgets.
 void print_table(const Planner& planner, const Manifest& manifest, const Comparison& c, std::ostream& out);
 nlohmann::json comparison_json(const Planner& planner, const Manifest& manifest, const Comparison& c);
-// A warning per strategy that drops more than kDropWarnFraction of the planned samples, and
-// each target a plan misses (Comparison::warnings).
-constexpr double kDropWarnFraction = 0.01;
+// A warning per strategy that drops more than kDropWarnFraction of the planned samples
+// (drop_warning, planner.h), and each target a plan misses (Comparison::warnings).
 void print_drop_warnings(const Planner& planner, const Comparison& c, std::ostream& out);
 // Lines about skipped bad rows, unfit and oversize samples (never silent).
 void print_input_report(const Planner& planner, const Manifest& manifest, std::ostream& out);

@@ -797,7 +797,8 @@ def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world:
     except (OSError, ValueError) as e:  # a bad row, a missing file, an option the planner refuses
         msg = locate(str(e), origins)
         for keyword, option in (("on_bad_row='skip'", "--on-bad-row skip"),
-                                ("on_oversize='skip'", "--on-oversize skip")):
+                                ("on_oversize='skip'", "--on-oversize skip"),
+                                ("packing='off'", "--packing off"), ("sp='auto'", "--sp auto")):
             msg = msg.replace(keyword, option)  # the sampler's advice, in this script's options
         sys.exit("train_dit.py: " + msg)
     if report and dist_rank == 0:

@@ -7,27 +7,13 @@
 #include "adaln_args.h"
 #include "adaptiveload/kernels/adaln.h"
 #include "adaptiveload/util/error.h"
+#include "adaptiveload/util/option_word.h"
 
 namespace adaptiveload {
 namespace py {
 
 void bind_planner(pybind11::module_& m);
 
-namespace {
-
-// The core's messages name the CLI's flags; say the Python keyword instead.
-std::string pythonize(std::string msg) {
-  const std::pair<const char*, const char*> flags[] = {
-      {"--on-bad-row=skip", "on_bad_row='skip'"},
-      {"--on-oversize=skip", "on_oversize='skip'"},
-      {"--fixed-config FILE", "the fixed_config option"}};
-  for (auto [from, to] : flags)
-    for (size_t at = msg.find(from); at != std::string::npos; at = msg.find(from, at + 1))
-      msg.replace(at, std::string(from).size(), to);
-  return msg;
-}
-
-}  // namespace
 }  // namespace py
 }  // namespace adaptiveload
 
@@ -35,14 +21,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   namespace al = adaptiveload;
   m.doc() =
       "adaptiveload C++ core: planner bindings and the fused adaLN ops (torch.ops.adaptiveload)";
+  // The core's messages name options as Python arguments (mem_budget, packing='off') in this
+  // process, not as the CLI's flags (util/option_word.h, from the core's one option table).
+  al::set_front_end(al::FrontEnd::kPython);
   // InputError / ConfigError -> ValueError with the core's message.
   pybind11::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const al::InputError& e) {
-      PyErr_SetString(PyExc_ValueError, al::py::pythonize(e.what()).c_str());
+      PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const al::ConfigError& e) {
-      PyErr_SetString(PyExc_ValueError, al::py::pythonize(e.what()).c_str());
+      PyErr_SetString(PyExc_ValueError, e.what());
     }
   });
   al::py::bind_planner(m);

@@ -355,6 +355,9 @@ void bind_planner(pb::module_& m) {
            pb::arg("epoch") = -1, pb::call_guard<pb::gil_scoped_release>())
       .def("warnings", &Planner::warnings, pb::arg("plan"),
            "The targets a full-epoch plan misses (global batch, step mix), one sentence each.")
+      .def("drop_warning", &Planner::drop_warning, pb::arg("plan"),
+           "The sentence for a plan that drops more than 1% of the planned samples at the epoch's end "
+           "(drop_last=True; the CLI's warning, in Python's words), '' otherwise.")
       .def("target_steps", &Planner::target_steps, pb::arg("world_size") = 0,
            "Global steps the global batch asks for (0: free).")
       .def(
@@ -413,6 +416,7 @@ void bind_planner(pb::module_& m) {
         for (const OptionRange& r : option_ranges()) {
           pb::dict d;
           d["option"] = r.option;
+          d["python"] = *r.python ? pb::object(pb::str(r.python)) : pb::object(pb::none());
           switch (r.kind) {
             case OptionRange::Kind::kInteger:
               d["kind"] = "integer", d["min"] = r.int_lo, d["max"] = r.int_hi, d["min_open"] = false;
@@ -423,14 +427,18 @@ void bind_planner(pb::module_& m) {
             case OptionRange::Kind::kChoice:
               d["kind"] = "choice", d["choices"] = r.choices;
               break;
+            case OptionRange::Kind::kText:
+              d["kind"] = "text";
+              break;
           }
           d["zero_is_auto"] = r.zero_is_auto;
           out[pb::str(r.name)] = std::move(d);
         }
         return out;
       },
-      "The planner's option ranges by PlannerConfig field: {'option': CLI flag, 'kind': 'integer' | "
-      "'real' | 'choice', 'min', 'max' (inclusive; 'min_open': min excluded), or 'choices' (in the "
+      "The planner's options by PlannerConfig field: {'option': CLI flag, 'python': the sampler's "
+      "argument (None: the planner's only), 'kind': 'integer' | 'real' | 'choice' | 'text', 'min', "
+      "'max' (inclusive; 'min_open': min excluded), or 'choices' (in the "
       "CLI's order), 'zero_is_auto' (0 means auto)}.");
   m.def(
       "apply_duplicate_policy",

@@ -209,7 +209,7 @@ def test_sampler_gives_each_micro_batch_its_group(tmp_path):
     assert sizes == {1, 2, 4}
     assert sorted(seen) == list(range(n)) and set(seen.values()) == {1}
     # Off: the clips do not fit one GPU and the sampler says which and what to do.
-    with pytest.raises(Exception, match="--sp auto"):
+    with pytest.raises(Exception, match="sp='auto'"):
         AdaptiveBatchSampler(manifest, model="tiny-dit", device=device, world_size=4, rank=0, sharding="none",
                              sp="off")
 

@@ -46,7 +46,7 @@ def test_repeated_paths_are_reported_skipped_or_refused():
     with pytest.warns(UserWarning, match=r"(?s)5,000 row\(s\) repeat the path of an earlier row.*same manifest given twice"):
         s = AdaptiveBatchSampler([COCO, COCO], world_size=2, rank=0, strategy="dual")
     assert len(s.planned_rows()) > 5000
-    with pytest.warns(UserWarning, match=r"left out \(on_duplicate=skip\)"):
+    with pytest.warns(UserWarning, match=r"left out \(on_duplicate='skip'\)"):
         s = AdaptiveBatchSampler([COCO, COCO], world_size=2, rank=0, strategy="dual", on_duplicate="skip")
     planned = s.planned_rows()
     assert len(planned) < 5000 and max(planned) < 5000  # only the first copy of each path

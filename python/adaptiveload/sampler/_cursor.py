@@ -43,9 +43,12 @@ class _Cursor:
         state = planner.initial_state(self.strategy, self.world_size, epoch)
         plan, first_step, st = self._prepare(planner, state)
         # A target the plan misses (the global batch's step count, balanced's per-step batch
-        # and mix) is said, never silent; the warnings module shows each once.
-        for text in planner.warnings(plan):
-            warnings.warn(f"AdaptiveBatchSampler: {text}", stacklevel=3)
+        # and mix) and samples dropped at the epoch's end (drop_last=True; all of them when there
+        # are fewer than ranks: an epoch of 0 steps) are said, never silent, as the CLI says
+        # them; the warnings module shows each once.
+        for text in planner.warnings(plan) + [planner.drop_warning(plan)]:
+            if text:
+                warnings.warn(f"AdaptiveBatchSampler: {text}", stacklevel=3)
         self._apply(epoch, self.world_size, plan, first_step, st, 0, reason)
 
     def _prepare(self, planner: "_C.Planner", state_json: str, new_cost: str = "") -> tuple:

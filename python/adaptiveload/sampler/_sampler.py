@@ -120,10 +120,10 @@ class AdaptiveBatchSampler(_Cursor, _Adaptation, _State, _Introspection, Sampler
         self.adaptations: List[Dict[str, Any]] = []  # {"step": ..., fit summary} per re-plan
         self._manifest = load_manifest(manifest, o.on_bad_row)
         # Rows repeating an earlier path train twice an epoch: said (warn), left out (skip) or
-        # refused (error, a ValueError naming both rows).
+        # refused (error, a ValueError naming both rows); in Python's words (on_duplicate='skip').
         report = _C.apply_duplicate_policy(self._manifest, o.on_duplicate)
         if report:
-            warnings.warn(WHERE + report.rstrip("\n").replace("--on-duplicate=", "on_duplicate="), stacklevel=2)
+            warnings.warn(WHERE + report.rstrip("\n"), stacklevel=2)
         if self._manifest.total_rows == 0 and (isinstance(manifest, Mapping) or manifest in ([], ())):
             raise ValueError(WHERE + "the manifest (an empty list or dict of columns) has no rows: nothing to plan")
         self._planners: Dict[int, "_C.Planner"] = {}

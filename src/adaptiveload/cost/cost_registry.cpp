@@ -1,6 +1,7 @@
 #include "adaptiveload/cost/cost_model.h"
 #include "adaptiveload/cost/cost_variants.h"
 #include "adaptiveload/util/error.h"
+#include "adaptiveload/util/option_word.h"
 
 namespace adaptiveload {
 
@@ -20,7 +21,9 @@ std::unique_ptr<CostModel> make_cost_model(const std::string& name, const CostCo
     return m;
   }
   if (name == "profile") {
-    if (ctx.profile_path.empty()) throw ConfigError("cost model 'profile' needs a profile file (--profile FILE)");
+    if (ctx.profile_path.empty())
+      throw ConfigError("cost model 'profile' needs a profile file (" +
+                        option_word("profile", "FILE") + ")");
     return std::make_unique<ProfileCost>(ctx.profile_path);
   }
   throw ConfigError("unknown cost model '" + name + "'; choose one of: analytic, power, profile");

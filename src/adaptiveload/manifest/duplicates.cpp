@@ -3,11 +3,12 @@
 #include <algorithm>
 #include <functional>
 #include <map>
-#include <unordered_map>
 #include <string_view>
+#include <unordered_map>
 
 #include "adaptiveload/util/error.h"
 #include "adaptiveload/util/format.h"
+#include "adaptiveload/util/option_word.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -22,6 +23,10 @@ const ManifestFile* file_of(const Manifest& m, int64_t row) {
     if (row >= f.first_row && row < f.first_row + f.rows) return &f;
   return nullptr;
 }
+
+// The duplicate policy `value` in the caller's words ("--on-duplicate=skip",
+// "on_duplicate='skip'").
+std::string dup(const char* value) { return option_word("on_duplicate", value, Spelling::kEquals); }
 
 }  // namespace
 
@@ -81,8 +86,9 @@ std::vector<DuplicateRow> apply_duplicate_policy(Manifest& m, DuplicatePolicy po
     throw InputError(m.where(x.row), "path '" + std::string(m.path(x.row)) + "' repeats row " +
                                          std::to_string(x.first) + " (" + m.where(x.first) + "); " +
                                          thousands(int64_t(d.size())) +
-                                         " row(s) repeat an earlier path: remove them, or pass --on-duplicate=skip "
-                                         "(keep the first) or --on-duplicate=warn (train every row)");
+                                         " row(s) repeat an earlier path: remove them, or pass " +
+                                         dup("skip") + " (keep the first) or " + dup("warn") +
+                                         " (train every row)");
   }
   if (policy == DuplicatePolicy::kSkip)
     for (const DuplicateRow& x : d) m.skip_duplicate(x.row);
@@ -91,12 +97,13 @@ std::vector<DuplicateRow> apply_duplicate_policy(Manifest& m, DuplicatePolicy po
 
 std::string duplicate_report(const Manifest& m, const std::vector<DuplicateRow>& d, DuplicatePolicy policy) {
   if (d.empty()) return "";
-  std::string out = thousands(int64_t(d.size())) + " row(s) repeat the path of an earlier row" +
-                    (policy == DuplicatePolicy::kSkip
-                         ? ": left out (--on-duplicate=skip), the first row of each path kept"
-                         : ": kept, so those samples train more than once an epoch (--on-duplicate=skip keeps "
-                           "the first of each, --on-duplicate=error refuses them)") +
-                    "\n";
+  std::string out =
+      thousands(int64_t(d.size())) + " row(s) repeat the path of an earlier row" +
+      (policy == DuplicatePolicy::kSkip
+           ? ": left out (" + dup("skip") + "), the first row of each path kept"
+           : ": kept, so those samples train more than once an epoch (" + dup("skip") +
+                 " keeps the first of each, " + dup("error") + " refuses them)") +
+      "\n";
   // Per (file of the repeat, file of the first): a manifest given twice shows as one line.
   std::map<std::pair<const ManifestFile*, const ManifestFile*>, int64_t> pairs;
   for (const DuplicateRow& x : d) ++pairs[{file_of(m, x.row), file_of(m, x.first)}];

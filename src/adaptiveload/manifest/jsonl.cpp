@@ -11,6 +11,7 @@
 #include "adaptiveload/manifest/manifest.h"
 #include "adaptiveload/manifest/reader_util.h"
 #include "adaptiveload/util/error.h"
+#include "adaptiveload/util/option_word.h"
 
 namespace adaptiveload {
 namespace {
@@ -266,7 +267,8 @@ void Manifest::load_jsonl_line(std::string_view s, const std::string& name, int6
     if (policy == BadRowPolicy::kError)
       throw InputError(name + ":" + std::to_string(line),
                        (field == "(row)" ? "" : "field '" + field + "': ") + reason +
-                           " (fix the row, or pass --on-bad-row=skip)");
+                           " (fix the row, or pass " +
+                           option_word("on_bad_row", "skip", Spelling::kEquals) + ")");
     bad_rows_.push_back({name, line, field, reason});
     push("", ClipInfo{}, false, line);
     return;

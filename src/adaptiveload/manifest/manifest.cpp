@@ -21,6 +21,7 @@
 
 #include "adaptiveload/manifest/reader_util.h"
 #include "adaptiveload/util/error.h"
+#include "adaptiveload/util/option_word.h"
 
 namespace adaptiveload {
 namespace {
@@ -301,7 +302,9 @@ bool Manifest::add_fields(const Fields& f, const std::string& source, int64_t li
   if (!ok) {
     if (policy == BadRowPolicy::kError)
       throw InputError(source + ":" + std::to_string(line),
-                       "field '" + field + "': " + reason + " (fix the row, or pass --on-bad-row=skip to skip bad rows)");
+                       "field '" + field + "': " + reason + " (fix the row, or pass " +
+                           option_word("on_bad_row", "skip", Spelling::kEquals) +
+                           " to skip bad rows)");
     bad_rows_.push_back({source, line, field, reason});
   }
   // A bad row keeps its path too (it is part of the fingerprint), unless it is too long to.
@@ -514,7 +517,9 @@ void Manifest::load_csv(std::string_view text, const std::string& name, BadRowPo
       const std::string reason = "has " + std::to_string(nf) + " fields, the header " + std::to_string(header_fields) +
                                  ": quote a value that holds a comma (\"clips/a,b.mp4\")";
       if (policy == BadRowPolicy::kError)
-        throw InputError(name + ":" + std::to_string(line), "row " + reason + " (fix the row, or pass --on-bad-row=skip)");
+        throw InputError(name + ":" + std::to_string(line),
+                         "row " + reason + " (fix the row, or pass " +
+                             option_word("on_bad_row", "skip", Spelling::kEquals) + ")");
       bad_rows_.push_back({name, line, "(row)", reason});
       push("", ClipInfo{}, false, line);
       continue;

@@ -8,6 +8,7 @@
 #include "adaptiveload/strategy/stages.h"
 #include "adaptiveload/util/error.h"
 #include "adaptiveload/util/format.h"
+#include "adaptiveload/util/option_word.h"
 
 namespace adaptiveload {
 namespace {
@@ -169,7 +170,7 @@ void Planner::resolve_budgets() {
   check_finite(base_.allreduce_s, "the all-reduce time per step");
   if (!(base_.p > 0))
     throw ConfigError("the exponent p fitted to the cost model is " + fmt("%g", base_.p) +
-                      "; pass --p");
+                      "; pass " + option_word("p"));
 }
 
 double Planner::auto_step_budget(const CostModel& cost) const {
@@ -199,8 +200,9 @@ std::vector<int64_t> Planner::resolve_fixed(std::string& error) const {
     const Bucket& bk = bucketing_.buckets[b];
     auto tier = table.find(bk.tier);
     if (tier == table.end() || tier->second.upper_bound(bk.frames) == tier->second.begin()) {
-      error = "fixed batch sizes of " + src + " have no entry for bucket " + bk.name() + " (tier " + bk.tier + ", " +
-              std::to_string(bk.frames) + " frames); add one, or pass --fixed-config FILE";
+      error = "fixed batch sizes of " + src + " have no entry for bucket " + bk.name() + " (tier " +
+              bk.tier + ", " + std::to_string(bk.frames) + " frames); add one, or pass " +
+              option_word("fixed_config", "FILE");
       return {};
     }
     out[b] = std::prev(tier->second.upper_bound(bk.frames))->second;

@@ -1,19 +1,21 @@
+#include "adaptiveload/planner/config.h"
+
 #include <algorithm>
 #include <cmath>
 #include <tuple>
 
 #include "adaptiveload/plan/layout.h"
-#include "adaptiveload/planner/config.h"
 #include "adaptiveload/presets/presets.h"
 #include "adaptiveload/util/error.h"
 #include "adaptiveload/util/format.h"
+#include "adaptiveload/util/option_word.h"
 
 namespace adaptiveload {
 
 std::pair<BatchForm, double> parse_global_batch(const std::string& v) {
-  const std::string help =
-      " (--global-batch / global_batch); use auto, free, steps:N (steps per epoch), samples:N or "
-      "tokens:N (per global step)";
+  const std::string help = " (" + option_word("global_batch", Spelling::kBoth) +
+                           "); use auto, free, steps:N (steps per epoch), samples:N or "
+                           "tokens:N (per global step)";
   if (v == "auto") return {BatchForm::kAuto, 0};
   if (v == "free") return {BatchForm::kFree, 0};
   const size_t colon = v.find(':');
@@ -49,8 +51,9 @@ uint32_t parse_sp_sizes(const std::string& v) {
     const bool digits = !t.empty() && t.size() <= 5 && t.find_first_not_of("0123456789") == std::string::npos;
     const int g = digits ? std::stoi(t) : 0;
     if (!(g >= 1 && g <= kMaxGroup && (g & (g - 1)) == 0))
-      throw ConfigError("sequence-parallel size '" + t + "' in '" + v +
-                        "' (--sp-sizes / sp_sizes) must be a power of two in 1..128, e.g. 1,2,4,8");
+      throw ConfigError("sequence-parallel size '" + t + "' in '" + v + "' (" +
+                        option_word("sp_sizes", Spelling::kBoth) +
+                        ") must be a power of two in 1..128, e.g. 1,2,4,8");
     mask |= 1u << __builtin_ctz(unsigned(g));
     i = j + 1;
   }
@@ -62,11 +65,12 @@ int parse_sp(const std::string& v) {
   const bool digits = !v.empty() && v.size() <= 5 && v.find_first_not_of("0123456789") == std::string::npos;
   const int g = digits ? std::stoi(v) : 0;
   if (!(g >= 1 && g <= kMaxGroup && (g & (g - 1)) == 0))
-    throw ConfigError("sequence parallelism '" + v +
-                      "' (--sp / sp) must be auto (groups for samples that do not fit one GPU, larger ones "
-                      "where they shorten the epoch), min (each such sample on the smallest group it fits), "
-                      "per-sample (groups tried even where every sample fits one GPU), off, or a group size "
-                      "for every sample (a power of two, e.g. 4)");
+    throw ConfigError(
+        "sequence parallelism '" + v + "' (" + option_word("sp", Spelling::kBoth) +
+        ") must be auto (groups for samples that do not fit one GPU, larger ones "
+        "where they shorten the epoch), min (each such sample on the smallest group it fits), "
+        "per-sample (groups tried even where every sample fits one GPU), off, or a group size "
+        "for every sample (a power of two, e.g. 4)");
   return g;
 }
 

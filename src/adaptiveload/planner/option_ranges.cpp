@@ -1,5 +1,6 @@
 #include "adaptiveload/planner/option_ranges.h"
 
+#include <atomic>
 #include <stdexcept>
 
 #include "adaptiveload/plan/layout.h"
@@ -35,30 +36,76 @@ OptionRange choice(const char* name, const char* option, std::vector<std::string
   return r;
 }
 
+// The same, named otherwise in Python: the sampler's argument `python`, and where that is a
+// bool, the Python literal of each choice.
+OptionRange choice(const char* name, const char* option, std::vector<std::string> choices,
+                   const char* python, std::vector<std::string> python_values) {
+  OptionRange r = choice(name, option, std::move(choices));
+  r.python = python, r.python_values = std::move(python_values);
+  return r;
+}
+
+OptionRange text(const char* name, const char* option) {
+  return OptionRange{name, option, K::kText};
+}
+
+OptionRange named(OptionRange r, const char* python, const char* short_option = "") {
+  r.python = python, r.short_option = short_option;
+  return r;
+}
+
+std::atomic<FrontEnd> g_front_end{FrontEnd::kCli};
+
+// The Python literal of `value` (the CLI's word) for option `r`.
+std::string python_value(const OptionRange& r, const std::string& value) {
+  for (size_t i = 0; i < r.python_values.size() && i < r.choices.size(); ++i)
+    if (r.choices[i] == value) return r.python_values[i];
+  if (value == "auto" && r.zero_is_auto) return "None";
+  if (r.kind == K::kInteger || r.kind == K::kReal) return value;
+  bool placeholder = !value.empty();
+  for (char c : value) placeholder = placeholder && c >= 'A' && c <= 'Z';
+  if (placeholder) {
+    std::string lower = value;
+    for (char& c : lower) c = char(c - 'A' + 'a');
+    return "<" + lower + ">";
+  }
+  return "'" + value + "'";
+}
+
 }  // namespace
 
 const std::vector<OptionRange>& option_ranges() {
+  // named(): the sampler's argument; options without one are the planner's only (the CLI's,
+  // and _C.PlannerConfig's in Python).
   static const std::vector<OptionRange> table = {
-      integer("world_size", "--world-size", 1, uint64_t(kMaxWorldSize)),
-      integer("seed", "--seed", 0, kMaxSeed),
+      named(integer("world_size", "--world-size", 1, uint64_t(kMaxWorldSize)), "world_size", "-w"),
+      named(integer("seed", "--seed", 0, kMaxSeed), "seed"),
       integer("epoch", "--epoch", 0, uint64_t(kMaxEpoch)),
-      integer("mem_budget_tokens", "--mem-budget", 1, uint64_t(kMaxMemBudgetTokens), kAuto),
-      real("comp_budget", "--comp-budget", 0, kMaxCompBudget, kOpen, kAuto),
+      named(integer("mem_budget_tokens", "--mem-budget", 1, uint64_t(kMaxMemBudgetTokens), kAuto),
+            "mem_budget"),
+      named(real("comp_budget", "--comp-budget", 0, kMaxCompBudget, kOpen, kAuto), "comp_budget"),
       real("p", "--p", 0, kMaxP, kOpen, kAuto),
       real("step_budget_s", "--step-budget", 0, kMaxSampleSeconds, kOpen, kAuto),
-      choice("cost_model", "--cost-model", {"analytic", "power", "profile"}),
-      choice("checkpointing", "--checkpointing", {"on", "off"}),
-      choice("sharding", "--sharding", {"auto", "none", "fsdp"}),
-      choice("sync", "--sync", sync_choices()),
+      named(choice("cost_model", "--cost-model", {"analytic", "power", "profile"}), "cost_model"),
+      choice("checkpointing", "--checkpointing", {"on", "off"}, "checkpointing", {"True", "False"}),
+      named(choice("sharding", "--sharding", {"auto", "none", "fsdp"}), "sharding"),
+      named(choice("sync", "--sync", sync_choices()), "sync"),
       real("collective_overlap", "--overlap", 0, 1, !kOpen, !kAuto),
-      choice("reshard_after_forward", "--reshard-after-forward", {"on", "off"}),
+      choice("reshard_after_forward", "--reshard-after-forward", {"on", "off"}, "",
+             {"True", "False"}),
       // Each allowed sequence-parallel group size (a power of two).
-      integer("sp_sizes", "--sp-sizes", 1, uint64_t(kMaxGroup)),
-      choice("end_policy", "--end-policy", {"pad", "drop"}),
-      choice("on_bad_row", "--on-bad-row", {"error", "skip"}),
-      choice("on_duplicate", "--on-duplicate", {"warn", "skip", "error"}),
-      choice("on_oversize", "--on-oversize", {"error", "skip"}),
-      choice("packing", "--packing", {"off", "on"}),
+      named(integer("sp_sizes", "--sp-sizes", 1, uint64_t(kMaxGroup)), "sp_sizes"),
+      choice("end_policy", "--end-policy", {"pad", "drop"}, "drop_last", {"False", "True"}),
+      named(choice("on_bad_row", "--on-bad-row", {"error", "skip"}), "on_bad_row"),
+      named(choice("on_duplicate", "--on-duplicate", {"warn", "skip", "error"}), "on_duplicate"),
+      named(choice("on_oversize", "--on-oversize", {"error", "skip"}), "on_oversize"),
+      named(choice("packing", "--packing", {"off", "on"}), "packing"),
+      // Options without a range: a preset or file, or a form the core parses (config.cpp).
+      named(text("grid", "--grid"), "grid"),
+      named(text("global_batch", "--global-batch"), "global_batch"),
+      named(text("sp", "--sp"), "sp"),
+      named(text("profile", "--profile"), "profile"),
+      text("fixed_config", "--fixed-config"),
   };
   return table;
 }
@@ -67,6 +114,24 @@ const OptionRange& option_range(const std::string& name) {
   for (const OptionRange& r : option_ranges())
     if (name == r.name) return r;
   throw std::out_of_range("no option range '" + name + "'");
+}
+
+void set_front_end(FrontEnd f) { g_front_end.store(f); }
+FrontEnd front_end() { return g_front_end.load(); }
+
+std::string option_word(const std::string& name, Spelling s) {
+  const OptionRange& r = option_range(name);
+  if (front_end() == FrontEnd::kPython)
+    return *r.python ? std::string(r.python) : "PlannerConfig." + std::string(r.name);
+  if (s == Spelling::kShort && *r.short_option) return r.short_option;
+  if (s == Spelling::kBoth) return std::string(r.option) + " / " + r.name;
+  return r.option;
+}
+
+std::string option_word(const std::string& name, const std::string& value, Spelling s) {
+  if (front_end() == FrontEnd::kPython)
+    return option_word(name) + "=" + python_value(option_range(name), value);
+  return option_word(name, s) + (s == Spelling::kEquals ? "=" : " ") + value;
 }
 
 }  // namespace adaptiveload

@@ -4,6 +4,7 @@
 #include "adaptiveload/planner/planner.h"
 #include "adaptiveload/util/error.h"
 #include "adaptiveload/util/format.h"
+#include "adaptiveload/util/option_word.h"
 
 namespace adaptiveload {
 namespace {
@@ -20,25 +21,32 @@ std::string oversize_advice(const PlannerConfig& cfg, const PlanOptions& opt, bo
   auto add = [&](const std::string& s) { a += (a.empty() ? "" : ", ") + s; };
   if (memory_bound) {
     if (opt.sp == SpPolicy::kOff)
-      add("allow sequence parallelism (--sp auto) to split such a sample over a group of GPUs");
+      add("allow sequence parallelism (" + option_word("sp", "auto") +
+          ") to split such a sample over a group of GPUs");
     else if (larger > 0)
-      add("allow larger sequence-parallel groups (--sp-sizes with " + std::to_string(larger) +
-          "; a group size must divide the world size and the model's heads and be at most the node size " +
+      add("allow larger sequence-parallel groups (" + option_word("sp_sizes") + " with " +
+          std::to_string(larger) +
+          "; a group size must divide the world size and the model's heads and be at most the node "
+          "size " +
           std::to_string(node_size) + ")");
     else if (largest_group < node_size)
       add("run on a world size that larger sequence-parallel groups divide (no group size above " +
           std::to_string(largest_group) + " divides " + std::to_string(cfg.world_size) + " ranks and " +
           std::to_string(heads) + " heads)");
-    if (!cfg.checkpointing) add("enable activation checkpointing (--checkpointing on)");
-    if (!sharded && cfg.world_size > 1) add("shard the model state (--sharding fsdp)");
+    if (!cfg.checkpointing)
+      add("enable activation checkpointing (" + option_word("checkpointing", "on") + ")");
+    if (!sharded && cfg.world_size > 1)
+      add("shard the model state (" + option_word("sharding", "fsdp") + ")");
     if (!sharded && cfg.world_size == 1)
-      add("shard the model state over more GPUs (--sharding fsdp with -w > 1)");
+      add("shard the model state over more GPUs (" + option_word("sharding", "fsdp") + " with " +
+          option_word("world_size", Spelling::kShort) + " > 1)");
     add("use a larger device or a smaller bucket grid");
   } else {
-    add("raise --mem-budget (or leave it on auto)");
+    add("raise " + option_word("mem_budget_tokens") + " (or leave it on auto)");
     add("use a smaller bucket grid");
   }
-  return "; " + a + ", or pass --on-oversize=skip to leave such samples out";
+  return "; " + a + ", or pass " + option_word("on_oversize", "skip", Spelling::kEquals) +
+         " to leave such samples out";
 }
 
 }  // namespace
@@ -95,7 +103,8 @@ std::vector<uint8_t> Planner::fill_pool(const Manifest* manifest, const std::vec
             " bad, " + std::to_string(bucketing_.unfit.size()) + " fit no bucket of grid '" +
             grid_.name + "', " + std::to_string(oversize_.size()) + " oversize" +
             (total == 0 ? "; the manifest has a header but no data rows (check its line endings)"
-                        : "; fix the rows, or choose a grid (--grid) that fits them"));
+                        : "; fix the rows, or choose a grid (" + option_word("grid") +
+                              ") that fits them"));
   }
   return too_big;
 }

@@ -7,6 +7,7 @@
 
 #include "adaptiveload/planner/planner.h"
 #include "adaptiveload/util/format.h"
+#include "adaptiveload/util/option_word.h"
 
 namespace adaptiveload {
 
@@ -14,6 +15,26 @@ uint64_t Planner::target_steps(int world_size) const {
   PlanProblem pr = problem(world_size > 0 ? world_size : cfg_.world_size, cfg_.epoch, 0, {});
   pr.pool_view = &pool_;
   return pr.target_steps();
+}
+
+std::string drop_warning(const std::string& strategy, int64_t dropped, int64_t planned,
+                         bool trains_nothing) {
+  if (dropped == 0 || planned <= 0) return "";
+  const double frac = double(dropped) / double(planned);
+  if (frac <= kDropWarnFraction) return "";
+  return "strategy '" + strategy + "' drops " + thousands(dropped) + " of " + thousands(planned) +
+         " samples (" + fmt("%.1f%%", 100 * frac) + ") at the epoch's end (" +
+         option_word("end_policy", "drop") + (trains_nothing ? "; it trains nothing" : "") +
+         "); use " + option_word("end_policy", "pad") + ", fewer ranks (" +
+         option_word("world_size", Spelling::kShort) + ") or smaller batches";
+}
+
+std::string Planner::drop_warning(const Plan& plan) const {
+  uint64_t trained = 0;
+  for (const StepInfo& s : plan.steps) trained += s.samples;
+  const int64_t planned = int64_t(bucketing_.usable) - int64_t(oversize_.size());
+  return adaptiveload::drop_warning(plan.strategy, int64_t(plan.dropped.size()), planned,
+                                    trained == 0);
 }
 
 std::vector<std::string> Planner::warnings(const Plan& plan) const {
@@ -30,18 +51,22 @@ std::vector<std::string> Planner::warnings(const Plan& plan) const {
     const uint64_t cap = rank_samples / W;
     std::string why;
     if (steps < K && cap < K) {
-      why = thousands(int64_t(samples)) + " samples on " + std::to_string(W) + " ranks fill at most " +
-            thousands(int64_t(cap)) + " steps (one sample per rank-step" +
-            (rank_samples > samples ? "; a sample on a sequence-parallel group of g takes g ranks" : "") +
-            "); ask for fewer, larger steps (--global-batch) or plan on fewer ranks";
+      why = thousands(int64_t(samples)) + " samples on " + std::to_string(W) +
+            " ranks fill at most " + thousands(int64_t(cap)) + " steps (one sample per rank-step" +
+            (rank_samples > samples ? "; a sample on a sequence-parallel group of g takes g ranks"
+                                    : "") +
+            "); ask for fewer, larger steps (" + option_word("global_batch") +
+            ") or plan on fewer ranks";
     } else if (steps < K) {
-      why = "its micro-batches could not be cut into more steps" +
-            std::string(plan.sync == SyncMode::kMicro
-                            ? " (micro sync: every step needs a slot of " + std::to_string(W) + " micro-batches)"
-                            : "") +
-            "; ask for fewer steps (--global-batch)";
+      why =
+          "its micro-batches could not be cut into more steps" +
+          std::string(plan.sync == SyncMode::kMicro ? " (micro sync: every step needs a slot of " +
+                                                          std::to_string(W) + " micro-batches)"
+                                                    : "") +
+          "; ask for fewer steps (" + option_word("global_batch") + ")";
     } else {
-      why = "its batches could not be merged into fewer steps; ask for more steps (--global-batch)";
+      why = "its batches could not be merged into fewer steps; ask for more steps (" +
+            option_word("global_batch") + ")";
     }
     out.push_back(who + " plans " + thousands(int64_t(steps)) + " steps, not the " + thousands(int64_t(K)) +
                   " of the global batch (" + global_batch_text_ + "): " + why);

@@ -8,6 +8,7 @@
 #include "adaptiveload/strategy/stages.h"
 #include "adaptiveload/util/error.h"
 #include "adaptiveload/util/format.h"
+#include "adaptiveload/util/option_word.h"
 
 namespace adaptiveload {
 
@@ -57,10 +58,11 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
     // Advice that applies: sharding over more ranks helps only once there are several.
     std::string advice;
     if (!sharded_ && cfg_.world_size > 1)
-      advice = "use --sharding fsdp (shards it over the " + std::to_string(cfg_.world_size) +
-               " GPUs) or a larger device";
+      advice = "use " + option_word("sharding", "fsdp") + " (shards it over the " +
+               std::to_string(cfg_.world_size) + " GPUs) or a larger device";
     else if (!sharded_)
-      advice = "use --sharding fsdp with more GPUs (-w), or a larger device";
+      advice = "use " + option_word("sharding", "fsdp") + " with more GPUs (" +
+               option_word("world_size", Spelling::kShort) + "), or a larger device";
     else
       advice = "use more GPUs (it is sharded over " + std::to_string(cfg_.world_size) +
                ") or a larger device";
@@ -86,10 +88,12 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
   {
     const SeqParallel sp = seq_parallel(cfg_.world_size);
     if (opt_.sp_group > 1 && !sp.allows(opt_.sp_group))
-      throw ConfigError("sequence-parallel group size " + std::to_string(opt_.sp_group) + " (--sp) cannot be used on " +
-                        std::to_string(cfg_.world_size) + " ranks of " + device_.name + " with " + model_.name +
-                        ": a group size must divide the world size and the model's " + std::to_string(model_.heads) +
-                        " heads, and be at most the node size " + std::to_string(device_.node_size));
+      throw ConfigError("sequence-parallel group size " + std::to_string(opt_.sp_group) + " (" +
+                        option_word("sp") + ") cannot be used on " +
+                        std::to_string(cfg_.world_size) + " ranks of " + device_.name + " with " +
+                        model_.name + ": a group size must divide the world size and the model's " +
+                        std::to_string(model_.heads) + " heads, and be at most the node size " +
+                        std::to_string(device_.node_size));
   }
 
   // Oversize samples: one alone exceeds device memory (on every allowed group size) or the
@@ -151,10 +155,14 @@ PlanProblem Planner::problem(int world_size, int64_t epoch, uint64_t segment, st
     choose_groups(pr.world_size, opt_.sp_group, group, pr.max_batch_memory);
     for (size_t b = 0; b < group.size(); ++b)
       if (pr.max_batch_memory[b] < 1 && live_[b])
-        throw ConfigError("on " + std::to_string(pr.world_size) + " ranks no allowed sequence-parallel group size fits "
-                          "a sample of bucket " + bucketing_.buckets[b].name() + " (it needed a group of " +
-                          std::to_string(base_.group(uint16_t(b))) + " on " + std::to_string(cfg_.world_size) +
-                          "); resume on a world size that the group sizes (--sp-sizes) divide");
+        throw ConfigError("on " + std::to_string(pr.world_size) +
+                          " ranks no allowed sequence-parallel group size fits "
+                          "a sample of bucket " +
+                          bucketing_.buckets[b].name() + " (it needed a group of " +
+                          std::to_string(base_.group(uint16_t(b))) + " on " +
+                          std::to_string(cfg_.world_size) +
+                          "); resume on a world size that the group sizes (" +
+                          option_word("sp_sizes") + ") divide");
     for (size_t b = 0; b < group.size(); ++b)
       if (!live_[b]) group[b] = 1;
     set_bucket_groups(pr, group);
@@ -235,8 +243,12 @@ namespace {
 constexpr size_t kBucketedCheckSamples = 2'000'000;
 
 std::string packing_with_groups(const StrategyEntry& s) {
-  return "packing (" + std::string(s.name) + ", --packing on) plans every sample on one GPU, but samples here need "
-         "a sequence-parallel group (they do not fit one GPU); use --packing off, or a device or --mem-budget they fit";
+  return "packing (" + std::string(s.name) + ", " + option_word("packing", "on") +
+         ") plans every sample on one GPU, but samples here need a sequence-parallel group (they "
+         "do not fit one "
+         "GPU); use " +
+         option_word("packing", "off") + ", or a device or " + option_word("mem_budget_tokens") +
+         " they fit";
 }
 }  // namespace
 

@@ -25,6 +25,13 @@ struct OversizeSample {
   std::string message;
 };
 
+// Samples a strategy drops at the epoch's end (end_policy drop) beyond this share of the
+// `planned` ones are said: "strategy 'x' drops N of M samples (P%) at the epoch's end (...)";
+// "" when it drops fewer. `trains_nothing`: the plan has no trained sample left.
+constexpr double kDropWarnFraction = 0.01;
+std::string drop_warning(const std::string& strategy, int64_t dropped, int64_t planned,
+                         bool trains_nothing);
+
 class Planner {
  public:
   // Resolves presets, buckets every usable row, checks oversize samples and resolves budgets.
@@ -92,6 +99,9 @@ class Planner {
   // the global batch's step count, and for balanced in step sync the per-step global batch
   // (within 10%) and the mix (images and clips in every step). Empty when it meets them all.
   std::vector<std::string> warnings(const Plan& plan) const;
+  // The sentence for `plan` when it drops more than kDropWarnFraction of the samples planned
+  // (end_policy drop; every front end says it, in its own words); "" when it drops fewer.
+  std::string drop_warning(const Plan& plan) const;
   SimEnv sim_env(int world_size) const;
 
   // Resume: the plan to continue from `state` on `world_size` ranks, and the first step of it

@@ -27,18 +27,20 @@
 // The choice among dealings for a given step count is one stage, deal_steps (balanced.h), that
 // balanced on sequence-parallel groups calls too, for its one-GPU samples around the wide
 // micro-batches it placed first (strategy/sp_groups.cpp).
+#include "adaptiveload/strategy/balanced.h"
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
 #include <stdexcept>
 
-#include "adaptiveload/strategy/balanced.h"
 #include "adaptiveload/strategy/packing.h"
 #include "adaptiveload/strategy/plan_writer.h"
 #include "adaptiveload/strategy/rank_steps.h"
 #include "adaptiveload/strategy/stages.h"
 #include "adaptiveload/strategy/step_layout.h"
 #include "adaptiveload/util/error.h"
+#include "adaptiveload/util/option_word.h"
 #include "adaptiveload/util/rng.h"
 
 namespace adaptiveload {
@@ -280,9 +282,10 @@ Plan plan_balanced(const PlanProblem& pr) {
     const uint64_t n = pool.begin[b + 1] - pool.begin[b];
     if (n == 0) continue;
     if (in.fixed[b] + in.per[b] > cap)
-      throw ConfigError("step budget " + std::to_string(pr.step_budget_s) + " s is below the time of one sample of bucket " +
-                        (*pr.buckets)[b].name() + " (" + std::to_string(double(in.fixed[b] + in.per[b]) * 1e-9) +
-                        " s); raise --step-budget or leave it on auto");
+      throw ConfigError("step budget " + std::to_string(pr.step_budget_s) +
+                        " s is below the time of one sample of bucket " + (*pr.buckets)[b].name() +
+                        " (" + std::to_string(double(in.fixed[b] + in.per[b]) * 1e-9) +
+                        " s); raise " + option_word("step_budget_s") + " or leave it on auto");
     work += n * uint64_t(in.per[b]);
     work_bound += double(n) * double(in.per[b] + in.fixed[b]);
   }
@@ -292,7 +295,8 @@ Plan plan_balanced(const PlanProblem& pr) {
     throw ConfigError(
         "balanced: the epoch's estimated time is beyond 100 years; check the cost model, the "
         "device "
-        "preset and --step-budget");
+        "preset and " +
+        option_word("step_budget_s"));
 
   const Rng rng = problem_rng(pr, kPurposeBalancedDraw);
   BinCounts best;

@@ -4,6 +4,7 @@
 
 #include "adaptiveload/strategy/stages.h"
 #include "adaptiveload/util/error.h"
+#include "adaptiveload/util/option_word.h"
 
 namespace adaptiveload {
 
@@ -134,10 +135,10 @@ Plan run_balanced_groups(const GroupSearch& gs, const StrategyEntry& s, const Pl
       if (ok && std::find(cands.begin(), cands.end(), g) == cands.end()) cands.push_back(g);
     }
   if (cands.empty())
-    throw ConfigError(
-        "no allowed sequence-parallel group size fits every sample on " +
-        std::to_string(pr.world_size) +
-        " ranks (memory or --mem-budget); allow larger groups (--sp-sizes) or raise the budget");
+    throw ConfigError("no allowed sequence-parallel group size fits every sample on " +
+                      std::to_string(pr.world_size) + " ranks (memory or " +
+                      option_word("mem_budget_tokens") + "); allow larger groups (" +
+                      option_word("sp_sizes") + ") or raise the budget");
   SimEnv env = gs.env;
   env.cost = pr.cost;
   auto plan_with = [&](const std::vector<uint8_t>& g, const std::vector<uint32_t>* sub) {
