@@ -25,8 +25,8 @@ segments needs them there), so torch.compile(fullgraph=True) traces
 varlen_attention as one opaque node whose fake kernel gives the output's shape from q and v
 alone. The offsets' values (0 first, non-decreasing, the row count last, keys for every
 non-empty query segment) are checked by those implementations, eagerly and when a compiled
-graph runs, with the same ValueErrors; the shapes, dtypes and devices by varlen_attention
-and the fake kernel, while tracing. The flash and flex backends check the offsets on the host
+graph runs, with the same ValueErrors; the shapes, dtypes and devices (the offsets on q's device too: any
+mix is refused) by varlen_attention and the fake kernel, while tracing. The flash and flex backends check the offsets on the host
 before they run (a graph break under torch.compile).
 """
 import importlib.util
@@ -102,12 +102,22 @@ def _check_tensors(q, k, v, cu_q, cu_k) -> None:
         raise ValueError(f"varlen_attention: head_dim of q ({q.shape[2]}) and k ({k.shape[2]}) differ")
     if q.shape[1] % k.shape[1] != 0:
         raise ValueError(f"varlen_attention: q's {q.shape[1]} heads are not a multiple of k's {k.shape[1]}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not t.is_floating_point():
+            raise ValueError(f"varlen_attention: {name} has dtype {t.dtype}; attention needs floating-point q, k "
+                             "and v (float16, bfloat16, float32 or float64)")
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"varlen_attention: q, k, v dtypes differ ({q.dtype}, {k.dtype}, {v.dtype})")
     if not (q.device == k.device == v.device):
         raise ValueError(f"varlen_attention: q, k, v are on different devices ({q.device}, {k.device}, {v.device})")
     _check_offsets_tensor(cu_q, "cu_seqlens_q")
     _check_offsets_tensor(cu_k, "cu_seqlens_k")
+    # Offsets on another device would send the op to that device's kernel (a meta tensor among
+    # CPU ones runs the fake kernel, whose output is uninitialised memory): refused, every backend.
+    for name, cu in (("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)):
+        if cu.device != q.device:
+            raise ValueError(f"varlen_attention: {name} is on {cu.device} but q, k and v are on {q.device}; "
+                             f"move the offsets to {q.device}")
     if cu_q.shape[0] != cu_k.shape[0]:
         raise ValueError(f"varlen_attention: cu_seqlens_q has {cu_q.shape[0] - 1} segments, cu_seqlens_k "
                          f"{cu_k.shape[0] - 1}; every query segment attends to its own key segment")

@@ -7,7 +7,8 @@ ratio) as one token sequence with segment offsets, and back.
     packed.cu_seqlens      # [n + 1] int32: sample i is rows cu_seqlens[i]:cu_seqlens[i+1]
     packed.grids           # per sample (F/pt, H/ph, W/pw): 3D RoPE positions and unpatchify
     packed.positions       # [N, 3] int64: each row's (frame, row, column) in its sample's grid
-    packed.timesteps       # [n], one per sample (or [N], one per token row, Wan 2.2 style)
+    packed.timesteps       # [n], one per sample (or [N], one per token row, Wan 2.2 style: given
+                           # flat, or per sample as each sample's [F'*H'*W'] tensor)
     packed.text, packed.cu_seqlens_text   # the texts concatenated, and their offsets
     outputs = unpack(pred_tokens, packed)  # per sample [C, F, H, W] again, for the loss
 
@@ -75,12 +76,46 @@ def _offsets(lengths: Sequence[int], device) -> torch.Tensor:
     return out.to(device)
 
 
+def _timesteps(timesteps, lengths: List[int], device) -> torch.Tensor:
+    """pack's timesteps -> [n] (one per sample) or [N] (one per token, in the pack's row order).
+    Given as one tensor or flat sequence of n or N numbers, or as one entry per sample: a number
+    or a tensor of one value, or of that sample's token count (per-token timesteps, the form
+    packed_forward takes). Raises ValueError naming the sample whose entry does not fit."""
+    n, N = len(lengths), sum(lengths)
+    per_sample = isinstance(timesteps, (list, tuple)) and len(timesteps) == n and \
+        any(isinstance(t, torch.Tensor) for t in timesteps)
+    if not per_sample:
+        try:
+            t = torch.as_tensor(timesteps, device=device).flatten()
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise ValueError(f"pack: timesteps must be {n} numbers (one per sample), {N} (one per token) or one "
+                             f"entry per sample; got {type(timesteps).__name__} ({e})") from None
+        if t.numel() not in (n, N):
+            raise ValueError(f"pack: {t.numel()} timesteps for {n} samples of {N} tokens (one per sample, or one "
+                             "per token in the pack's row order)")
+        return t
+    items = []
+    for i, (x, length) in enumerate(zip(timesteps, lengths)):
+        try:
+            t = torch.as_tensor(x, device=device).flatten()
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(f"pack: timesteps[{i}] (sample {i}) must be a number or a tensor, got "
+                             f"{type(x).__name__}") from None
+        if t.numel() not in (1, length):
+            raise ValueError(f"pack: timesteps[{i}] has {t.numel()} values; sample {i} has {length} tokens (give "
+                             "one value per sample, or one per token of the sample)")
+        items.append(t)
+    if all(t.numel() == 1 for t in items):
+        return torch.cat(items)
+    return torch.cat([t.expand(length) for t, length in zip(items, lengths)])
+
+
 def pack(latents: Sequence[torch.Tensor], patch=(1, 2, 2), timesteps=None,
          text: Optional[Sequence[torch.Tensor]] = None) -> PackedBatch:
     """Packs per-sample latents [C, F, H, W] (one channel count, dtype and device; F, H, W
-    multiples of `patch`), their timesteps (n numbers or a [n] tensor, or N per token in the
-    pack's row order) and texts ([L_i, D],
-    one D) into one PackedBatch. Raises ValueError naming the sample that does not fit."""
+    multiples of `patch`), their timesteps (n numbers or a [n] tensor, N per token in the
+    pack's row order, or one entry per sample: a number or that sample's per-token tensor) and
+    texts ([L_i, D], one D) into one PackedBatch. Raises ValueError naming the sample that does not fit."""
     patch = tuple(int(p) for p in patch)
     if len(patch) != 3 or min(patch) < 1:
         raise ValueError(f"pack: patch must be three positive sizes (pt, ph, pw), got {patch}")
@@ -108,12 +143,7 @@ def pack(latents: Sequence[torch.Tensor], patch=(1, 2, 2), timesteps=None,
                       grids=grids, shapes=shapes, patch=patch)
     out.positions = out.token_positions()
     if timesteps is not None:
-        t = torch.as_tensor(timesteps, device=first.device).flatten()
-        N = out.tokens.shape[0]
-        if t.numel() not in (n, N):
-            raise ValueError(f"pack: {t.numel()} timesteps for {n} samples of {N} tokens (one per sample, or one "
-                             "per token in the pack's row order)")
-        out.timesteps = t
+        out.timesteps = _timesteps(timesteps, [r.shape[0] for r in rows], first.device)
     if text is not None:
         text = list(text)
         if len(text) != n:
@@ -132,8 +162,16 @@ def unpack(tokens: torch.Tensor, packed: PackedBatch) -> List[torch.Tensor]:
     """Per-sample outputs [C, F, H, W] from packed rows [N, C*pt*ph*pw] in `packed`'s order
     (a model's patch predictions); the inverse of pack's patchify."""
     N = int(packed.cu_seqlens[-1])
+    if not isinstance(tokens, torch.Tensor):
+        raise TypeError(f"unpack: tokens must be a tensor [{N}, features], got {type(tokens).__name__}")
     if tokens.dim() != 2 or tokens.shape[0] != N:
         raise ValueError(f"unpack: tokens must be [{N}, features] (the pack's rows), got {tuple(tokens.shape)}")
+    pt, ph, pw = packed.patch
+    C = packed.shapes[0][0] if packed.shapes else 0
+    if packed.shapes and tokens.shape[1] != C * pt * ph * pw:
+        raise ValueError(f"unpack: tokens has {tokens.shape[1]} features a row; the pack's samples need "
+                         f"{C * pt * ph * pw} (C = {C} channels x patch {packed.patch}): shape {tuple(tokens.shape)}, "
+                         f"expected [{N}, {C * pt * ph * pw}]")
     out = []
     for i, shape in enumerate(packed.shapes):
         a, b = int(packed.cu_seqlens[i]), int(packed.cu_seqlens[i + 1])
@@ -143,7 +181,8 @@ def unpack(tokens: torch.Tensor, packed: PackedBatch) -> List[torch.Tensor]:
 
 def collate_packed(samples, patch=(1, 2, 2)) -> PackedBatch:
     """DataLoader collate function: samples as dicts with "latent" [C, F, H, W] and optional
-    "timestep" and "text" [L, D] (all of them or none of them) -> one PackedBatch."""
+    "timestep" (a number, or the sample's per-token timesteps [F'*H'*W']) and "text" [L, D] (all
+    of them or none of them) -> one PackedBatch."""
     samples = list(samples)
     for key in ("timestep", "text"):
         have = [key in s for s in samples]
