@@ -380,9 +380,7 @@ Packs greedy_packs(const PlanProblem& pr, const PackRoom& room, int64_t target_t
     const int64_t S = pr.tokens((*pr.sample_bucket)[p.ids[i]]);
     if (!room.fits(0, 0, S))
       throw ConfigError("a sample of " + std::to_string(S) + " tokens does not fit one pack (" +
-                        std::to_string(room.max_tokens) +
-                        " tokens); lower the resolution or raise " +
-                        option_word("mem_budget_tokens"));
+                        std::to_string(room.max_tokens) + " tokens); lower the resolution or raise " + option_word("mem_budget_tokens"));
     if (used_tokens > 0 && (used_tokens + S > target || !room.fits(used_tokens, used_bytes, S))) {
       p.begin.push_back(i);
       used_tokens = 0, used_bytes = 0;
@@ -412,10 +410,9 @@ Plan plan_balanced_packed(const PlanProblem& pr) {
     const uint64_t c = pool.begin[b + 1] - pool.begin[b];
     if (c == 0) continue;
     if (!room.fits(0, 0, tokens[b]))
-      throw ConfigError("a sample of bucket " + (*pr.buckets)[b].name() + " (" +
-                        std::to_string(tokens[b]) + " tokens) does not fit one pack (" +
-                        std::to_string(room.max_tokens) + " tokens); raise " +
-                        option_word("mem_budget_tokens") + " or leave it on auto");
+      throw ConfigError("a sample of bucket " + (*pr.buckets)[b].name() + " (" + std::to_string(tokens[b]) +
+                        " tokens) does not fit one pack (" + std::to_string(room.max_tokens) +
+                        " tokens); raise " + option_word("mem_budget_tokens") + " or leave it on auto");
     order.push_back(b);
     total_tokens += double(c) * double(tokens[b]);
     total_bytes += double(c) * room.sample_bytes(tokens[b]);
