@@ -25,9 +25,10 @@ segments needs them there), so torch.compile(fullgraph=True) traces
 varlen_attention as one opaque node whose fake kernel gives the output's shape from q and v
 alone. The offsets' values (0 first, non-decreasing, the row count last, keys for every
 non-empty query segment) are checked by those implementations, eagerly and when a compiled
-graph runs, with the same ValueErrors; the shapes, dtypes and devices (the offsets on q's device too: any
-mix is refused) by varlen_attention and the fake kernel, while tracing. The flash and flex backends check the offsets on the host
-before they run (a graph break under torch.compile).
+graph runs, with the same ValueErrors; the shapes, dtypes and devices (the offsets on q's
+device too: any mix is refused) by varlen_attention and the fake kernel, while tracing. The
+flash and flex backends check the offsets on the host before they run (a graph break under
+torch.compile).
 """
 import importlib.util
 from typing import List, Optional, Tuple

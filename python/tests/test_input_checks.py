@@ -160,8 +160,8 @@ def test_pack_refuses_timesteps_that_fit_no_sample_by_name():
 def test_unpack_names_the_expected_feature_width():
     p = pack(LATENTS)
     assert [o.shape for o in unpack(p.tokens, p)] == [x.shape for x in LATENTS]
-    with pytest.raises(ValueError, match=r"unpack: tokens has 15 features a row; the pack's samples need 16 "
-                                         r"\(C = 4 channels x patch \(1, 2, 2\)\): shape \(9, 15\), expected \[9, 16\]"):
+    with pytest.raises(ValueError, match=r"unpack: tokens has 15 features a row; the pack's samples need 16 \(C = 4 "
+                                         r"channels x patch \(1, 2, 2\)\): shape \(9, 15\), expected \[9, 16\]"):
         unpack(p.tokens[:, :15], p)
 
 
