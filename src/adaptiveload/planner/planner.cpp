@@ -212,6 +212,20 @@ int Planner::max_group() const {
   return g;
 }
 
+bool Planner::per_sample_groups(int world_size) const {
+  return opt_.sp == SpPolicy::kPerSample && seq_parallel(world_size).sizes != 1;
+}
+
+bool Planner::groups_in_use() const { return max_group() > 1 || per_sample_groups(); }
+
+// Strategy s would pack (a packer, or balanced with --packing on) where groups are in use for
+// it: a sample needs one, or --sp per-sample has it search groups (balanced; the packer runs
+// every sample on one GPU then, as the other one-size strategies run on g=1).
+bool Planner::packs_with_groups(const StrategyEntry& s, int world_size) const {
+  const bool packs = s.packs() || (opt_.packing && s.packs_when_asked());
+  return packs && (max_group() > 1 || (s.mixes_groups() && per_sample_groups(world_size)));
+}
+
 GroupSearch Planner::group_search(int world_size) const {
   GroupSearch gs;
   gs.buckets = &bucketing_.buckets;
@@ -234,15 +248,30 @@ namespace {
 // Pools up to this size are also planned bucketed under --packing on (Planner::run).
 constexpr size_t kBucketedCheckSamples = 2'000'000;
 
-std::string packing_with_groups(const StrategyEntry& s) {
-  return "packing (" + std::string(s.name) + ", --packing on) plans every sample on one GPU, but samples here need "
-         "a sequence-parallel group (they do not fit one GPU); use --packing off, or a device or --mem-budget they fit";
+// Why packing cannot plan with sequence-parallel groups, blaming the option that asked for
+// them: --sp G or --sp per-sample, or (auto, min) samples that do not fit one GPU.
+std::string packing_with_groups(const StrategyEntry& s, const PlanOptions& o) {
+  const std::string packing =
+      "packing (" + std::string(s.name) + ", --packing on) plans every sample on one GPU";
+  if (o.sp == SpPolicy::kFixed || o.sp == SpPolicy::kPerSample)
+    return packing + ", but --sp " + sp_policy_text(o) + " asks for sequence-parallel groups" +
+           (o.sp == SpPolicy::kFixed
+                ? " of " + std::to_string(o.sp_group) + " GPUs for every sample"
+                : "") +
+           " (packs on groups are not supported); use --sp auto (groups only for samples that do "
+           "not fit one "
+           "GPU) with --packing on, or --packing off with --sp " +
+           sp_policy_text(o);
+  return packing +
+         ", but samples here need a sequence-parallel group (they do not fit one GPU); use "
+         "--packing "
+         "off, or a device or --mem-budget they fit";
 }
 }  // namespace
 
 std::string Planner::cannot_plan(const StrategyEntry& s) const {
   if (s.needs_fixed_batch() && !fixed_error_.empty()) return fixed_error_;
-  if ((s.packs() || (opt_.packing && s.packs_when_asked())) && max_group() > 1) return packing_with_groups(s);
+  if (packs_with_groups(s, 0)) return packing_with_groups(s, opt_);
   return "";
 }
 
@@ -253,7 +282,8 @@ Plan Planner::run(const StrategyEntry& s, const PlanProblem& pr, bool may_pack) 
   // A packer packs whatever --packing says (it is compared only with packing on); balanced
   // packs when asked.
   if (s.packs() || (opt_.packing && s.packs_when_asked() && may_pack)) {
-    if (!pr.bucket_group.empty()) throw ConfigError(packing_with_groups(s));
+    if (!pr.bucket_group.empty() || (s.mixes_groups() && per_sample_groups(pr.world_size)))
+      throw ConfigError(packing_with_groups(s, opt_));
     PlanProblem q = pr;
     q.packing = true;
     if (!s.mixes_groups()) return s.fn(q);
@@ -282,8 +312,7 @@ Plan Planner::run(const StrategyEntry& s, const PlanProblem& pr, bool may_pack) 
     if (opt_.sp == SpPolicy::kMin || opt_.sp == SpPolicy::kFixed) return gmin == gmax ? run_on_groups(s, pr, gmax) : s.fn(pr);
     return run_balanced_groups(s, pr);
   }
-  if (s.mixes_groups() && opt_.sp == SpPolicy::kPerSample && seq_parallel(pr.world_size).sizes != 1)
-    return run_balanced_groups(s, pr);
+  if (s.mixes_groups() && per_sample_groups(pr.world_size)) return run_balanced_groups(s, pr);
   if (s.mixes_groups()) return run_balanced_held(s, pr);
   return s.fn(pr);
 }
