@@ -216,6 +216,12 @@ bool Planner::per_sample_groups(int world_size) const {
   return opt_.sp == SpPolicy::kPerSample && seq_parallel(world_size).sizes != 1;
 }
 
+bool Planner::fit_one_gpu() const {
+  for (size_t b = 0; b < live_.size(); ++b)
+    if (live_[b] && max_batch_on(b, 1) < 1) return false;
+  return true;
+}
+
 bool Planner::groups_in_use() const { return max_group() > 1 || per_sample_groups(); }
 
 // Strategy s would pack (a packer, or balanced with --packing on) where groups are in use for
@@ -248,30 +254,27 @@ namespace {
 // Pools up to this size are also planned bucketed under --packing on (Planner::run).
 constexpr size_t kBucketedCheckSamples = 2'000'000;
 
-// Why packing cannot plan with sequence-parallel groups, blaming the option that asked for
-// them: --sp G or --sp per-sample, or (auto, min) samples that do not fit one GPU.
-std::string packing_with_groups(const StrategyEntry& s, const PlanOptions& o) {
+// Why packing cannot plan with sequence-parallel groups: samples that do not fit one GPU, or
+// (when they all fit) the option that asked for groups, --sp G or --sp per-sample.
+std::string packing_with_groups(const StrategyEntry& s, const PlanOptions& o, bool fit_one_gpu) {
   const std::string packing =
       "packing (" + std::string(s.name) + ", --packing on) plans every sample on one GPU";
-  if (o.sp == SpPolicy::kFixed || o.sp == SpPolicy::kPerSample)
-    return packing + ", but --sp " + sp_policy_text(o) + " asks for sequence-parallel groups" +
-           (o.sp == SpPolicy::kFixed
-                ? " of " + std::to_string(o.sp_group) + " GPUs for every sample"
-                : "") +
-           " (packs on groups are not supported); use --sp auto (groups only for samples that do "
-           "not fit one "
-           "GPU) with --packing on, or --packing off with --sp " +
-           sp_policy_text(o);
-  return packing +
-         ", but samples here need a sequence-parallel group (they do not fit one GPU); use "
-         "--packing "
-         "off, or a device or --mem-budget they fit";
+  if (!fit_one_gpu || (o.sp != SpPolicy::kFixed && o.sp != SpPolicy::kPerSample))
+    return packing +
+           ", but samples here need a sequence-parallel group (they do not fit one GPU); use "
+           "--packing off, or a device or --mem-budget they fit";
+  const std::string sp = "--sp " + sp_policy_text(o);
+  const std::string every =
+      o.sp == SpPolicy::kFixed ? " of " + std::to_string(o.sp_group) + " GPUs for every sample" : "";
+  return packing + ", but " + sp + " asks for sequence-parallel groups" + every +
+         " (packs on groups are not supported); use --sp auto (groups only for samples that do "
+         "not fit one GPU) with --packing on, or --packing off with " + sp;
 }
 }  // namespace
 
 std::string Planner::cannot_plan(const StrategyEntry& s) const {
   if (s.needs_fixed_batch() && !fixed_error_.empty()) return fixed_error_;
-  if (packs_with_groups(s, 0)) return packing_with_groups(s, opt_);
+  if (packs_with_groups(s, 0)) return packing_with_groups(s, opt_, fit_one_gpu());
   return "";
 }
 
@@ -283,7 +286,7 @@ Plan Planner::run(const StrategyEntry& s, const PlanProblem& pr, bool may_pack) 
   // packs when asked.
   if (s.packs() || (opt_.packing && s.packs_when_asked() && may_pack)) {
     if (!pr.bucket_group.empty() || (s.mixes_groups() && per_sample_groups(pr.world_size)))
-      throw ConfigError(packing_with_groups(s, opt_));
+      throw ConfigError(packing_with_groups(s, opt_, fit_one_gpu()));
     PlanProblem q = pr;
     q.packing = true;
     if (!s.mixes_groups()) return s.fn(q);

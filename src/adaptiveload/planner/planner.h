@@ -123,6 +123,8 @@ class Planner {
  private:
   // Strategy s would pack where sequence-parallel groups are in use for it (refused).
   bool packs_with_groups(const StrategyEntry& s, int world_size) const;
+  // Every planned sample fits one GPU (a group of 1) within the memory budget.
+  bool fit_one_gpu() const;
   void init(Bucketing bucketing, const Manifest* manifest);
   // Oversize samples reported (or thrown, per cfg_.oversize) and the rest into pool_; returns
   // which buckets are too big. oversize.cpp.
