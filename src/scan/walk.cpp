@@ -1,13 +1,12 @@
 #include "scan/walk.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <system_error>
 
 #include "adaptiveload/util/error.h"
+#include "adaptiveload/util/same_file.h"
 
 namespace adaptiveload {
 
@@ -52,26 +51,6 @@ std::string odd_entry_reason(fs::file_type t) {
   }
 }
 
-// The existing outputs' identities (device, inode), to know them among the walked files.
-struct OutputIds {
-  std::vector<std::pair<dev_t, ino_t>> ids;
-  std::vector<const WalkOutput*> names;
-  explicit OutputIds(const std::vector<WalkOutput>& outputs) {
-    for (const WalkOutput& o : outputs) {
-      struct stat st;
-      if (!o.path.empty() && ::stat(o.path.c_str(), &st) == 0 && S_ISREG(st.st_mode))
-        ids.emplace_back(st.st_dev, st.st_ino), names.push_back(&o);
-    }
-  }
-  const WalkOutput* find(const fs::path& p) const {
-    struct stat st;
-    if (ids.empty() || ::stat(p.c_str(), &st) != 0) return nullptr;
-    for (size_t i = 0; i < ids.size(); ++i)
-      if (ids[i] == std::pair<dev_t, ino_t>(st.st_dev, st.st_ino)) return names[i];
-    return nullptr;
-  }
-};
-
 }  // namespace
 
 bool has_media_extension(const std::string& path) {
@@ -86,13 +65,18 @@ WalkResult find_media_files(const std::vector<std::string>& inputs, const std::s
                             bool all_files, const std::vector<WalkOutput>& outputs) {
   WalkResult out;
   const fs::path root_abs = root.empty() ? fs::path() : absolute_normal(root);
-  const OutputIds out_ids(outputs);
+  // The output a walked file is (same_existing_file: by identity), or null.
+  auto output_of = [&](const fs::path& p) -> const WalkOutput* {
+    for (const WalkOutput& o : outputs)
+      if (!o.path.empty() && same_existing_file(o.path, p.string())) return &o;
+    return nullptr;
+  };
   auto wanted = [&](const fs::path& p, bool named) {
     return named || all_files || has_media_extension(p.string());
   };
   auto keep = [&](const fs::path& p, bool named) {
     if (!wanted(p, named)) return;
-    if (const WalkOutput* o = out_ids.find(p)) {
+    if (const WalkOutput* o = output_of(p)) {
       // The previous run's manifest or errors file under a walked folder (--all-files) is
       // not probed; a clip or image, or a file named to scan, is not overwritten.
       if (named || has_media_extension(p.string()))
