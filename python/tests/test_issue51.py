@@ -64,7 +64,8 @@ def test_train_dit_runs_a_packer_once_under_packing_both():
     assert len(runs) == len(set(runs))
     for p in packers:
         assert [r for r in runs if r[0] == p] == [(p, True, False), (p, True, True)]
-    assert [r for r in runs if r[0] == "balanced"] == [("balanced", pk, fu) for pk in (False, True) for fu in (False, True)]
+    both = [("balanced", pk, fu) for pk in (False, True) for fu in (False, True)]
+    assert [r for r in runs if r[0] == "balanced"] == both
     # --packing off and on: one run a kernel setting, as before.
     assert train_dit.planned_runs("greedy_pack", train_dit.PACKINGS["off"], [False]) == [("greedy_pack", False, False)]
 
