@@ -18,6 +18,7 @@
 #include "adaptiveload/cost/calibration.h"
 #include "adaptiveload/util/error.h"
 #include "commands.h"
+#include "output_files.h"
 
 namespace adaptiveload::cli {
 namespace {
@@ -129,6 +130,7 @@ int run_measuring_python(const Python& py, const std::vector<std::string>& args)
 }
 
 int run_calibrate(CalibrateCommand& c) {
+  check_outputs({{"--out", c.out}}, {{"--measurements", c.measurements}});
   if (c.measurements.empty()) {
     // Measuring needs PyTorch and the model: hand over to the Python package.
     const Python py = find_python();

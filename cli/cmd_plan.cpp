@@ -8,6 +8,7 @@
 #include "adaptiveload/presets/resources.h"
 #include "adaptiveload/util/error.h"
 #include "commands.h"
+#include "output_files.h"
 #include "plan_options.h"
 
 namespace adaptiveload::cli {
@@ -76,7 +77,10 @@ std::shared_ptr<Command> add_plan_command(CLI::App& app) {
     if (!p->out.empty() && p->opts.strategy_names().size() != 1)
       throw CLI::ValidationError("--out", "needs a single --strategy (" + strategy_names(", ", " or ") + ")");
   };
-  c->run = [p] { return run_plan(p->opts, load_manifests(p->opts), p->out); };
+  c->run = [p] {
+    check_outputs({{"--out", p->out}}, p->opts.input_files());  // before a manifest is read
+    return run_plan(p->opts, load_manifests(p->opts), p->out);
+  };
   return c;
 }
 
@@ -87,7 +91,10 @@ std::shared_ptr<Command> add_demo_command(CLI::App& app) {
   c->opts.add_to(*c->app, false);
   PlanCommand* p = c.get();
   c->validate = [p] { p->opts.finish(); };
-  c->run = [p] { return run_plan(p->opts, demo_manifest(p->opts.bad_row_policy()), ""); };
+  c->run = [p] {
+    check_outputs({}, p->opts.input_files());
+    return run_plan(p->opts, demo_manifest(p->opts.bad_row_policy()), "");
+  };
   return c;
 }
 

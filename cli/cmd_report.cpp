@@ -8,6 +8,7 @@
 #include "adaptiveload/report/html_report.h"
 #include "adaptiveload/util/error.h"
 #include "commands.h"
+#include "output_files.h"
 #include "plan_options.h"
 
 namespace adaptiveload::cli {
@@ -31,8 +32,18 @@ void write_file(const std::string& path, const std::string& text) {
   if (!f) throw InputError(path, "write failed (disk full?)");
 }
 
+// <out stem>-<chart id>.svg beside the page.
+std::string chart_path(const std::string& out, const std::string& id) {
+  std::filesystem::path p(out);
+  p.replace_filename(std::filesystem::path(out).stem().string() + "-" + id + ".svg");
+  return p.string();
+}
+
 int run_report(ReportCommand& c) {
   const PlanOptions& o = c.opts;
+  // The page, its temporary name and (--format svg) the charts beside it: none may be an input.
+  std::vector<NamedFile> outputs{{"--out", c.out}, {"--out's temporary file", c.out + ".tmp"}};
+  check_outputs(outputs, o.input_files());
   const Manifest manifest = c.demo ? demo_manifest(o.bad_row_policy()) : load_manifests(o);
   Planner planner(manifest, o.config);
   const Comparison cmp = compare(planner, o.strategy_names());
@@ -49,6 +60,11 @@ int run_report(ReportCommand& c) {
   ro.profile_path = o.config.profile;
   ro.data_json = data.dump();
   const Report rep = build_report(planner, &manifest, cmp.plans, cmp.metrics, ro);
+  if (c.format == "svg") {  // the charts' names are known now; nothing is written yet
+    for (const ReportChart& ch : rep.charts)
+      outputs.push_back({"--format svg's chart", chart_path(c.out, ch.id)});
+    check_outputs(outputs, o.input_files());
+  }
   // Write the page last, through a temporary name: a failed run leaves no half page.
   const std::string tmp = c.out + ".tmp";
   write_file(tmp, rep.html);
@@ -57,12 +73,10 @@ int run_report(ReportCommand& c) {
   if (ec) throw InputError(c.out, "cannot move the finished report into place: " + ec.message());
   std::vector<std::string> written{c.out};
   if (c.format == "svg") {
-    std::filesystem::path base(c.out);
     for (const ReportChart& ch : rep.charts) {
-      std::filesystem::path p = base;
-      p.replace_filename(base.stem().string() + "-" + ch.id + ".svg");
-      write_file(p.string(), "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n" + ch.svg);
-      written.push_back(p.string());
+      const std::string p = chart_path(c.out, ch.id);
+      write_file(p, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n" + ch.svg);
+      written.push_back(p);
     }
   }
   if (!o.quiet)

@@ -2,14 +2,15 @@
 // with FFmpeg's libraries and write the canonical manifest, bad files to an errors file.
 // Built only with the media scanner (AL_HAVE_SCAN, cmake/scan.cmake); without it the
 // subcommand exists and exits 2 saying how to enable it.
-#include "adaptiveload/util/format.h"
 #include <cstdio>
 #include <iostream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "adaptiveload/util/format.h"
 #include "commands.h"
+#include "output_files.h"
 
 #ifdef AL_HAVE_SCAN
 #include "scan/progress.h"
@@ -32,6 +33,13 @@ struct ScanCommand : Command {
 };
 
 int run_scan(ScanCommand& c) {
+  // The library refuses --out, --errors and scanned files that are one file; here also
+  // standard output redirected to one of them.
+  std::vector<NamedFile> named;
+  for (const auto& in : c.opts.inputs) named.push_back({"scanned file", in});
+  check_outputs({{"--out", c.opts.out},
+                 {"--errors", c.opts.errors.empty() ? c.opts.out + ".errors.csv" : c.opts.errors}},
+                named);
   ProgressBar bar(stderr, !c.quiet);
   c.opts.on_progress = [&bar](const ScanProgress& p) { bar.update(p); };
   ScanSummary s;

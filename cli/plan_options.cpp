@@ -140,7 +140,8 @@ void PlanOptions::add_to(CLI::App& app, bool with_manifest) {
                  "does not fit is oversize), or a group size G "
                  "for every sample (one fixed size, as a trainer's sp_size). Only balanced mixes group sizes; "
                  "the other strategies run every sample on the largest group any sample needs. With groups in "
-                 "use the table adds balanced on each fixed group size (balanced g=G) for comparison")
+                 "use (a sample needs one, or per-sample) the table adds balanced on each fixed group size "
+                 "(balanced g=G) for comparison. Groups and --packing on exclude each other")
       ->capture_default_str();
   app.add_option("--sp-sizes", config.sp_sizes,
                  "Allowed sequence-parallel group sizes, powers of two; one is used only where it divides the "
@@ -151,7 +152,9 @@ void PlanOptions::add_to(CLI::App& app, bool with_manifest) {
                  "Packed micro-batches: off (every micro-batch holds samples of one bucket) or on (balanced "
                  "packs samples of any buckets into one micro-batch, a varlen sequence in which each sample "
                  "attends only to itself, within the memory budget's tokens; the table adds the greedy packer "
-                 "greedy_pack and bucketed balanced beside it). Every sample still runs on one GPU")
+                 "greedy_pack and bucketed balanced beside it). Every sample still runs on one GPU: packing where "
+                 "sequence-parallel groups are in use (--sp G, samples that do not fit one GPU, or balanced under "
+                 "--sp per-sample) is refused")
       ->capture_default_str()
       ->check(choices("packing"));
   app.add_option("--fixed-config", config.fixed_config,
@@ -215,6 +218,16 @@ std::vector<std::string> PlanOptions::strategy_names() const {
   return {strategy};
 }
 
+std::vector<NamedFile> PlanOptions::input_files() const {
+  std::vector<NamedFile> in;
+  for (const auto& m : manifests) in.push_back({"--manifest", m});
+  // Preset names are not files; a path that exists is read (same_existing_file).
+  for (const auto& [flag, path] : {std::pair{"--profile", config.profile}, {"--fixed-config", config.fixed_config},
+                                   {"--model", config.model}, {"--device", config.device}, {"--grid", config.grid}})
+    in.push_back({flag, path});
+  return in;
+}
+
 Comparison compare(const Planner& planner, const std::vector<std::string>& names) {
   Comparison c;
   for (const auto& n : names) {
@@ -235,15 +248,15 @@ Comparison compare(const Planner& planner, const std::vector<std::string>& names
       Plan p = planner.plan_bucketed(n);
       Metrics m = planner.simulate(p);
       m.name = n + " bucketed";
+      c.warnings.push_back(planner.row_warnings(p, m.name));  // under its own row's name
       c.metrics.push_back(std::move(m));
-      c.warnings.push_back(planner.warnings(p));
       c.plans.push_back(std::move(p));
     }
   }
   // With sequence parallelism in use, each strategy that mixes group sizes (balanced) on each
   // single fixed group size that every sample fits (today's practice: one sp_size for the
-  // run) beside its per-sample groups.
-  if (names.size() > 1 && planner.max_group() > 1) {
+  // run) beside its per-sample groups; with --sp per-sample from g=1, as groups are in use.
+  if (names.size() > 1 && planner.groups_in_use()) {
     const SeqParallel sp = planner.seq_parallel();
     for (const std::string& n : names) {
       if (!find_strategy(n).mixes_groups()) continue;
@@ -297,7 +310,7 @@ void print_table(const Planner& planner, const Manifest& manifest, const Compari
       << (planner.options().sync ? "" : " (auto)") << (planner.packing() ? ", packing on" : "") << ", seed " << cfg.seed
       << ", epoch " << cfg.epoch << "\n";
   out << "global batch: " << planner.global_batch_text() << "\n";
-  if (planner.max_group() > 1) {
+  if (planner.groups_in_use()) {
     // Samples per group size (per-sample groups), and what the other strategies run on.
     std::map<int, int64_t> per_g;
     for (size_t b = 0; b < bk.buckets.size(); ++b)

@@ -7,6 +7,7 @@
 
 #include "adaptiveload/manifest/manifest.h"
 #include "adaptiveload/planner/planner.h"
+#include "adaptiveload/util/same_file.h"
 
 namespace adaptiveload::cli {
 
@@ -28,6 +29,9 @@ struct PlanOptions {
   void finish();
   BadRowPolicy bad_row_policy() const { return on_bad_row == "skip" ? BadRowPolicy::kSkip : BadRowPolicy::kError; }
   std::vector<std::string> strategy_names() const;
+  // The files the options read (manifests, --profile, --fixed-config, preset files), named by
+  // their flags, for the output check (output_files.h).
+  std::vector<NamedFile> input_files() const;
 };
 
 // Everything the CLI computed for a set of strategies.

@@ -82,6 +82,11 @@ def table(results):
     return rows
 
 
+def percent(v: float) -> str:
+    """v as a percentage with one decimal, never "-0.0%" (a measured idle share of -1e-17)."""
+    return f"{round(100 * v, 1) + 0.0:.1f}%"
+
+
 def packing_columns(rows):
     """(header cells, separator cells, per-row cells) of the packing columns: none when no row is
     packed (the table as without packing), else the packing and the speedup over bucketed."""
@@ -101,7 +106,7 @@ def markdown(rows, meta):
            "| strategy | fused adaLN | imbalance (measured / predicted) | samples/s (measured / predicted) | "
            "tokens/s | peak memory | speedup vs equal_tokens (same kernel) | vs equal_tokens eager |" + head,
            "|---|---|---|---|---|---|---|---|" + sep]
-    pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+    pct = lambda v: "-" if v is None else percent(v)  # noqa: E731
     num = lambda v, f="{:.2f}": "-" if v is None else f.format(v)  # noqa: E731
     for r in rows:
         mem = "-" if r["peak_memory_gb"] is None else f"{r['peak_memory_gb']:.1f} GB ({pct(r['peak_memory_utilization'])})"
@@ -113,7 +118,7 @@ def markdown(rows, meta):
     P = train_dit.PAPER
     out.append(f"| paper (Wan 2.1, reported) | yes | {pct(P['imbalance_equal_tokens'])} -> {pct(P['imbalance_dual'])} "
                f"| +{pct(P['throughput_gain'])} | - | VRAM efficiency +{pct(P['vram_efficiency_gain'])} | "
-               f"{1 + P['throughput_gain']:.2f}x | - |")
+               f"{1 + P['throughput_gain']:.2f}x | - |" + " - |" * head.count("|"))  # as many cells as the header
     return "\n".join(out) + "\n"
 
 
@@ -283,7 +288,7 @@ def time_split_table(rows):
                    f"{med(r, 'epoch_over_predicted'):.3f} | {med(r, 'compute_over_price'):.3f} | "
                    f"{med(r, 'step_max_over_price'):.3f} | {1000 * med(r, 'outside_compute_s_per_step'):.2f} ms | "
                    f"{1000 * med(r, 'outside_compute_predicted_s_per_step'):.2f} ms | "
-                   f"{100 * med(r, 'outside_compute_share'):.1f}% |" + (f" {by_rep} |" if probed else ""))
+                   f"{percent(med(r, 'outside_compute_share'))} |" + (f" {by_rep} |" if probed else ""))
     return out
 
 
@@ -321,7 +326,7 @@ def paired_table(rows):
 
 
 def markdown_repeated(rows, meta):
-    pct = lambda v: f"{100 * v:.1f}%"  # noqa: E731
+    pct = percent
     head, sep, cell = packing_columns(rows)
     out = [f"# Whole epochs, measured: {meta}", "",
            "Measured: the compute time of every emulated rank in every step (clock as above: CUDA events, "

@@ -1104,6 +1104,16 @@ def say_result(r: dict, args, dist_rank: int) -> None:
           flush=True)
 
 
+def planned_runs(strategies: str, packing_opts: List[bool], fused_opts: List[bool]) -> List[tuple]:
+    """(strategy, packing, fused) of every run. A packer (greedy_pack) packs whatever --packing
+    says, so it runs once per kernel setting: under --packing both, packed (its one plan)."""
+    runs = []
+    for strategy in (s.strip() for s in strategies.split(",")):
+        pks = packing_opts[-1:] if strategy in PACKING_STRATEGIES else packing_opts
+        runs += [(strategy, pk, fu) for pk in pks for fu in fused_opts]
+    return runs
+
+
 def main(argv=None, exit_process: bool = False) -> List[dict]:
     """Runs the strategies and returns their summaries. exit_process (the script's entry):
     under torchrun, once every rank is done, the process ends at once (os._exit) instead of
@@ -1135,8 +1145,7 @@ def main(argv=None, exit_process: bool = False) -> List[dict]:
             local = int(os.environ.get("LOCAL_RANK", "0"))
             torch.cuda.set_device(local)
             args.device = f"cuda:{local}"
-    runs = [(strategy.strip(), packing, fused) for strategy in args.strategy.split(",")
-            for packing, fused in [(pk, fu) for pk in packing_opts for fu in fused_opts]]
+    runs = planned_runs(args.strategy, packing_opts, fused_opts)
     # What the plan leaves out is said once (the manifest and options are the same for every run).
     if args.interleave:
         results = run_interleaved([strategy_steps(args, strategy, fused, dist_rank, dist_world, report=i == 0,

@@ -14,6 +14,7 @@
 
 #include "adaptiveload/manifest/manifest.h"
 #include "adaptiveload/util/error.h"
+#include "adaptiveload/util/same_file.h"
 #include "scan/probe.h"
 #include "scan/walk.h"
 
@@ -123,7 +124,15 @@ ScanSummary scan_to_manifest(const ScanOptions& o) {
   sum.errors_path = o.errors.empty() ? o.out + ".errors.csv" : o.errors;
   if (o.out.empty()) throw ConfigError("scan: no output manifest given (--out FILE)");
 
-  // Open the outputs first: a path that cannot be written fails before any probing.
+  // Outputs that are one file (--out and --errors, or a file named to scan) are refused
+  // before anything is written; so is an output that the walk would probe.
+  std::vector<NamedFile> named_inputs;
+  for (const auto& in : o.inputs) named_inputs.push_back({"scanned file", in});
+  check_distinct_outputs({{"--out", o.out}, {"--errors", sum.errors_path}}, named_inputs);
+  WalkResult walk = find_media_files(o.inputs, o.root, o.all_files,
+                                     {{"--out", o.out}, {"--errors", sum.errors_path}});
+
+  // Open the outputs before probing: a path that cannot be written fails before any probing.
   std::unordered_set<std::string> done;
   bool write_header = true;
   std::error_code ec;
@@ -135,7 +144,6 @@ ScanSummary scan_to_manifest(const ScanOptions& o) {
   RowWriter errors(sum.errors_path, "wb");
   errors.write(kErrorsHeader);
 
-  WalkResult walk = find_media_files(o.inputs, o.root, o.all_files, {o.out, sum.errors_path});
   sum.found = int64_t(walk.files.size());
   for (const auto& e : walk.errors) errors.write(error_row(e.path, e.reason));
   sum.errors += int64_t(walk.errors.size());

@@ -5,6 +5,9 @@
 #include <filesystem>
 #include <system_error>
 
+#include "adaptiveload/util/error.h"
+#include "adaptiveload/util/same_file.h"
+
 namespace adaptiveload {
 
 namespace fs = std::filesystem;
@@ -33,6 +36,21 @@ std::string row_name(const fs::path& file, const fs::path& root_abs) {
   return absolute_normal(file).lexically_relative(root_abs).generic_string();
 }
 
+// What an entry that is neither a folder nor a regular file is, for its error line.
+std::string odd_entry_reason(fs::file_type t) {
+  switch (t) {
+    case fs::file_type::fifo:
+      return "not a regular file (a FIFO); copy the data into a file to scan it";
+    case fs::file_type::socket:
+      return "not a regular file (a socket)";
+    case fs::file_type::block:
+    case fs::file_type::character:
+      return "not a regular file (a device)";
+    default:
+      return "not a regular file";
+  }
+}
+
 }  // namespace
 
 bool has_media_extension(const std::string& path) {
@@ -44,16 +62,56 @@ bool has_media_extension(const std::string& path) {
 }
 
 WalkResult find_media_files(const std::vector<std::string>& inputs, const std::string& root,
-                            bool all_files, const std::vector<std::string>& exclude) {
+                            bool all_files, const std::vector<WalkOutput>& outputs) {
   WalkResult out;
   const fs::path root_abs = root.empty() ? fs::path() : absolute_normal(root);
-  std::vector<fs::path> excluded;
-  for (const auto& e : exclude) excluded.push_back(absolute_normal(e));
+  // The output a walked file is (same_existing_file: by identity), or null.
+  auto output_of = [&](const fs::path& p) -> const WalkOutput* {
+    for (const WalkOutput& o : outputs)
+      if (!o.path.empty() && same_existing_file(o.path, p.string())) return &o;
+    return nullptr;
+  };
+  auto wanted = [&](const fs::path& p, bool named) {
+    return named || all_files || has_media_extension(p.string());
+  };
   auto keep = [&](const fs::path& p, bool named) {
-    if (!named && !all_files && !has_media_extension(p.string())) return;
-    const fs::path a = absolute_normal(p);
-    if (std::find(excluded.begin(), excluded.end(), a) != excluded.end()) return;
+    if (!wanted(p, named)) return;
+    if (const WalkOutput* o = output_of(p)) {
+      // The previous run's manifest or errors file under a walked folder (--all-files) is
+      // not probed; a clip or image, or a file named to scan, is not overwritten.
+      if (named || has_media_extension(p.string()))
+        throw ConfigError(o->flag + " " + o->path + " is the same file as " + p.string() +
+                          ", which the scan reads: writing it would destroy it; write " + o->flag +
+                          " to a file that is not scanned");
+      return;
+    }
     out.files.push_back({p.string(), row_name(p, root_abs)});
+  };
+  // An entry that is neither a folder nor a regular file: a line, where it would be probed.
+  auto odd = [&](const fs::directory_entry& e) {
+    std::error_code le, se;
+    const fs::file_status link = e.symlink_status(le);
+    const fs::file_status st = e.status(se);
+    if (fs::is_symlink(link) && fs::is_directory(st)) {
+      out.errors.push_back({e.path().string(),
+                            "symbolic link to a folder, not followed (no loops); name the folder "
+                            "itself to scan it"});
+      return;
+    }
+    const fs::path target = fs::is_symlink(link) ? fs::read_symlink(e.path(), le) : fs::path();
+    if (!wanted(e.path(), false) && !(fs::is_symlink(link) && wanted(target, false))) return;
+    if (st.type() == fs::file_type::not_found) {
+      out.errors.push_back({e.path().string(), fs::is_symlink(link)
+                                                   ? "dangling symbolic link (its target " +
+                                                         target.string() + " does not exist)"
+                                                   : "vanished during the scan"});
+      return;
+    }
+    if (se) {  // a link loop (ELOOP), a permission denied on the way
+      out.errors.push_back({e.path().string(), "cannot read: " + se.message()});
+      return;
+    }
+    out.errors.push_back({e.path().string(), odd_entry_reason(st.type())});
   };
 
   for (const auto& input : inputs) {
@@ -81,12 +139,13 @@ WalkResult find_media_files(const std::vector<std::string>& inputs, const std::s
       }
       for (; it != end; it.increment(ec)) {
         std::error_code fe;
-        if (it->is_directory(fe)) {
-          if (!it->is_symlink(fe))
-            folders.push_back(it->path());  // no loops through linked folders
-        } else if (it->is_regular_file(fe)) {
+        const bool link = it->is_symlink(fe);
+        if (it->is_directory(fe) && !link)
+          folders.push_back(it->path());  // links to folders are not followed: no loops
+        else if (it->is_regular_file(fe))
           keep(it->path(), false);
-        }
+        else
+          odd(*it);
       }
       if (ec) out.errors.push_back({dir.string(), "listing stopped: " + ec.message()});
     }

@@ -25,12 +25,23 @@ struct WalkError {
 };
 
 struct WalkResult {
-  std::vector<FoundFile> files;   // sorted by row_path, unique
-  std::vector<WalkError> errors;  // unreadable folders, missing inputs
+  std::vector<FoundFile> files;  // sorted by row_path, unique
+  // Every entry that gets no row though it would be probed, each with its reason: missing
+  // inputs, unreadable folders and entries, dangling symbolic links, FIFOs, sockets and
+  // devices, and links to folders (not followed: no loops).
+  std::vector<WalkError> errors;
 };
 
-// `exclude`: files never to probe (the scan's own output and errors files).
+// The scan's own outputs, by the flag that names them: never probed. One that is a file the
+// scan would probe (named on the command line, or a media file under a folder) is refused.
+struct WalkOutput {
+  std::string flag;  // "--out", "--errors"
+  std::string path;
+};
+
+// Throws ConfigError when an output is one of the files the walk would probe (compared by
+// identity: symbolic links, "./x" and hard links included); nothing is written before.
 WalkResult find_media_files(const std::vector<std::string>& inputs, const std::string& root,
-                            bool all_files, const std::vector<std::string>& exclude);
+                            bool all_files, const std::vector<WalkOutput>& outputs);
 
 }  // namespace adaptiveload

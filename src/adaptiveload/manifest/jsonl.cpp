@@ -160,6 +160,22 @@ const char* fast_json_object(const char* p, const char* const e, std::string_vie
   }
 }
 
+// The key whose value in the line `s` is the number text `number` ("(row)" when not found):
+// the quoted string before the ':' that precedes it.
+std::string key_before(std::string_view s, const std::string& number) {
+  for (size_t at = s.find(number); at != std::string_view::npos; at = s.find(number, at + 1)) {
+    size_t i = at;
+    while (i > 0 && blank(s[i - 1])) --i;
+    if (i == 0 || s[i - 1] != ':') continue;
+    --i;
+    while (i > 0 && blank(s[i - 1])) --i;
+    if (i < 2 || s[i - 1] != '"') continue;
+    const size_t open = s.rfind('"', i - 2);
+    if (open != std::string_view::npos) return std::string(s.substr(open + 1, i - 2 - open));
+  }
+  return "(row)";
+}
+
 }  // namespace
 
 void Manifest::load_jsonl(std::string_view text, const std::string& name, BadRowPolicy policy) {
@@ -237,7 +253,16 @@ void Manifest::load_jsonl_line(std::string_view s, const std::string& name, int6
   try {
     j = json::parse(s, on_event);
     if (reason.empty() && !j.is_object()) reason = "line is not a JSON object";
-  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number overflow (1e400)
+  } catch (
+      const json::out_of_range& e) {  // a number past a double (1e400): out of range, in its field
+    const std::string what = e.what();
+    const size_t q = what.find('\''), q2 = what.rfind('\'');
+    const std::string number =
+        q != std::string::npos && q2 > q ? what.substr(q + 1, q2 - q - 1) : "";
+    field = number.empty() ? "(row)" : key_before(s, number);
+    reason = number.empty() ? "a number is out of range (" + what + ")"
+                            : "'" + number + "' is out of range";
+  } catch (const json::exception& e) {  // parse_error
     field = "(row)";
     reason = std::string("not valid JSON (") + e.what() + ")";
   }

@@ -58,6 +58,9 @@ std::string parse_int(std::string_view s, int64_t max, int64_t& out) {
       // Accept integral floats such as "220.0" that spreadsheet exports write.
       double d = 0;
       auto [q, ec2] = std::from_chars(s.data(), s.data() + s.size(), d);
+      // A number past what a double holds (1e309) is out of range, not "not an integer".
+      if (ec2 == std::errc::result_out_of_range && q == s.data() + s.size())
+        return "'" + std::string(s) + "' is out of range";
       if (ec2 != std::errc() || q != s.data() + s.size() || d != std::floor(d) || !std::isfinite(d))
         return "'" + std::string(s) + "' is not an integer";
       if (std::fabs(d) > 9e15) return "'" + std::string(s) + "' is out of range";
@@ -101,6 +104,8 @@ std::string parse_fps(std::string_view s, int64_t num_frames, double& out) {
   }
   if (!parse_decimal(s, out)) {
     auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+    if (ec == std::errc::result_out_of_range && p == s.data() + s.size())  // 1e309, 1e-400
+      return "'" + std::string(s) + "' is out of range";
     if (ec != std::errc() || p != s.data() + s.size() || !std::isfinite(out))
       return "'" + std::string(s) + "' is not a number";
   }
@@ -338,6 +343,8 @@ void Manifest::load_owned(Text owned, const std::string& name, BadRowPolicy poli
   const uint64_t base = text_base_.empty() ? 0 : text_base_.back() + texts_.back().size;
   if (base + owned.size >= kExtraBase)
     throw InputError(name, "manifests of more than 512 GiB in total are not supported; split the dataset");
+  if (const std::string why = encoding_problem(owned.view(), name); !why.empty())
+    throw InputError(name, "the manifest " + why);
   texts_.push_back(std::move(owned));
   text_base_.push_back(base);
   const std::string_view text = texts_.back().view();

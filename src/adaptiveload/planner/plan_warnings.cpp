@@ -38,9 +38,29 @@ std::string Planner::drop_warning(const Plan& plan) const {
 }
 
 std::vector<std::string> Planner::warnings(const Plan& plan) const {
+  return row_warnings(plan, plan.strategy);
+}
+
+std::string Planner::batch_over_epoch() const {
+  PlanProblem pr = problem(cfg_.world_size, cfg_.epoch, 0, {});
+  pr.pool_view = &pool_;
+  const double total = pr.batch_total();
+  if (pr.batch_kind == BatchKind::kFree || !(pr.batch_target > total)) return "";
+  const bool by_samples = pr.batch_kind == BatchKind::kSamples;
+  const std::string unit = by_samples ? " samples" : " tokens";
+  const std::string all = thousands(int64_t(total)) + unit;
+  return "the global batch (" + global_batch_text_ + ") is larger than the whole epoch (" + all +
+         "): a step can hold at most the epoch, so it is planned as one step of all " + all +
+         ", fewer than asked; ask for at most " + all + " per step (" +
+         option_word("global_batch", by_samples ? "samples:N" : "tokens:N") +
+         ") or plan more data";
+}
+
+std::vector<std::string> Planner::row_warnings(const Plan& plan, const std::string& row) const {
   std::vector<std::string> out;
-  const std::string who = "strategy '" + plan.strategy + "'";
+  const std::string who = "strategy '" + row + "'";
   const uint64_t W = uint64_t(plan.world_size), K = target_steps(plan.world_size), steps = plan.num_steps();
+  if (const std::string over = batch_over_epoch(); !over.empty()) out.push_back(who + ": " + over);
   if (K > 0 && steps != K && steps > 0) {
     // What the trained samples can fill: a sample on a sequence-parallel group of g takes g
     // rank-steps of the W a step has (its micro-batch is listed by each rank of the group).

@@ -220,6 +220,26 @@ int Planner::max_group() const {
   return g;
 }
 
+bool Planner::per_sample_groups(int world_size) const {
+  return opt_.sp == SpPolicy::kPerSample && seq_parallel(world_size).sizes != 1;
+}
+
+bool Planner::fit_one_gpu() const {
+  for (size_t b = 0; b < live_.size(); ++b)
+    if (live_[b] && max_batch_on(b, 1) < 1) return false;
+  return true;
+}
+
+bool Planner::groups_in_use() const { return max_group() > 1 || per_sample_groups(); }
+
+// Strategy s would pack (a packer, or balanced with --packing on) where groups are in use for
+// it: a sample needs one, or --sp per-sample has it search groups (balanced; the packer runs
+// every sample on one GPU then, as the other one-size strategies run on g=1).
+bool Planner::packs_with_groups(const StrategyEntry& s, int world_size) const {
+  const bool packs = s.packs() || (opt_.packing && s.packs_when_asked());
+  return packs && (max_group() > 1 || (s.mixes_groups() && per_sample_groups(world_size)));
+}
+
 GroupSearch Planner::group_search(int world_size) const {
   GroupSearch gs;
   gs.buckets = &bucketing_.buckets;
@@ -242,19 +262,29 @@ namespace {
 // Pools up to this size are also planned bucketed under --packing on (Planner::run).
 constexpr size_t kBucketedCheckSamples = 2'000'000;
 
-std::string packing_with_groups(const StrategyEntry& s) {
-  return "packing (" + std::string(s.name) + ", " + option_word("packing", "on") +
-         ") plans every sample on one GPU, but samples here need a sequence-parallel group (they "
-         "do not fit one "
-         "GPU); use " +
-         option_word("packing", "off") + ", or a device or " + option_word("mem_budget_tokens") +
-         " they fit";
+// Why packing cannot plan with sequence-parallel groups: samples that do not fit one GPU, or
+// (when they all fit) the option that asked for groups, --sp G or --sp per-sample.
+std::string packing_with_groups(const StrategyEntry& s, const PlanOptions& o, bool fit_one_gpu) {
+  const std::string packing = "packing (" + std::string(s.name) + ", " +
+                              option_word("packing", "on") + ") plans every sample on one GPU";
+  if (!fit_one_gpu || (o.sp != SpPolicy::kFixed && o.sp != SpPolicy::kPerSample))
+    return packing +
+           ", but samples here need a sequence-parallel group (they do not fit one GPU); use " +
+           option_word("packing", "off") + ", or a device or " +
+           option_word("mem_budget_tokens") + " they fit";
+  const std::string sp = option_word("sp", sp_policy_text(o));
+  const std::string every =
+      o.sp == SpPolicy::kFixed ? " of " + std::to_string(o.sp_group) + " GPUs for every sample" : "";
+  return packing + ", but " + sp + " asks for sequence-parallel groups" + every +
+         " (packs on groups are not supported); use " + option_word("sp", "auto") +
+         " (groups only for samples that do not fit one GPU) with " +
+         option_word("packing", "on") + ", or " + option_word("packing", "off") + " with " + sp;
 }
 }  // namespace
 
 std::string Planner::cannot_plan(const StrategyEntry& s) const {
   if (s.needs_fixed_batch() && !fixed_error_.empty()) return fixed_error_;
-  if ((s.packs() || (opt_.packing && s.packs_when_asked())) && max_group() > 1) return packing_with_groups(s);
+  if (packs_with_groups(s, 0)) return packing_with_groups(s, opt_, fit_one_gpu());
   return "";
 }
 
@@ -265,7 +295,8 @@ Plan Planner::run(const StrategyEntry& s, const PlanProblem& pr, bool may_pack) 
   // A packer packs whatever --packing says (it is compared only with packing on); balanced
   // packs when asked.
   if (s.packs() || (opt_.packing && s.packs_when_asked() && may_pack)) {
-    if (!pr.bucket_group.empty()) throw ConfigError(packing_with_groups(s));
+    if (!pr.bucket_group.empty() || (s.mixes_groups() && per_sample_groups(pr.world_size)))
+      throw ConfigError(packing_with_groups(s, opt_, fit_one_gpu()));
     PlanProblem q = pr;
     q.packing = true;
     if (!s.mixes_groups()) return s.fn(q);
@@ -294,8 +325,7 @@ Plan Planner::run(const StrategyEntry& s, const PlanProblem& pr, bool may_pack) 
     if (opt_.sp == SpPolicy::kMin || opt_.sp == SpPolicy::kFixed) return gmin == gmax ? run_on_groups(s, pr, gmax) : s.fn(pr);
     return run_balanced_groups(s, pr);
   }
-  if (s.mixes_groups() && opt_.sp == SpPolicy::kPerSample && seq_parallel(pr.world_size).sizes != 1)
-    return run_balanced_groups(s, pr);
+  if (s.mixes_groups() && per_sample_groups(pr.world_size)) return run_balanced_groups(s, pr);
   if (s.mixes_groups()) return run_balanced_held(s, pr);
   return s.fn(pr);
 }

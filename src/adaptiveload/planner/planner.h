@@ -72,6 +72,12 @@ class Planner {
   const std::vector<uint8_t>& bucket_groups() const { return base_.bucket_group; }
   // Largest group size any planned sample gets (1: no sequence parallelism).
   int max_group() const;
+  // --sp per-sample where a group larger than 1 is allowed on `world_size` ranks (0: the
+  // configured): balanced tries groups though every sample fits one GPU.
+  bool per_sample_groups(int world_size = 0) const;
+  // Sequence-parallel groups in use: a sample needs one (max_group() > 1) or per_sample_groups().
+  // Packing is refused then; the table adds balanced on each fixed group size.
+  bool groups_in_use() const;
   // The plan with every sample on `g` ranks (one fixed group size), for comparison.
   Plan plan_fixed_group(const std::string& strategy, int g, int world_size = 0) const;
   uint64_t fingerprint() const { return fingerprint_; }
@@ -98,10 +104,16 @@ class Planner {
   // Targets `plan` (a full-epoch plan of this planner) misses, one sentence each for the user:
   // the global batch's step count, and for balanced in step sync the per-step global batch
   // (within 10%) and the mix (images and clips in every step). Empty when it meets them all.
+  // Also a global batch larger than the whole epoch (batch_over_epoch). Each line names the
+  // strategy; row_warnings names it `row` instead (a table row: "balanced bucketed").
   std::vector<std::string> warnings(const Plan& plan) const;
   // The sentence for `plan` when it drops more than kDropWarnFraction of the samples planned
   // (end_policy drop; every front end says it, in its own words); "" when it drops fewer.
   std::string drop_warning(const Plan& plan) const;
+  std::vector<std::string> row_warnings(const Plan& plan, const std::string& row) const;
+  // "" or why the global batch (samples:N, tokens:N) exceeds what the whole epoch holds: the
+  // plan is then one step of every sample, never a silent cap.
+  std::string batch_over_epoch() const;
   SimEnv sim_env(int world_size) const;
 
   // Resume: the plan to continue from `state` on `world_size` ranks, and the first step of it
@@ -119,6 +131,10 @@ class Planner {
   PlanState initial_state(const std::string& strategy, int world_size = 0, int64_t epoch = -1) const;
 
  private:
+  // Strategy s would pack where sequence-parallel groups are in use for it (refused).
+  bool packs_with_groups(const StrategyEntry& s, int world_size) const;
+  // Every planned sample fits one GPU (a group of 1) within the memory budget.
+  bool fit_one_gpu() const;
   void init(Bucketing bucketing, const Manifest* manifest);
   // Oversize samples reported (or thrown, per cfg_.oversize) and the rest into pool_; returns
   // which buckets are too big. oversize.cpp.

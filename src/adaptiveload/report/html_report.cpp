@@ -87,7 +87,7 @@ std::string sync_text(const Planner& planner) {
 
 // Sequence parallelism is in use when some sample needs a group, or a plan chose one.
 bool sp_in_use(const Planner& planner, const std::vector<Metrics>& metrics) {
-  if (planner.max_group() > 1) return true;
+  if (planner.groups_in_use()) return true;
   for (const auto& m : metrics)
     if (m.group_max > 1) return true;
   return false;
@@ -190,7 +190,11 @@ std::string inputs_section(const Planner& planner, const Manifest* manifest,
     << ", cost model " << xml_escape(planner.cost().name()) << ", checkpointing "
     << (cfg.checkpointing ? "on" : "off") << ", " << (planner.sharded() ? "fsdp" : "ddp") << ", <b>"
     << sync_name(planner.sync()) << " sync</b> (" << (planner.options().sync ? "" : "auto; ")
-    << sync_text(planner) << "), seed " << cfg.seed << ", epoch " << cfg.epoch << "</li>\n";
+    << sync_text(planner) << ")"
+    << (planner.packing()
+            ? ", <b>packing on</b> (micro-batches may be packs of samples of any buckets)"
+            : "")
+    << ", seed " << cfg.seed << ", epoch " << cfg.epoch << "</li>\n";
   if (sp_in_use(planner, metrics)) o << sp_item(planner, metrics);
   o << "<li>global batch: " << xml_escape(planner.global_batch_text()) << "</li>\n";
   o << "<li>budgets: M_mem " << thousands(planner.mem_budget_tokens()) << " tokens"

@@ -38,15 +38,16 @@ std::vector<int64_t> dual_batch_sizes(const PlanProblem& pr) {
   return out;
 }
 
+double PlanProblem::batch_total() const {
+  if (batch_kind == BatchKind::kSamples) return double(pool_ids().size());
+  double total = 0;
+  for (uint32_t id : pool_ids()) total += double(tokens((*sample_bucket)[id]));
+  return total;
+}
+
 uint64_t PlanProblem::target_steps() const {
   if (batch_kind == BatchKind::kFree || !(batch_target > 0)) return 0;
-  double total = 0;
-  if (batch_kind == BatchKind::kSamples) {
-    total = double(pool_ids().size());
-  } else {
-    for (uint32_t id : pool_ids()) total += double(tokens((*sample_bucket)[id]));
-  }
-  const double k = std::round(total / batch_target);
+  const double k = std::round(batch_total() / batch_target);
   return k < 1 ? 1 : k > 4e9 ? uint64_t(4e9) : uint64_t(k);
 }
 

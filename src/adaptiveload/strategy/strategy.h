@@ -87,6 +87,9 @@ struct PlanProblem {
   // Global steps this problem's pool should take under the global batch (0 for kFree): the
   // pool's samples (or tokens) over the target, rounded, at least 1.
   uint64_t target_steps() const;
+  // The pool's samples (batch_kind kSamples) or video tokens (otherwise): what the global
+  // batch divides into steps.
+  double batch_total() const;
 };
 
 // The strategy registry (strategy_registry.cpp): the one list of strategy names and of what

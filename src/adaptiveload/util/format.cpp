@@ -1,12 +1,16 @@
 #include "adaptiveload/util/format.h"
 
 #include <cstdio>
+#include <cstring>
 
 namespace adaptiveload {
 
 std::string fmt(const char* format, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, format, v);
+  // A value that rounds to zero prints without its sign: never "-0.0%" (-1e-17 idle, -0.0); -inf
+  // keeps it.
+  if (buf[0] == '-' && std::strpbrk(buf, "123456789iInN") == nullptr) return buf + 1;
   return buf;
 }
 
