@@ -14,8 +14,10 @@ Which frames, which resize and which crop come from the core (adaptiveload._C.sa
 geometry/sample_geometry.h: the planner's temporal and spatial rules), never from Python:
 the clip resampled to the grid's fps, F' frames from a window whose start is drawn per
 (seed, epoch, row); resized with the aspect kept (antialiased, never upscaled) and
-centre-cropped to the bucket. The window moves with the epoch: set_epoch(epoch), or index the
-dataset with (row, epoch) pairs (what DataLoader workers need when they outlive an epoch).
+centre-cropped to the bucket. The window moves with the epoch: the dataset follows the
+sampler's epoch (DataLoader workers forked at each epoch's iteration see it), or set_epoch(e)
+fixes one, or index with (row, epoch) pairs (what persistent workers, which keep the dataset
+they started with, need).
 
 Decoding: video with torchcodec's VideoDecoder (exact seek mode: frame indices are counted
 from the file, and rotation metadata is applied, so frames come in display orientation, which
@@ -79,7 +81,7 @@ class MediaDataset(Dataset):
       seed; row ids agree by construction).
     root: the folder relative paths are under (scan's --root); None: the current directory.
     on_bad: 'error' (BadMediaError) or 'skip' (the row reported, see `skipped`).
-    epoch: the epoch of the frame window; None: the sampler's current epoch.
+    epoch: the epoch of the frame window; None: the sampler's epoch, followed (set_epoch).
     """
 
     def __init__(self, sampler: Any, *, root: Optional[str] = None, on_bad: str = "error",
@@ -96,7 +98,8 @@ class MediaDataset(Dataset):
         self._planner = sampler._planner(sampler.world_size)  # buckets do not depend on the world size
         self.root = root
         self.on_bad = on_bad
-        self.epoch = int(sampler.epoch if epoch is None else epoch)
+        self._sampler = sampler
+        self._epoch = None if epoch is None else int(epoch)
         self.skipped: List[Tuple[int, str, str]] = []  # (row, path, reason) in this process
 
     def __getstate__(self):
@@ -106,9 +109,15 @@ class MediaDataset(Dataset):
     def __len__(self) -> int:
         return int(self._manifest.total_rows)
 
-    def set_epoch(self, epoch: int) -> None:
-        """The epoch whose frame windows later items take (the sampler's set_epoch's twin)."""
-        self.epoch = int(epoch)
+    @property
+    def epoch(self) -> int:
+        """The epoch of the frame windows: set_epoch's, else the sampler's (as this process sees it:
+        a worker forked when the loader's iteration began sees the sampler's epoch of then)."""
+        return int(self._sampler.epoch) if self._epoch is None else self._epoch
+
+    def set_epoch(self, epoch: Optional[int]) -> None:
+        """Fixes the epoch whose frame windows later items take (None: follow the sampler's)."""
+        self._epoch = None if epoch is None else int(epoch)
 
     def geometry(self, row: int, epoch: Optional[int] = None) -> Dict[str, Any]:
         """The core's rule for `row`: frames, resize, crop, shape and bucket (_C.sample_geometry)."""

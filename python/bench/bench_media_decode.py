@@ -9,7 +9,8 @@ scan's rules when the CLI is not built), plans it (tiny-dit, the tiny grid) and 
    exactly (3, F', H', W') of their bucket (the acceptance figure: 0 mismatches);
 2. times decoding per sample by bucket, ours (torchcodec get_frames_at on the core's frame
    indices) beside a baseline loader that decodes the whole clip and then picks the frames
-   (what a dataset written without the planner's rule commonly does), same resize and crop;
+   (what a dataset written without the planner's rule commonly does), same resize and crop
+   (images take the same path in both: their columns differ by noise only);
 3. samples/s of each through a DataLoader (batch_sampler = the sampler, collate_media) with
    1 and 2 workers.
 
@@ -22,6 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
 from collections import defaultdict
 
 import torch
@@ -74,6 +76,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
     torch.set_num_threads(1)
+    warnings.filterwarnings("ignore", message="AdaptiveBatchSampler")  # the plan's mix on a tiny set
     folder = args.dir or tempfile.mkdtemp(prefix="al_media_")
     t0 = time.perf_counter()
     paths = media_gen.make_set(folder, args.clips, args.images)

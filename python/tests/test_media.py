@@ -97,6 +97,13 @@ def test_epoch_moves_the_window_and_keys_may_carry_it(tmp_path):
         assert torch.equal(data[0]["pixels"], data[(0, epoch)]["pixels"])
         firsts.add(g["frames"][0])
     assert len(firsts) > 1, "the window never moved across 6 epochs (120 frames, 17 planned)"
+    # Without set_epoch the dataset follows the sampler's epoch.
+    data.set_epoch(None)
+    for epoch in (2, 5):
+        data._sampler.set_epoch(epoch)
+        assert data.epoch == epoch
+        assert data.geometry(0)["frames"] == adaptiveload._C.sample_geometry(data._planner, data._manifest, 0,
+                                                                             epoch)["frames"]
 
 
 def test_captions_from_the_manifest(tmp_path):
@@ -112,6 +119,10 @@ def test_captions_from_the_manifest(tmp_path):
     # In-memory manifests carry it too.
     rows = [{"path": "c.mkv", "num_frames": 20, "height": 96, "width": 96, "fps": 30, "caption": "mem"}]
     assert MediaDataset(_sampler(rows), root=str(tmp_path))[0]["caption"] == "mem"
+    cols = {k: [v] for k, v in rows[0].items()}
+    assert MediaDataset(_sampler(cols), root=str(tmp_path))[0]["caption"] == "mem"
+    with pytest.raises(ValueError, match="both 'caption' and 'text'"):
+        _sampler({**cols, "text": ["other"]})
 
 
 def test_dataloader_batches_with_collate(small_set):
