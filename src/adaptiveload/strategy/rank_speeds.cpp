@@ -135,7 +135,7 @@ class Dealer {
       std::vector<Sample> samples;
       for (const Mb& mb : in)
         for (uint32_t id : mb.ids) samples.push_back(sample(id));
-      share(samples, ranks, out);
+      if (!share(samples, ranks, out)) return in;  // no rank has room: as planned
       return out;
     }
     // Bucketed: each rank keeps a bucket (the longest micro-batch's to the fastest rank), and
@@ -154,7 +154,7 @@ class Dealer {
       std::vector<size_t> holders;
       for (size_t r : ranks)
         if (bucket_of[r] == b) holders.push_back(r);
-      share(samples, holders, out);
+      if (!share(samples, holders, out)) return in;
     }
     return out;
   }
@@ -216,25 +216,198 @@ class Dealer {
 
   // `samples` onto one micro-batch each of `ranks` (fastest first, as many samples as ranks at
   // least): the longest one to each rank in turn, then each sample where it ends soonest.
-  void share(std::vector<Sample>& samples, const std::vector<size_t>& ranks,
+  bool share(std::vector<Sample>& samples, const std::vector<size_t>& ranks,
              std::vector<Mb>& out) const {
     sort_longest_first(samples);
-    size_t k = 0;
-    for (; k < ranks.size() && k < samples.size(); ++k) put(out[ranks[k]], samples[k]);
-    for (; k < samples.size(); ++k) {
-      const Sample& s = samples[k];
+    for (const Sample& s : samples) {
       size_t best = SIZE_MAX;
       double finish = 0;
       for (size_t r : ranks) {
-        const double x = added(r, &out[r], s);
+        const double x = added(r, out[r].ids.empty() ? nullptr : &out[r], s);
         if (x < 0) continue;
         const double f = (out[r].cost + x) / pr_.layout.speed(r);
         if (best == SIZE_MAX || f < finish) best = r, finish = f;
       }
-      if (best == SIZE_MAX)
-        best = ranks[k % ranks.size()];  // none has room: as planned (cannot happen)
+      if (best == SIZE_MAX) return false;  // no rank has room for it
       put(out[best], s);
     }
+    // A rank left without a sample takes the last (shortest) of the rank with the most.
+    for (size_t r : ranks) {
+      if (!out[r].ids.empty()) continue;
+      size_t donor = r;
+      for (size_t q : ranks)
+        if (out[q].ids.size() > out[donor].ids.size()) donor = q;
+      if (out[donor].ids.size() < 2) return false;
+      const uint32_t id = out[donor].ids.back();
+      Mb rest;
+      for (size_t k = 0; k + 1 < out[donor].ids.size(); ++k) put(rest, sample(out[donor].ids[k]));
+      out[donor] = std::move(rest);
+      put(out[r], sample(id));
+    }
+    return true;
+  }
+
+  // Micro sync, a step's slots formed anew, where the slots as planned cannot be shared out
+  // (a rank's micro-batch at its memory while a slower one could take less): the step's
+  // samples longest first, each slot giving rank r about speed_r x T of work (T from the step's
+  // work over the slots its fastest ranks' memory needs), the last slot taking the rest.
+  // Empty when no such slots can be formed (padded repeats, or too few samples to give every
+  // rank one in every slot).
+  std::vector<std::vector<Mb>> reslot(size_t t) const {
+    const size_t W = size_t(plan_.world_size);
+    std::vector<Sample> samples;
+    double work = 0, tokens = 0;
+    for (size_t r = 0; r < W; ++r) {
+      const auto [b, e] = plan_.rank_range(t, int(r));
+      for (uint64_t m = b; m < e; ++m) {
+        const MicroBatch& mb = plan_.micro_batches[m];
+        if (mb.padded) return {};
+        for (uint32_t k = 0; k < mb.count; ++k) {
+          samples.push_back(sample(plan_.ids(mb)[k]));
+          work += samples.back().per,
+              tokens += double((*pr_.buckets)[samples.back().bucket].tokens);
+        }
+      }
+    }
+    return form_slots(samples, work, tokens, 1);
+  }
+
+  // Slots of one micro-batch a rank from `samples` (their work and tokens summed), at least
+  // `least` of them: each slot gives rank r about speed_r x T of work, T the work over the
+  // slots the ranks' memory needs (the rank of least memory per speed sets it), the last slot
+  // taking the rest. Per rank its micro-batches; empty when no such slots can be formed.
+  std::vector<std::vector<Mb>> form_slots(std::vector<Sample> samples, double work, double tokens,
+                                          size_t least) const {
+    const size_t W = size_t(plan_.world_size);
+    sort_longest_first(samples);
+    double speeds = 0, t_max = 1e300;
+    for (size_t r = 0; r < W; ++r) {
+      speeds += pr_.layout.speed(r);
+      t_max = std::min(t_max, caps_.pack_tokens[r] * work / tokens / pr_.layout.speed(r));
+    }
+    const size_t slots = std::max(least, size_t(std::max(1.0, std::ceil(work / (t_max * speeds)))));
+    double work_left = work;  // each slot's T: the work left over the slots left
+    std::vector<size_t> ranks(W);
+    std::iota(ranks.begin(), ranks.end(), size_t(0));
+    std::stable_sort(ranks.begin(), ranks.end(),
+                     [&](size_t a, size_t b) { return pr_.layout.speed(a) > pr_.layout.speed(b); });
+    // Runs of one bucket (longest first) and the next unused sample of each.
+    std::vector<size_t> run_begin, cursor;
+    for (size_t k = 0; k < samples.size(); ++k)
+      if (k == 0 || samples[k].bucket != samples[k - 1].bucket) run_begin.push_back(k);
+    cursor = run_begin;
+    run_begin.push_back(samples.size());
+    std::vector<std::vector<Mb>> out(W);
+    size_t left = samples.size();
+    double room = 0;  // tokens one slot holds at most
+    for (size_t r = 0; r < W; ++r) room += caps_.pack_tokens[r];
+    for (size_t i = 0;; ++i) {
+      if (i + 1 >= slots) {
+        // The last slot takes the rest where it can (else one more slot, filled to memory).
+        std::vector<Sample> rest;
+        double rest_tokens = 0;
+        for (size_t u = 0; u + 1 < run_begin.size(); ++u)
+          for (size_t k = cursor[u]; k < run_begin[u + 1]; ++k)
+            rest.push_back(samples[k]),
+                rest_tokens += double((*pr_.buckets)[samples[k].bucket].tokens);
+        if (rest.size() < W) return {};
+        std::vector<Mb> last(W);
+        if (rest_tokens <= room && share(rest, ranks, last)) {
+          for (size_t r = 0; r < W; ++r) out[r].push_back(std::move(last[r]));
+          return out;
+        }
+        if (left < 2 * W) {
+          // Too few for two slots: one sample a rank in the last, the others where they fit
+          // in a slot already formed, at the least time they add.
+          for (size_t k = 0; k < W; ++k) put(out[ranks[k]].emplace_back(), rest[k]);
+          for (size_t k = W; k < rest.size(); ++k)
+            if (!place_anywhere(out, rest[k])) return {};
+          return out;
+        }
+      }
+      if (left < 2 * W) return {};  // this slot and the last need a sample a rank
+      const double T = i + 1 >= slots ? 1e300 : work_left / (double(slots - i) * speeds);
+      for (size_t pos = 0; pos < W; ++pos) {
+        const size_t r = ranks[pos];
+        // Samples kept back: one for each rank after this one, and one a rank for the last slot.
+        const size_t keep = W + (W - 1 - pos);
+        Mb mb;
+        const double budget = pr_.layout.speed(r) * T;
+        const bool fastest = pr_.layout.speed(r) == pr_.layout.speed(ranks[0]);
+        for (size_t u = 0; u + 1 < run_begin.size() && left > keep; ++u) {
+          size_t& k = cursor[u];
+          while (k < run_begin[u + 1] && left > keep) {
+            const double x = added(r, mb.ids.empty() ? nullptr : &mb, samples[k]);
+            // A long sample waits for a faster rank; the fastest take it.
+            if (x < 0 || (mb.cost + x > budget && (!mb.ids.empty() || !fastest))) break;
+            put(mb, samples[k]), work_left -= samples[k].per, ++k, --left;
+          }
+        }
+        for (size_t u = run_begin.size() - 1; u-- > 0 && mb.ids.empty() && left > keep;)
+          if (cursor[u] < run_begin[u + 1]) {  // none fits: the shortest left
+            put(mb, samples[cursor[u]]), work_left -= samples[cursor[u]].per, ++cursor[u], --left;
+          }
+        if (mb.ids.empty()) return {};
+        out[r].push_back(std::move(mb));
+      }
+    }
+  }
+
+  // Sample `s` into the micro-batch of any slot where it fits its rank's memory and its slot
+  // ends soonest after it; false where it fits none.
+  bool place_anywhere(std::vector<std::vector<Mb>>& out, const Sample& s) const {
+    size_t best_r = SIZE_MAX, best_i = 0;
+    double best = 0;
+    for (size_t i = 0; i < out[0].size(); ++i) {
+      double slot = 0;
+      for (size_t r = 0; r < out.size(); ++r)
+        slot = std::max(slot, out[r][i].cost / pr_.layout.speed(r));
+      for (size_t r = 0; r < out.size(); ++r) {
+        const double x = added(r, &out[r][i], s);
+        if (x < 0) continue;
+        const double end = std::max(slot, (out[r][i].cost + x) / pr_.layout.speed(r)) - slot;
+        if (best_r == SIZE_MAX || end < best) best_r = r, best_i = i, best = end;
+      }
+    }
+    if (best_r == SIZE_MAX) return false;
+    put(out[best_r][best_i], s);
+    return true;
+  }
+
+  // Micro sync, the whole epoch's slots formed anew (as reslot, over every trained sample),
+  // dealt into the plan's steps in a snake (each step a like mix). Empty where the plan has
+  // padded repeats or fewer slots than steps form.
+  std::vector<std::vector<std::vector<Mb>>> epoch_slots() const {
+    const size_t W = size_t(plan_.world_size), K = plan_.num_steps();
+    std::vector<Sample> samples;
+    double work = 0, tokens = 0;
+    for (const MicroBatch& mb : plan_.micro_batches) {
+      if (mb.padded) return {};
+      for (uint32_t k = 0; k < mb.count; ++k) {
+        samples.push_back(sample(plan_.ids(mb)[k]));
+        work += samples.back().per, tokens += double((*pr_.buckets)[samples.back().bucket].tokens);
+      }
+    }
+    if (K == 0) return {};
+    std::vector<std::vector<Mb>> slots = form_slots(std::move(samples), work, tokens, K);
+    if (slots.empty()) return {};
+    std::vector<std::vector<std::vector<Mb>>> steps(K, std::vector<std::vector<Mb>>(W));
+    for (size_t i = 0; i < slots[0].size(); ++i)
+      for (size_t r = 0; r < W; ++r) steps[snake_step(i, K)][r].push_back(std::move(slots[r][i]));
+    return steps;
+  }
+
+  // Seconds of a step of slots in micro sync (per rank its micro-batches, the same count):
+  // each slot's slowest rank and its collectives not hidden.
+  double micro_seconds(const std::vector<std::vector<Mb>>& ranks) const {
+    double s = 0;
+    for (size_t i = 0; i < ranks[0].size(); ++i) {
+      double x = 0;
+      for (size_t r = 0; r < ranks.size(); ++r)
+        x = std::max(x, ranks[r][i].cost / pr_.layout.speed(r));
+      s += x + std::max(0.0, pr_.layout.exposed_slot_comm(x));
+    }
+    return s;
   }
 
  private:
@@ -284,6 +457,17 @@ StepFigures step_figures(const std::vector<std::vector<Mb>>& bins, size_t W,
   for (double x : tokens)
     if (mean > 0) f.tokens_dev = std::max(f.tokens_dev, std::abs(x - mean) / mean);
   return f;
+}
+
+// Each step's trained samples and tokens from its rank lists (step-major, W a step).
+void recount_steps(Plan& out, const std::vector<std::vector<Mb>>& bins, size_t W) {
+  for (size_t t = 0; t < out.steps.size(); ++t) {
+    StepInfo& si = out.steps[t];
+    si.samples = 0, si.tokens = 0;
+    for (size_t r = 0; r < W; ++r)
+      for (const Mb& mb : bins[t * W + r])
+        if (!mb.padded) si.samples += uint32_t(mb.ids.size()), si.tokens += uint64_t(mb.tokens);
+  }
 }
 
 void append(Plan& out, const std::vector<Mb>& mbs) {
@@ -343,16 +527,13 @@ Plan deal_to_speeds(const Plan& plan, const PlanProblem& pr) {
         held && a.tokens_dev <= kMaxBatchDev && b.tokens_dev > kMaxBatchDev ? 1 + kHoldCost : 1.0;
     const bool whole = b.seconds * need < a.seconds;
     for (const std::vector<Mb>& rank : whole ? epoch : steps) append(out, rank);
-    if (whole)
-      for (size_t t = 0; t < plan.num_steps(); ++t) {
-        StepInfo& si = out.steps[t];
-        si.samples = 0, si.tokens = 0;
-        for (size_t r = 0; r < W; ++r)
-          for (const Mb& mb : epoch[t * W + r])
-            if (!mb.padded) si.samples += uint32_t(mb.ids.size()), si.tokens += uint64_t(mb.tokens);
-      }
+    if (whole) recount_steps(out, epoch, W);
     return out;
   }
+  // Micro sync, two candidates as in step sync: each step's slots shared out by speed (or its
+  // slots formed anew, reslot, where that is faster), and the whole epoch's slots formed anew.
+  std::vector<std::vector<Mb>> steps, epoch;
+  double per_step = 0, whole = 0;
   for (size_t t = 0; t < plan.num_steps(); ++t) {
     const auto [b0, e0] = plan.rank_range(t, 0);
     std::vector<std::vector<Mb>> ranks(W);
@@ -360,8 +541,26 @@ Plan deal_to_speeds(const Plan& plan, const PlanProblem& pr) {
       std::vector<Mb> slot = dealer.slot(t, i);
       for (size_t r = 0; r < W; ++r) ranks[r].push_back(std::move(slot[r]));
     }
-    for (const std::vector<Mb>& rank : ranks) append(out, rank);
+    std::vector<std::vector<Mb>> anew = dealer.reslot(t);
+    if (!anew.empty() && dealer.micro_seconds(anew) < dealer.micro_seconds(ranks))
+      ranks = std::move(anew);
+    per_step += dealer.micro_seconds(ranks);
+    for (std::vector<Mb>& rank : ranks) steps.push_back(std::move(rank));
   }
+  for (std::vector<std::vector<Mb>>& step : dealer.epoch_slots()) {
+    whole += dealer.micro_seconds(step);
+    for (std::vector<Mb>& rank : step) epoch.push_back(std::move(rank));
+  }
+  bool use_epoch = false;
+  if (!epoch.empty()) {
+    const bool held = pr.batch_kind != BatchKind::kFree && (pr.hold & kHoldBatch);
+    const double a = step_figures(steps, W, pr).tokens_dev,
+                 b = step_figures(epoch, W, pr).tokens_dev;
+    const double need = held && a <= kMaxBatchDev && b > kMaxBatchDev ? 1 + kHoldCost : 1.0;
+    use_epoch = whole * need < per_step;
+  }
+  for (const std::vector<Mb>& rank : use_epoch ? epoch : steps) append(out, rank);
+  if (use_epoch) recount_steps(out, epoch, W);
   return out;
 }
 
