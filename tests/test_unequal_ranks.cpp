@@ -12,6 +12,7 @@
 #include "adaptiveload/util/error.h"
 #include "adaptiveload/util/rng.h"
 #include "planner_fixture.h"
+#include "test_support.h"
 
 using namespace adaptiveload;
 using namespace adaptiveload::test;
@@ -209,6 +210,26 @@ TEST(UnequalRanks, A100AndH100BalancedReachesIdeal) {
     EXPECT_GT(mixed.tput, 1.5 * dual);
     EXPECT_EQ(mixed.memory, "");
   }
+}
+
+// The CLI: --devices and --rank-speed reach the plan; the table and --json show each rank's
+// device and speed; a wrong count is an error naming --devices.
+TEST(UnequalRanks, CliShowsTheRanks) {
+  const std::string cli =
+      std::string(AL_CLI_PATH) + " plan -m " AL_DATA_DIR "/taichi_hd.csv -w 4 -s balanced ";
+  const CommandResult table = run_command(cli + "--devices a100:2,h100:2 --rank-speed 3=0.5 2>&1");
+  EXPECT_EQ(table.code, 0) << table.out;
+  EXPECT_NE(
+      table.out.find("ranks: 2 x a100 (speed 1), 1 x h100 (speed 2.85), 1 x h100 (speed 1.43)"),
+      std::string::npos)
+      << table.out;
+  const CommandResult json =
+      run_command(cli + "--devices a100:2,h100:2 --rank-speed 3=0.5 --json 2>/dev/null");
+  EXPECT_NE(json.out.find("\"device\": \"h100\""), std::string::npos);
+  EXPECT_NE(json.out.find("\"ranks\": ["), std::string::npos);
+  const CommandResult bad = run_command(cli + "--devices a100:3 2>&1");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("--devices"), std::string::npos) << bad.out;
 }
 
 // Plans are a pure function of the inputs: every rank reaches the same one.
