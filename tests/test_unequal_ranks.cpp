@@ -227,6 +227,14 @@ TEST(UnequalRanks, CliShowsTheRanks) {
       run_command(cli + "--devices a100:2,h100:2 --rank-speed 3=0.5 --json 2>/dev/null");
   EXPECT_NE(json.out.find("\"device\": \"h100\""), std::string::npos);
   EXPECT_NE(json.out.find("\"ranks\": ["), std::string::npos);
+  const std::string html = ::testing::TempDir() + "unequal_ranks_report.html";
+  const CommandResult report = run_command(
+      std::string(AL_CLI_PATH) +
+      " report -m " AL_DATA_DIR "/taichi_hd.csv -w 4 --devices a100:2,h100:2 -o " + html + " 2>&1");
+  EXPECT_EQ(report.code, 0) << report.out;
+  EXPECT_NE(read_text(html).find("Ranks are not alike (2 x a100 (speed 1), 2 x h100 (speed 2.85)"),
+            std::string::npos);
+  std::remove(html.c_str());
   const CommandResult bad = run_command(cli + "--devices a100:3 2>&1");
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(bad.out.find("--devices"), std::string::npos) << bad.out;
