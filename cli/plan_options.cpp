@@ -78,6 +78,11 @@ void PlanOptions::add_to(CLI::App& app, bool with_manifest) {
   app.add_option("--world-size,-w", config.world_size, "Number of GPUs (ranks)")
       ->capture_default_str()
       ->check(CLI::Range(1, kMaxWorldSize));
+  app.add_option("--devices", config.devices,
+                 "Ranks that are not alike: a device preset per rank in rank order, as runs (h200:8,h100:8) or a "
+                 "list; each rank's memory and speed from its preset; budgets from the device of least memory");
+  app.add_option("--rank-speed", config.rank_speed,
+                 "Known speed factors of ranks, rank=factor (e.g. 5=0.7,12=0.9: rank 5 runs at 0.7x its device)");
   app.add_option("--strategy,-s", strategy, "Strategy: " + adaptiveload::strategy_names() + ", or all")
       ->capture_default_str();
   app.add_option("--seed", seed, "Random seed of the plan, 0 <= seed < 2^64")
@@ -310,6 +315,9 @@ void print_table(const Planner& planner, const Manifest& manifest, const Compari
       << (planner.options().sync ? "" : " (auto)") << (planner.packing() ? ", packing on" : "") << ", seed " << cfg.seed
       << ", epoch " << cfg.epoch << "\n";
   out << "global batch: " << planner.global_batch_text() << "\n";
+  if (!planner.ranks().empty())
+    out << "ranks: " << planner.ranks().summary() << "; speeds relative to " << planner.device().name
+        << ", whose memory sizes every strategy's batches (balanced deals each rank its share)\n";
   if (planner.groups_in_use()) {
     // Samples per group size (per-sample groups), and what the other strategies run on.
     std::map<int, int64_t> per_g;
@@ -449,6 +457,13 @@ nlohmann::json comparison_json(const Planner& planner, const Manifest& manifest,
                    {"fingerprint", fp},
                    {"buckets", buckets}};
   if (planner.packing()) out["inputs"]["packing"] = "on";  // absent: off
+  if (!planner.ranks().empty()) {  // absent: alike ranks
+    nlohmann::json ranks = nlohmann::json::array();
+    for (size_t r = 0; r < planner.ranks().device.size(); ++r)
+      ranks.push_back({{"rank", r}, {"device", planner.ranks().device[r].name}, {"speed", planner.ranks().speed[r]},
+                       {"memory_bytes", planner.ranks().device[r].memory_bytes}});
+    out["inputs"]["ranks"] = ranks;
+  }
   return out;
 }
 

@@ -195,6 +195,8 @@ void bind_planner(pb::module_& m) {
       .def_readwrite("sp", &PlannerConfig::sp)
       .def_readwrite("sp_sizes", &PlannerConfig::sp_sizes)
       .def_readwrite("packing", &PlannerConfig::packing)
+      .def_readwrite("devices", &PlannerConfig::devices)
+      .def_readwrite("rank_speed", &PlannerConfig::rank_speed)
       .def_readwrite("global_batch", &PlannerConfig::global_batch)
       .def_readwrite("collective_overlap", &PlannerConfig::collective_overlap)
       .def_readwrite("reshard_after_forward", &PlannerConfig::reshard_after_forward)

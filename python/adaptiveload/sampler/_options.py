@@ -66,9 +66,35 @@ def _sp_sizes_text(sp_sizes: Any) -> str:
     return ",".join(str(g) for g in sizes)
 
 
+def _devices_text(devices, name: str) -> str:
+    """devices= as the core reads it: None -> "" (every rank `device`), "h200:8,h100:8" as is, or a
+    list of presets, one a rank. The core checks the names and the count (naming devices=)."""
+    if devices is None or isinstance(devices, str):
+        return devices or ""
+    try:
+        return ",".join(_checks.string(d, name, "a device preset name") for d in devices)
+    except TypeError:
+        raise TypeError(name + " must be a string such as 'h200:8,h100:8' or a list of device presets, not "
+                        + type(devices).__name__) from None
+
+
+def _rank_speeds_text(speeds, name: str) -> str:
+    """rank_speeds= as the core reads it: None -> "", {5: 0.7, 12: 0.9} -> "5=0.7,12=0.9", or that
+    string as is. The core checks the ranks and factors (naming rank_speeds=)."""
+    if speeds is None or isinstance(speeds, str):
+        return speeds or ""
+    if not isinstance(speeds, dict):
+        raise TypeError(name + " must be a dict {rank: speed factor} such as {5: 0.7}, not " + type(speeds).__name__)
+    pairs = []
+    for r, f in speeds.items():
+        rank = _checks.integer(r, name, 0, MAX_WORLD_SIZE - 1, " (a rank)")
+        pairs.append(f"{rank}={_checks.real(f, name, 0.0, 100.0, lo_open=True, hint=' (a speed factor)')!r}")
+    return ",".join(pairs)
+
+
 def check_options(*, model, device, strategy, world_size, rank, seed, drop_last, mem_budget, comp_budget, grid,
                   on_bad_row, checkpointing, profile, cost_model, on_oversize, adapt_every, sharding, sync,
-                  global_batch, sp, sp_sizes, on_duplicate, packing="off") -> Options:
+                  global_batch, sp, sp_sizes, on_duplicate, packing="off", devices=None, rank_speeds=None) -> Options:
     """AdaptiveBatchSampler's keyword arguments (see its docstring) -> Options, or the
     TypeError / ValueError / FileNotFoundError of the first bad one."""
     where = WHERE
@@ -129,5 +155,7 @@ def check_options(*, model, device, strategy, world_size, rank, seed, drop_last,
         sp=sp,
         sp_sizes=sp_sizes_text,
         packing=packing,
+        devices=_devices_text(devices, where + "devices"),
+        rank_speed=_rank_speeds_text(rank_speeds, where + "rank_speeds"),
     )
     return Options(world_size, rank, seed, strategy, drop_last, adapt_every, on_bad_row, on_duplicate, planner)

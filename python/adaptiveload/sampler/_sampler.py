@@ -65,6 +65,10 @@ class AdaptiveBatchSampler(_Cursor, _Adaptation, _State, _Introspection, Sampler
       within the memory budget's tokens that the model trains as one varlen sequence
       (adaptiveload.packing.pack, varlen_attention); 'off' (default) plans micro-batches of one
       bucket. As the CLI's --packing.
+    devices, rank_speeds: ranks that are not alike (docs/planner.md, "Unequal ranks"), as the
+      CLI's --devices and --rank-speed: a device preset per rank ('h200:8,h100:8' in rank order,
+      or a list) and known speed factors ({5: 0.7}); balanced deals each rank its share by
+      speed, every micro-batch within its own device's memory. None: every rank `device`.
     adapt_every: online adaptation: after this many observed steps (observe_step), refit the
       cost model to the measured per-rank step times and re-plan the rest of the epoch with
       it. Every rank must observe the same times for the same steps (all-gathered; see
@@ -99,6 +103,8 @@ class AdaptiveBatchSampler(_Cursor, _Adaptation, _State, _Introspection, Sampler
         sp_sizes: Any = (1, 2, 4, 8),
         on_duplicate: str = "warn",
         packing: Any = "off",
+        devices: Any = None,
+        rank_speeds: Any = None,
     ):
         # Sampler.__init__ takes data_source in torch 1.x and nothing in 2.x; it stores
         # nothing either way, so it is not called.
@@ -108,7 +114,8 @@ class AdaptiveBatchSampler(_Cursor, _Adaptation, _State, _Introspection, Sampler
             drop_last=drop_last, mem_budget=mem_budget, comp_budget=comp_budget, grid=grid, on_bad_row=on_bad_row,
             checkpointing=checkpointing, profile=profile, cost_model=cost_model, on_oversize=on_oversize,
             adapt_every=adapt_every, sharding=sharding, sync=sync, global_batch=global_batch, sp=sp,
-            sp_sizes=sp_sizes, on_duplicate=on_duplicate, packing=packing)
+            sp_sizes=sp_sizes, on_duplicate=on_duplicate, packing=packing, devices=devices,
+            rank_speeds=rank_speeds)
         self.world_size, self.rank, self.seed = o.world_size, o.rank, o.seed
         self.strategy, self.drop_last = o.strategy, o.drop_last
         self._options = o.planner

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace adaptiveload {
 
@@ -87,6 +88,18 @@ struct ParallelLayout {
   double step_fixed_s = 0;
   SeqParallel sp;
   // Sequence-parallel groups are aligned blocks of consecutive ranks in every mode (sp).
+  // Ranks that are not alike (--devices, --rank-speed; docs/planner.md, "Unequal ranks"): per
+  // rank, the work it does per second relative to the cost model's device (rank r runs a
+  // micro-batch of cost c in c / rank_speed[r] seconds). Empty: every rank at 1.
+  std::vector<double> rank_speed;
+  bool unequal_ranks() const { return !rank_speed.empty(); }
+  double speed(size_t r) const { return rank_speed.empty() ? 1.0 : rank_speed[r]; }
+  // A group of g ranks from `first` runs at its slowest member's speed.
+  double group_speed(size_t first, int g) const {
+    double s = speed(first);
+    for (size_t k = first + 1; k < first + size_t(g) && !rank_speed.empty(); ++k) s = std::min(s, rank_speed[k]);
+    return s;
+  }
 
   // The constraint the layout puts on a plan: every rank runs the same number of micro-batches
   // in a step, in lockstep slots (collectives in every micro-batch: FSDP, ZeRO-2/3). Strategies

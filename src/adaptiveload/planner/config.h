@@ -63,6 +63,11 @@ struct PlannerConfig {
   // "on" lets balanced (and the greedy packer, greedy_pack) put samples of any buckets in one
   // micro-batch, a pack within the memory budget's tokens. The bucket loaders are unchanged.
   std::string packing = "off";
+  // Ranks that are not alike (docs/planner.md, "Unequal ranks"; planner/ranks.h): a device
+  // preset per rank, "h200:8,h100:8" in rank order or a list ("": every rank `device`), and
+  // stated speed factors, "5=0.7,12=0.9" (""): none). Both empty: alike ranks, as before.
+  std::string devices;
+  std::string rank_speed;
 };
 
 enum class Sharding : uint8_t { kAuto, kNone, kFsdp };

@@ -50,7 +50,11 @@ uint64_t Planner::compute_fingerprint(const Manifest* manifest) const {
     h.str(sp_policy_text(opt_)), h.pod(opt_.sp_sizes), h.pod(device_.node_size);
     h.bytes(base_.bucket_group.data(), base_.bucket_group.size());
   }
-  if (opt_.packing) h.str("packing");  // packed plans differ; without packing it stays as it was
+  if (opt_.packing) h.str("packing");
+  if (!ranks_.empty()) {  // unequal ranks plan differently; alike ranks keep the fingerprint
+    h.str("ranks");
+    for (size_t r = 0; r < ranks_.device.size(); ++r) h.str(ranks_.device[r].name), h.pod(ranks_.speed[r]);
+  }  // packed plans differ; without packing it stays as it was
   // A profile's optimizer step and measured link price every step; without them it stays as it was.
   if (const double s = step_fixed_s(); s > 0) h.str("step"), h.pod(s);
   // So does a profile's cost per sample of a pack (a fit on packs) where plans pack.

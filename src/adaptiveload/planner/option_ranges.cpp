@@ -105,6 +105,8 @@ const std::vector<OptionRange>& option_ranges() {
       named(text("global_batch", "--global-batch"), "global_batch"),
       named(text("sp", "--sp"), "sp"),
       named(text("profile", "--profile"), "profile"),
+      named(text("devices", "--devices"), "devices"),
+      named(text("rank_speed", "--rank-speed"), "rank_speeds"),
       text("fixed_config", "--fixed-config"),
   };
   return table;

@@ -5,6 +5,7 @@
 
 #include "adaptiveload/cost/cost_variants.h"
 #include "adaptiveload/strategy/group_search.h"
+#include "adaptiveload/strategy/rank_speeds.h"
 #include "adaptiveload/strategy/stages.h"
 #include "adaptiveload/util/error.h"
 #include "adaptiveload/util/format.h"
@@ -18,6 +19,7 @@ Planner::Planner(const Manifest& manifest, const PlannerConfig& config) : cfg_(c
   opt_ = resolve_options(cfg_);
   model_ = load_model(cfg_.model);
   device_ = load_device(cfg_.device);
+  resolve_rank_devices();
   grid_ = load_grid(cfg_.grid);
   init(assign_buckets(manifest, grid_, model_), &manifest);
 }
@@ -26,6 +28,7 @@ Planner::Planner(Bucketing bucketing, const PlannerConfig& config) : cfg_(config
   opt_ = resolve_options(cfg_);
   model_ = load_model(cfg_.model);
   device_ = load_device(cfg_.device);
+  resolve_rank_devices();
   grid_ = load_grid(cfg_.grid);
   init(std::move(bucketing), nullptr);
 }
@@ -115,6 +118,10 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
   for (size_t b = 0; b < buckets.size(); ++b)
     if (!live_[b] || too_big[b]) group[b] = 1;
   set_bucket_groups(base_, group);
+  if (!ranks_.empty() && (!base_.bucket_group.empty() || opt_.sp == SpPolicy::kFixed || opt_.sp == SpPolicy::kPerSample))
+    throw ConfigError("sequence-parallel groups on ranks that are not alike (--devices, --rank-speed) are not planned "
+                      "yet; some samples here need a group (or --sp asks for groups): use --sp off with a device or "
+                      "--mem-budget they fit on one GPU, or plan alike ranks");
   base_.fixed_batch = resolve_fixed(fixed_error_);
   sync_ = opt_.sync.value_or(sharded_ ? SyncMode::kMicro : SyncMode::kStep);
   base_.layout = layout(cfg_.world_size);
@@ -130,7 +137,23 @@ ParallelLayout Planner::layout(int world_size) const {
   ParallelLayout l = parallel_layout(sync_, world_size, seq_parallel(world_size), collective_params_, device_, sharded_,
                                      cfg_.reshard_after_forward, cfg_.collective_overlap);
   l.step_fixed_s = step_fixed_s(world_size);
+  if (!ranks_.empty()) {
+    if (world_size != cfg_.world_size)
+      throw ConfigError("the ranks' devices and speeds (--devices, --rank-speed) are given for " +
+                        std::to_string(cfg_.world_size) + " ranks, not " + std::to_string(world_size) +
+                        "; give them again for the new world size");
+    l.rank_speed = ranks_.speed;
+  }
   return l;
+}
+
+void Planner::resolve_rank_devices() {
+  ranks_ = resolve_ranks(cfg_.devices, cfg_.rank_speed, cfg_.world_size, device_);
+  if (!cfg_.devices.empty()) device_ = ranks_.device[ranks_.reference];
+}
+
+Plan Planner::by_speed(Plan plan, const PlanProblem& pr) const {
+  return pr.layout.unequal_ranks() ? deal_to_speeds(plan, pr) : plan;
 }
 
 double Planner::step_fixed_s(int world_size) const {
@@ -149,6 +172,8 @@ PlanProblem Planner::problem(int world_size, int64_t epoch, uint64_t segment, st
   pr.allreduce_s = pr.layout.step_sync_s;
   pr.segment = segment;
   pr.pool = std::move(pool);
+  if (!cfg_.devices.empty())
+    for (size_t r = 0; r < ranks_.device.size(); ++r) pr.rank_usable_bytes.push_back(ranks_.usable_bytes(r));
   if (pr.world_size != cfg_.world_size && opt_.sp_sizes != 1) {
     // Another world size (elastic resume) allows other group sizes: choose them again.
     std::vector<uint8_t> group;
@@ -303,7 +328,7 @@ Plan Planner::run(const StrategyEntry& s, const PlanProblem& pr, bool may_pack) 
     // balanced holds the global batch where that does not leave it slower than a bucket loader,
     // and keeps its bucketed plan (micro-batches of one shape are packs too) where that is
     // faster, up to kBucketedCheckSamples samples (beyond, the packed plan).
-    Plan packed = run_balanced_held(s, q);
+    Plan packed = by_speed(run_balanced_held(s, q), q);
     if (pr.pool_ids().size() > kBucketedCheckSamples) return packed;
     Plan bucketed = run(s, pr, false);
     const Metrics mp = simulate(packed), mb = simulate(bucketed);
@@ -326,7 +351,7 @@ Plan Planner::run(const StrategyEntry& s, const PlanProblem& pr, bool may_pack) 
     return run_balanced_groups(s, pr);
   }
   if (s.mixes_groups() && per_sample_groups(pr.world_size)) return run_balanced_groups(s, pr);
-  if (s.mixes_groups()) return run_balanced_held(s, pr);
+  if (s.mixes_groups()) return by_speed(run_balanced_held(s, pr), pr);
   return s.fn(pr);
 }
 
@@ -378,6 +403,9 @@ SimEnv Planner::sim_env(int world_size) const {
   env.device_memory_bytes = device_.memory_bytes;
   env.layout = layout(world_size);
   env.allreduce_s = env.layout.step_sync_s;  // step mode only; 0 in micro mode
+  if (!cfg_.devices.empty())
+    for (size_t r = 0; r < ranks_.device.size(); ++r)
+      env.rank_memory_bytes.push_back(ranks_.device[r].memory_bytes), env.rank_usable_bytes.push_back(ranks_.usable_bytes(r));
   return env;
 }
 

@@ -13,6 +13,7 @@
 #include "adaptiveload/plan/plan.h"
 #include "adaptiveload/plan/state.h"
 #include "adaptiveload/planner/config.h"
+#include "adaptiveload/planner/ranks.h"
 #include "adaptiveload/presets/presets.h"
 #include "adaptiveload/sim/metrics.h"
 #include "adaptiveload/strategy/group_search.h"
@@ -45,7 +46,12 @@ class Planner {
   const PlannerConfig& config() const { return cfg_; }
   const PlanOptions& options() const { return opt_; }
   const ModelPreset& model() const { return model_; }
+  // The device the cost model and the budgets are priced on: --device, or with --devices the
+  // ranks' device of least memory (planner/ranks.h).
   const DevicePreset& device() const { return device_; }
+  // Ranks that are not alike (--devices, --rank-speed): each rank's device and speed; empty
+  // when every rank is device().
+  const RankDevices& ranks() const { return ranks_; }
   const BucketGrid& grid() const { return grid_; }
   const Bucketing& bucketing() const { return bucketing_; }
   const CostModel& cost() const { return *cost_; }
@@ -181,6 +187,10 @@ class Planner {
   std::vector<OversizeSample> oversize_;
   std::vector<uint32_t> pool_;  // usable, in-budget sample ids, ascending
   PlanProblem base_;            // budgets resolved; pool and world size filled per call
+  RankDevices ranks_;           // --devices, --rank-speed (empty: alike ranks)
+  void resolve_rank_devices();
+  // balanced on unequal ranks: its plan dealt again by the ranks' speeds (rank_speeds.h).
+  Plan by_speed(Plan plan, const PlanProblem& pr) const;
   uint64_t fingerprint_ = 0;
   std::vector<std::pair<double, double>> comp_search_;
   std::string fixed_error_;

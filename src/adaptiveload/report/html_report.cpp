@@ -434,6 +434,9 @@ Report build_report(const Planner& planner, const Manifest* manifest,
          "many): the mean over its ranks of the busy time, padded repeats and idle time, with a "
          "black line from its least to its most busy rank's busy time; hover for the ranks and "
          "their times.";
+  if (!planner.ranks().empty())
+    h << " Ranks are not alike (" << planner.ranks().summary() << "; speeds relative to "
+      << planner.device().name << "): each bar is the rank's time at its speed.";
   h << " Same y scale for every strategy.</p>\n";
   for (size_t i = first_step_chart; i < rep.charts.size(); ++i)
     h << "<div class=\"chart\">\n" << rep.charts[i].svg << "</div>\n";

@@ -40,7 +40,11 @@ std::vector<StepBars> window_bars(const Planner& planner, const Plan& plan, cons
   const size_t W = size_t(plan.world_size);
   const bool micro = plan.sync == SyncMode::kMicro;
   MicroShape shape;
-  auto time_of = [&](uint64_t i) { return micro_batch_seconds(plan, i, env, shape); };  // the simulator's
+  // The simulator's seconds, on ranks that are not alike at the rank's speed (its group's slowest).
+  auto time_of = [&](uint64_t i, size_t r) {
+    const size_t g = size_t(plan.group(i));
+    return micro_batch_seconds(plan, i, env, shape) / env.layout.group_speed(r - r % g, int(g));
+  };
   std::vector<StepBars> out;
   std::vector<double> slot_max;  // per slot (micro sync): its slowest rank's micro-batch
   for (size_t t = win.first; t < win.end; ++t) {
@@ -53,7 +57,7 @@ std::vector<StepBars> window_bars(const Planner& planner, const Plan& plan, cons
       RankBar& b = s.ranks[r];
       b.mbs = int64_t(m1 - m0);
       for (uint64_t i = m0; i < m1; ++i) {
-        const double x = time_of(i);
+        const double x = time_of(i, r);
         const MicroBatch& mb = plan.micro_batches[i];
         b.compute += x;
         if (mb.padded) b.padded += x;
@@ -69,7 +73,7 @@ std::vector<StepBars> window_bars(const Planner& planner, const Plan& plan, cons
       const auto [m0, m1] = plan.rank_range(t, int(r));
       RankBar& b = s.ranks[r];
       for (uint64_t i = m0; i < m1; ++i) {
-        const double x = time_of(i);
+        const double x = time_of(i, r);
         b.segments.push_back(
             {x, plan.micro_batches[i].padded ? kPadded : ((i - m0) % 2 ? kBusyB : kBusyA)});
         if (micro) b.segments.push_back({slot_max[i - m0] - x, kIdle});

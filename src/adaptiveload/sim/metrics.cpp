@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "adaptiveload/util/error.h"
+#include "adaptiveload/util/format.h"
 
 namespace adaptiveload {
 
@@ -113,8 +114,8 @@ class Shapes {
 // Step sync with sequence-parallel groups: the ranks of a group start a micro-batch together,
 // when the last of them is ready. Each rank runs its list in order; returns the step's end
 // time of every rank. Throws when the lists deadlock (a group's ranks disagree).
-void group_step_clocks(const Plan& plan, size_t t, Shapes& shapes, std::vector<double>& clock,
-                       std::vector<uint64_t>& next) {
+void group_step_clocks(const Plan& plan, size_t t, Shapes& shapes, const ParallelLayout& layout,
+                       std::vector<double>& clock, std::vector<uint64_t>& next) {
   const int W = plan.world_size;
   clock.assign(size_t(W), 0.0);
   next.resize(size_t(W));
@@ -138,10 +139,10 @@ void group_step_clocks(const Plan& plan, size_t t, Shapes& shapes, std::vector<d
             if (ready) start = std::max(start, clock[size_t(k)]);
           }
           if (!ready) break;
-          const double x = shapes.time(m);
+          const double x = shapes.time(m) / layout.group_speed(size_t(first), g);
           for (int k = first; k < first + g; ++k) clock[size_t(k)] = start + x, ++next[size_t(k)];
         } else {
-          clock[size_t(r)] += shapes.time(m);
+          clock[size_t(r)] += shapes.time(m) / layout.speed(size_t(r));
           ++next[size_t(r)];
         }
         progress = true;
@@ -190,9 +191,31 @@ std::vector<double> rank_times(const Plan& plan, const SimEnv& env) {
   std::vector<double> out(plan.num_steps() * W, 0.0);
   Shapes shapes(plan, env);
   for (size_t i = 0; i < out.size(); ++i) {
-    for (uint64_t m = plan.rank_begin[i]; m < plan.rank_begin[i + 1]; ++m) out[i] += shapes.time(m);
+    for (uint64_t m = plan.rank_begin[i]; m < plan.rank_begin[i + 1]; ++m) {
+      const size_t g = size_t(plan.group(m)), r = i % W;
+      out[i] += shapes.time(m) / env.layout.group_speed(r - r % g, int(g));
+    }
   }
   return out;
+}
+
+std::string check_rank_memory(const Plan& plan, const SimEnv& env) {
+  const size_t W = size_t(plan.world_size);
+  Shapes shapes(plan, env);
+  for (size_t i = 0; i + 1 < plan.rank_begin.size(); ++i) {
+    const size_t r = i % W;
+    const double usable =
+        env.rank_usable_bytes.empty() ? env.device_memory_bytes : env.rank_usable_bytes[r];
+    for (uint64_t m = plan.rank_begin[i]; m < plan.rank_begin[i + 1]; ++m) {
+      const double bytes = env.memory.bytes(shapes.of(m), plan.group(m));
+      if (bytes > usable)
+        return "plan of strategy '" + plan.strategy + "': step " + std::to_string(i / W) + " rank " +
+               std::to_string(r) + " has a micro-batch of " + std::to_string(plan.micro_batches[m].count) +
+               " samples needing " + fmt_gb(bytes) + ", over the " + fmt_gb(usable) +
+               " its device may fill (a plan for other devices? plan with this --devices)";
+    }
+  }
+  return "";
 }
 
 Metrics simulate(const Plan& plan, const SimEnv& env) {
@@ -213,6 +236,11 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
   std::vector<uint8_t> seen(env.buckets->size(), 0);
   std::vector<uint16_t> touched;
   const bool groups = !plan.mb_group.empty();
+  const bool unequal = env.layout.unequal_ranks();
+  if (unequal && env.layout.rank_speed.size() != W)
+    throw ConfigError("plan of strategy '" + m.name + "' is for " + std::to_string(W) +
+                      " ranks; the simulator has " + std::to_string(env.layout.rank_speed.size()) +
+                      " rank speeds (--devices, --rank-speed): give one a rank");
   if (groups && plan.mb_group.size() != plan.micro_batches.size())
     throw ConfigError("plan of strategy '" + m.name + "' has " + std::to_string(plan.mb_group.size()) +
                       " group sizes for " + std::to_string(plan.micro_batches.size()) + " micro-batches");
@@ -232,10 +260,12 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
         const MicroBatch& mb = plan.micro_batches[i];
         const MicroShape& shape = shapes.of(i);
         const int g = plan.group(i);
-        const double time = group_cost(*env.cost, shape, g, env.layout.sp);
+        // On ranks that are not alike, seconds at the rank's speed (its group's slowest).
+        const double speed = unequal ? env.layout.group_speed(r - r % size_t(g), g) : 1.0;
+        const double time = group_cost(*env.cost, shape, g, env.layout.sp) / speed;
         x += time;
-        peak = std::max(peak, env.memory.bytes(shape, g));
-        const double work = group_work(*env.cost, shape, g, env.layout.sp);
+        peak = std::max(peak, env.memory.bytes(shape, g) / env.memory_of(r));
+        const double work = group_work(*env.cost, shape, g, env.layout.sp) / speed;
         fixed_sum += time - work;
         if (!mb.padded) useful_sum += work;
         for (const ShapePart& part : shape.parts()) {
@@ -252,7 +282,7 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
     }
     if (groups && !micro) {
       // Ranks of a group wait for each other: the step ends with the last rank's clock.
-      group_step_clocks(plan, t, shapes, clock, next);
+      group_step_clocks(plan, t, shapes, env.layout, clock, next);
       mx = *std::max_element(clock.begin(), clock.end());
     }
     double mean = sum / double(W);
@@ -278,7 +308,7 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
             throw ConfigError("plan of strategy '" + m.name + "': in step " + std::to_string(t) + " slot " +
                               std::to_string(i) + " rank " + std::to_string(r) + " is not running its sequence-parallel "
                               "group's micro-batch (the plan would hang)");
-          const double x = shapes.time(mi);
+          const double x = shapes.time(mi) / env.layout.group_speed(r - r % size_t(g), g);
           x_max = std::max(x_max, x), x_min = std::min(x_min, x), x_sum += x;
         }
         smax += x_max, smean += x_sum / double(W), smin += x_min;
@@ -294,7 +324,7 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
     total_time += env.layout.step_fixed_s;  // the optimizer step, once a step in every mode
     sum_mean += mean, sum_max += mx;
     if (mx > 0) sum_step_mean += (mx - mean) / mx, sum_step_maxmin += (mx - mn) / mx;
-    double util = peak / env.device_memory_bytes;
+    double util = peak;  // over each rank's own device memory
     mem_sum += util, mem_max = std::max(mem_max, util);
     div_sum += double(touched.size());
     for (uint16_t b : touched) seen[b] = 0;

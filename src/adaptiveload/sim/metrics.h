@@ -28,7 +28,11 @@ struct SimEnv {
   MemoryModel memory;
   double device_memory_bytes = 0;
   double allreduce_s = 0;  // per global step (step sync mode)
-  ParallelLayout layout;   // sync mode; micro mode's collectives per slot
+  ParallelLayout layout;   // sync mode; micro mode's collectives per slot; rank speeds
+  // Ranks that are not alike (--devices): per rank its device's memory and the bytes it may
+  // fill (empty: every rank device_memory_bytes). Rank r's peak counts against its own.
+  std::vector<double> rank_memory_bytes, rank_usable_bytes;
+  double memory_of(size_t r) const { return rank_memory_bytes.empty() ? device_memory_bytes : rank_memory_bytes[r]; }
 };
 
 struct Metrics {
@@ -111,7 +115,13 @@ void micro_shape(const Plan& plan, uint64_t m, const SimEnv& env, MicroShape& ou
 // of its shape (built in `scratch`).
 double micro_batch_seconds(const Plan& plan, uint64_t m, const SimEnv& env, MicroShape& scratch);
 
-// Per-(step, rank) compute times of a plan, step-major (for reports and plots).
+// Per-(step, rank) compute times of a plan, step-major (for reports and plots); rank r's
+// micro-batches at its speed (ParallelLayout::rank_speed).
 std::vector<double> rank_times(const Plan& plan, const SimEnv& env);
+
+// The plan contract on ranks that are not alike: every micro-batch within its own rank's
+// memory (SimEnv::rank_usable_bytes). "" when it holds, else the first micro-batch over it:
+// its step, rank, samples and bytes against the rank's.
+std::string check_rank_memory(const Plan& plan, const SimEnv& env);
 
 }  // namespace adaptiveload

@@ -79,6 +79,9 @@ struct PlanProblem {
   bool packing = false;
   MemoryModel memory;
   double usable_bytes = 0;
+  // Ranks that are not alike (--devices): per rank the bytes its device may fill (empty: every
+  // rank usable_bytes, the reference device's). Speeds are in layout.rank_speed.
+  std::vector<double> rank_usable_bytes;
 
   int64_t tokens(uint16_t bucket) const { return (*buckets)[bucket].tokens; }
   // Video tokens of micro-batch mb of `plan`: its count times its bucket's, or for a packed

@@ -1,0 +1,33 @@
+#pragma once
+// balanced on ranks that are not alike (ParallelLayout::rank_speed, PlanProblem::
+// rank_usable_bytes; docs/planner.md, "Unequal ranks"). balanced plans for alike ranks (its
+// step count, global batch and step mix); then each step's samples are dealt again to the ranks
+// by speed:
+//   step sync   the step's samples, longest first, each to the rank it finishes soonest on
+//               (its load plus the sample's cost, over its speed), joining that rank's open
+//               micro-batch where it fits the rank's own memory, so a rank's work in the step
+//               is about its share of the speeds;
+//   micro sync  slot by slot (every rank keeps one micro-batch a slot): the slot's micro-batches
+//               go longest to fastest, and the samples of each bucket (of the whole slot when
+//               packed) are shared among the ranks holding them so that the slow rank's
+//               micro-batch finishes with the others.
+// Every micro-batch stays within its own rank's memory (rank_caps). Plans with sequence-
+// parallel groups are returned as they are (not yet dealt by speed).
+#include <vector>
+
+#include "adaptiveload/strategy/strategy.h"
+
+namespace adaptiveload {
+
+// Per rank: the most samples of each bucket one micro-batch takes there (balanced's dual-
+// constraint size, grown with the rank's memory beyond the reference device's, never above
+// what fits it), and the most video tokens of a pack there.
+struct RankCaps {
+  std::vector<std::vector<int64_t>> batch;  // [rank][bucket]
+  std::vector<double> pack_tokens, usable;  // [rank]
+};
+RankCaps rank_caps(const PlanProblem& pr);
+
+Plan deal_to_speeds(const Plan& plan, const PlanProblem& pr);
+
+}  // namespace adaptiveload
