@@ -119,9 +119,11 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
     if (!live_[b] || too_big[b]) group[b] = 1;
   set_bucket_groups(base_, group);
   if (!ranks_.empty() && (!base_.bucket_group.empty() || opt_.sp == SpPolicy::kFixed || opt_.sp == SpPolicy::kPerSample))
-    throw ConfigError("sequence-parallel groups on ranks that are not alike (--devices, --rank-speed) are not planned "
-                      "yet; some samples here need a group (or --sp asks for groups): use --sp off with a device or "
-                      "--mem-budget they fit on one GPU, or plan alike ranks");
+    throw ConfigError("sequence-parallel groups on ranks that are not alike (" + option_word("devices") + ", " +
+                      option_word("rank_speed") + ") are not planned yet; some samples here need a group (or " +
+                      option_word("sp") + " asks for groups): use " + option_word("sp", "off") +
+                      " with a device or " + option_word("mem_budget_tokens") +
+                      " they fit on one GPU, or plan alike ranks");
   base_.fixed_batch = resolve_fixed(fixed_error_);
   sync_ = opt_.sync.value_or(sharded_ ? SyncMode::kMicro : SyncMode::kStep);
   base_.layout = layout(cfg_.world_size);
@@ -139,7 +141,8 @@ ParallelLayout Planner::layout(int world_size) const {
   l.step_fixed_s = step_fixed_s(world_size);
   if (!ranks_.empty()) {
     if (world_size != cfg_.world_size)
-      throw ConfigError("the ranks' devices and speeds (--devices, --rank-speed) are given for " +
+      throw ConfigError("the ranks' devices and speeds (" + option_word("devices") + ", " +
+                        option_word("rank_speed") + ") are given for " +
                         std::to_string(cfg_.world_size) + " ranks, not " + std::to_string(world_size) +
                         "; give them again for the new world size");
     l.rank_speed = ranks_.speed;
