@@ -282,3 +282,35 @@ def test_musubi_folder_plans_like_the_equivalent_manifest_and_reads(reference, t
         seen += b["rows"]
     assert sorted(seen) == sorted(m.planned_rows())
 
+
+
+def test_the_cache_job_encodes_real_media_through_mediadataset(setup, tmp_path):
+    """python -m adaptiveload.cache with its default source (adaptiveload.media.MediaDataset):
+    clips and images made with ffmpeg, decoded at their buckets, cached at the planner's latent
+    shapes; the index plans them at the same buckets. Needs the media branch (adaptiveload.media,
+    media_gen.py) and torchcodec: skipped without them."""
+    pytest.importorskip("torchcodec")
+    pytest.importorskip("adaptiveload.media")
+    media_gen = pytest.importorskip("media_gen")
+
+    if not media_gen.have_ffmpeg():
+        pytest.skip("ffmpeg is not installed")
+    folder = str(tmp_path / "media")
+    os.makedirs(folder)
+    paths = media_gen.make_set(folder, 4, 3)
+    manifest = media_gen.manifest(folder, paths, use_scan=False)
+    out = str(tmp_path / "cache")
+    m = setup["models"]
+    from adaptiveload.cache.__main__ import main
+
+    assert main(["--manifest", manifest, "--root", folder, "--model", "tiny-dit", "--grid", "tiny", "--device-preset",
+                 "cpu", "--vae", m["vae"], "--text-encoder", m["text_encoder"], "--tokenizer", m["tokenizer"],
+                 "--text-len", str(fx.TEXT_LEN), "--device", "cpu", "--out", out]) == 0
+    s = sampler_of(manifest)
+    c = sampler_of(out)
+    idx = [json.loads(line) for line in open(os.path.join(out, "index.jsonl"))]
+    assert [r["source_row"] for r in idx] == list(s.planned_rows()) and len(idx) >= 5
+    for i, r in enumerate(idx):
+        assert c.sample_geometry(i) == s.sample_geometry(r["source_row"])
+        e = adaptiveload.cache.read_entry(os.path.join(out, r["path"]), i, s.latent_shape(r["source_row"]))
+        assert tuple(e["latent"].shape) == s.latent_shape(r["source_row"])

@@ -40,6 +40,7 @@ def parse_args(argv=None):
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="the VAE's dtype")
     p.add_argument("--on-bad", default="error", choices=["error", "skip"], help="bad media: stop, or report the "
                    "row and leave it out of the cache")
+    p.add_argument("--root", help="folder the manifest's relative paths are under (the source's root=)")
     p.add_argument("--source", default="adaptiveload.media:MediaDataset", help="MODULE:FACTORY, called with the "
                    "sampler, giving a map-style dataset of samples at their buckets ({'pixels', 'caption'})")
     return p.parse_args(argv)
@@ -54,11 +55,17 @@ def _dist():
     return 0, 1
 
 
-def _source(spec: str, sampler):
+def _source(spec: str, sampler, root):
+    """(the sample source, the exceptions that mean bad media): the factory's module's
+    BadMediaError (adaptiveload.media's), else the source's bad_errors, else OSError and
+    ValueError."""
     module, _, name = spec.partition(":")
     if not name:
         raise SystemExit(f"--source: expected MODULE:FACTORY, got {spec!r}")
-    return getattr(importlib.import_module(module), name)(sampler)
+    mod = importlib.import_module(module)
+    source = getattr(mod, name)(sampler, **({"root": root} if root else {}))
+    bad = getattr(source, "bad_errors", None) or getattr(mod, "BadMediaError", None) or (OSError, ValueError)
+    return source, bad if isinstance(bad, tuple) else (bad,)
 
 
 def main(argv=None) -> int:
@@ -66,12 +73,11 @@ def main(argv=None) -> int:
     rank, world = _dist()
     sampler = AdaptiveBatchSampler(args.manifest if len(args.manifest) > 1 else args.manifest[0], model=args.model,
                                    grid=args.grid, device=args.device_preset, seed=args.seed, world_size=world, rank=0)
-    source = _source(args.source, sampler)
+    source, bad = _source(args.source, sampler, args.root)
     encoders = writer.load_encoders(args.vae, args.text_encoder, args.tokenizer, args.text_len, args.device,
                                     getattr(torch, args.dtype), args.vae_class)
     os.makedirs(args.out, exist_ok=True)
     rows = list(sampler.planned_rows())
-    bad = tuple(getattr(source, "bad_errors", (OSError, ValueError)))
     report = writer.write_rows(sampler, source, encoders, args.out, rows[rank::world], args.on_bad, bad,
                                log=lambda s: print(f"rank {rank}: {s}", file=sys.stderr))
     skipped = [report.skipped]
