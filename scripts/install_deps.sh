@@ -7,6 +7,8 @@ packages=(
   cmake ninja-build g++ pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libpcg-cpp-dev libxxhash-dev
+  # ffmpeg brings every FFmpeg shared library torchcodec (adaptiveload.media) loads: libavcodec,
+  # libavformat, libavutil, libavfilter, libavdevice, libswscale, libswresample.
   libavformat-dev libavcodec-dev libavutil-dev ffmpeg
   python3 python3-dev python3-venv
   clang libclang-rt-14-dev libomp-dev

@@ -105,11 +105,14 @@ TEST(HardeningManifest, DuplicatedCsvColumnIsAnErrorNamingIt) {
         "m.csv");
     EXPECT_NE(e.find(std::string("'") + col + "' twice"), std::string::npos) << col << ": " << e;
   }
-  // Columns the reader ignores may repeat (a caption column twice is not ambiguous for us).
-  EXPECT_EQ(
-      load_error("path,num_frames,height,width,fps,caption,caption\na.mp4,81,480,832,16,x,y\n",
-                 "m.csv"),
-      "");
+  // The caption is read since issue 52: twice is ambiguous too.
+  e = load_error("path,num_frames,height,width,fps,caption, caption \na.mp4,81,480,832,16,x,y\n",
+                 "m.csv");
+  EXPECT_NE(e.find("'caption' twice (columns 6 and 7)"), std::string::npos) << e;
+  // Columns the reader ignores may repeat.
+  EXPECT_EQ(load_error("path,num_frames,height,width,fps,notes,notes\na.mp4,81,480,832,16,x,y\n",
+                       "m.csv"),
+            "");
 }
 
 TEST(HardeningManifest, DuplicatedJsonlKeyIsABadRowNamingIt) {

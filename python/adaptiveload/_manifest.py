@@ -2,7 +2,8 @@
 
 A manifest is a CSV / JSONL path (or a list of paths, rows numbered across them in order),
 a list of dicts (one per row), or a dict of columns. Columns: path, num_frames, height,
-width, fps (fps empty, None or NaN = image). Row ids are 0-based positions, as in the core.
+width, fps (fps empty, None or NaN = image) and an optional caption (named `caption` or
+`text`, not both). Row ids are 0-based positions, as in the core.
 """
 import os
 from collections.abc import Mapping
@@ -11,6 +12,15 @@ from typing import Any, List
 from . import _C
 
 _REQUIRED = ("path", "num_frames", "height", "width")
+_CAPTION = ("caption", "text")  # the caption's two names (the core readers take the same)
+
+
+def _caption_key(keys: Any, where: str) -> Any:
+    """The caption's key among `keys` (None when absent); both names is an error, as in the files."""
+    found = [k for k in _CAPTION if k in keys]
+    if len(found) > 1:
+        raise ValueError(f"manifest: {where} has both 'caption' and 'text', two names of the caption; keep one")
+    return found[0] if found else None
 
 
 def _cell(v: Any, col: str) -> str:
@@ -43,10 +53,14 @@ def _add_columns(m: "_C.Manifest", cols: Mapping, source: str, skip: bool) -> No
     data = {c: _column(cols[c], c) for c in _REQUIRED}
     n = len(data["path"])
     data["fps"] = _column(cols["fps"], "fps") if "fps" in cols else [""] * n
+    key = _caption_key(cols, "the dict of columns")
+    if key is not None:
+        data[key] = _column(cols[key], key)
     for c, v in data.items():
         if len(v) != n:
             raise ValueError(f"manifest: column {c!r} has {len(v)} values but 'path' has {n}")
-    m.add_rows(data["path"], data["num_frames"], data["height"], data["width"], data["fps"], source, skip)
+    captions = data[key] if key is not None else []
+    m.add_rows(data["path"], data["num_frames"], data["height"], data["width"], data["fps"], source, skip, captions)
 
 
 def load_manifest(manifest: Any, on_bad_row: str = "error") -> "_C.Manifest":
@@ -80,7 +94,13 @@ def load_manifest(manifest: Any, on_bad_row: str = "error") -> "_C.Manifest":
             missing = [c for c in _REQUIRED if c not in row]
             if missing:
                 raise ValueError(f"manifest: row {i} has no {', '.join(repr(c) for c in missing)} key")
+        keys = set()
+        for i, row in enumerate(manifest):
+            if _caption_key(row, f"row {i}") is not None:
+                keys.add(_caption_key(row, f"row {i}"))
         cols = {c: [row.get(c) for row in manifest] for c in _REQUIRED + ("fps",)}
+        if keys:  # either name, row by row
+            cols["caption"] = [row.get("caption", row.get("text")) for row in manifest]
         _add_columns(m, cols, "<manifest list, 0-based row>", skip)
         return m
     raise TypeError(

@@ -25,6 +25,13 @@ namespace {
 
 BadRowPolicy bad_row_policy(bool skip) { return skip ? BadRowPolicy::kSkip : BadRowPolicy::kError; }
 
+int64_t checked_row(const Manifest& m, int64_t row) {
+  if (row < 0 || row >= m.total_rows())
+    throw pb::index_error("row " + std::to_string(row) + " out of range (the manifest has " +
+                          std::to_string(m.total_rows()) + " rows)");
+  return row;
+}
+
 // Micro-batch range of (step, rank); IndexError naming what is out of range.
 std::pair<uint64_t, uint64_t> checked_range(const Plan& p, size_t step, int rank) {
   if (step >= p.num_steps())
@@ -128,21 +135,48 @@ void bind_planner(pb::module_& m) {
           [](Manifest& self, const std::vector<std::string>& path,
              const std::vector<std::string>& num_frames, const std::vector<std::string>& height,
              const std::vector<std::string>& width, const std::vector<std::string>& fps,
-             const std::string& source, bool skip) {
+             const std::string& source, bool skip, const std::vector<std::string>& caption) {
             const size_t n = path.size();
             if (num_frames.size() != n || height.size() != n || width.size() != n ||
-                fps.size() != n)
+                fps.size() != n || (!caption.empty() && caption.size() != n))
               throw std::invalid_argument("add_rows: columns have different lengths");
             for (size_t i = 0; i < n; ++i)
               self.add_row(path[i], num_frames[i], height[i], width[i], fps[i], source, int64_t(i),
-                           bad_row_policy(skip));
+                           bad_row_policy(skip), caption.empty() ? std::string() : caption[i]);
           },
           pb::arg("path"), pb::arg("num_frames"), pb::arg("height"), pb::arg("width"),
           pb::arg("fps"), pb::arg("source"), pb::arg("skip_bad_rows") = false,
+          pb::arg("caption") = std::vector<std::string>{},
           "Appends rows given as string columns (empty fps = image); `source` names them in "
           "errors, "
           "the 'line' of a row is its 0-based index.")
       .def_property_readonly("total_rows", &Manifest::total_rows)
+      .def(
+          "path",
+          [](const Manifest& self, int64_t row) {
+            return std::string(self.path(checked_row(self, row)));
+          },
+          pb::arg("row"), "The row's path as the manifest gives it.")
+      .def(
+          "caption",
+          [](const Manifest& self, int64_t row) {
+            return std::string(self.caption(checked_row(self, row)));
+          },
+          pb::arg("row"),
+          "The row's caption (its `caption` or `text` column), '' when it has none.")
+      .def_property_readonly("has_captions", &Manifest::has_captions)
+      .def(
+          "clip",
+          [](const Manifest& self, int64_t row) {
+            const ClipInfo c = self.clip(checked_row(self, row));
+            return pb::make_tuple(c.num_frames, c.height, c.width, c.fps);
+          },
+          pb::arg("row"),
+          "(num_frames, height, width, fps) of the row (zeros for a bad row; fps 0 for an image).")
+      .def(
+          "where",
+          [](const Manifest& self, int64_t row) { return self.where(checked_row(self, row)); },
+          pb::arg("row"), "'file:line' of the row, for messages.")
       .def("usable",
            [](const Manifest& self, int64_t row) {
              if (row < 0 || row >= self.total_rows()) throw pb::index_error("row out of range");

@@ -68,7 +68,8 @@ const char* fast_json_object(const char* p, const char* const e, std::string_vie
   const char* other_key[16];  // other keys, to refuse a duplicate (uninitialised: only n_others used)
   size_t other_len[16];
   size_t n_others = 0;
-  static constexpr std::string_view kKeys[kColumns] = {"path", "num_frames", "height", "width", "fps"};
+  static constexpr std::string_view kKeys[kColumns] = {"path",  "num_frames", "height",
+                                                       "width", "fps",        "caption"};
   while (true) {
     std::string_view key, val;
     if (p == e || *p != '"') return nullptr;
@@ -91,6 +92,8 @@ const char* fast_json_object(const char* p, const char* const e, std::string_vie
         case 'h': try_key(kHeight, "height\""); break;
         case 'w': try_key(kWidth, "width\""); break;
         case 'f': try_key(kFps, "fps\""); break;
+        case 'c': try_key(kCaption, "caption\""); break;
+        case 't': try_key(kCaption, "text\""); break;
         default: break;
       }
     }
@@ -135,10 +138,12 @@ const char* fast_json_object(const char* p, const char* const e, std::string_vie
     ws();
     for (int c = 0; c < kColumns && k < 0; ++c)
       if (key == kKeys[c]) k = c;
+    if (k < 0 && key == kCaptionAlias) k = kCaption;
     if (k >= 0) {
-      if (seen & (1u << k)) return nullptr;
+      if (seen & (1u << k)) return nullptr;  // a key twice, or both caption and text
       seen |= 1u << k;
-      if (k == kPath && !is_string && !val.empty()) return nullptr;  // a number as path
+      // A number as path or caption: the full parser says why it is refused.
+      if ((k == kPath || k == kCaption) && !is_string && !val.empty()) return nullptr;
       out[k] = val;
     } else {
       for (size_t i = 0; i < n_others; ++i)
@@ -172,11 +177,12 @@ void Manifest::load_jsonl(std::string_view text, const std::string& name, BadRow
   // the messages of bad ones) through nlohmann.
   auto add_line = [&](std::string_view s, int64_t line, bool parsed) {
     if (parsed) {
-      const Fields f{cols[kPath], cols[kFrames], cols[kHeight], cols[kWidth], cols[kFps]};
+      const Fields f{cols[kPath],  cols[kFrames], cols[kHeight],
+                     cols[kWidth], cols[kFps],    cols[kCaption]};
       if (add_plain(f, line)) return;
       ClipInfo c;
       std::string field, reason;
-      if (parse_fields(f, c, field, reason)) return push(f.path, c, true, line);
+      if (parse_fields(f, c, field, reason)) return push(f.path, c, true, line, f.caption);
     }
     load_jsonl_line(s, name, line, policy);
   };
@@ -241,6 +247,7 @@ void Manifest::load_jsonl_line(std::string_view s, const std::string& name, int6
     reason = std::string("not valid JSON (") + e.what() + ")";
   }
   // Numbers and strings holding numbers are both accepted; any other type is a bad row.
+  // is_path: a string only (path, caption); else numbers and strings holding numbers.
   auto text_of = [&](const char* key, bool is_path) -> std::string {
     if (!reason.empty() || !j.contains(key) || j[key].is_null()) return "";
     const json& v = j[key];
@@ -262,6 +269,10 @@ void Manifest::load_jsonl_line(std::string_view s, const std::string& name, int6
   const std::string path = text_of("path", true), frames = text_of("num_frames", false),
                     height = text_of("height", false), width = text_of("width", false),
                     fps = text_of("fps", false);
+  if (reason.empty() && j.contains(kColumnNames[kCaption]) && j.contains(kCaptionAlias))
+    field = "caption", reason = "has both 'caption' and 'text', two names of the caption; keep one";
+  const std::string caption =
+      text_of(j.contains(kCaptionAlias) ? kCaptionAlias : kColumnNames[kCaption], true);
   if (!reason.empty()) {
     if (policy == BadRowPolicy::kError)
       throw InputError(name + ":" + std::to_string(line),
@@ -271,7 +282,7 @@ void Manifest::load_jsonl_line(std::string_view s, const std::string& name, int6
     push("", ClipInfo{}, false, line);
     return;
   }
-  add_fields({path, frames, height, width, fps}, name, line, policy);
+  add_fields({path, frames, height, width, fps, caption}, name, line, policy);
 }
 
 }  // namespace adaptiveload

@@ -229,8 +229,13 @@ std::string BadRow::message() const {
   return file + ":" + std::to_string(line) + ": field '" + field + "': " + reason;
 }
 
-std::string_view Manifest::path(int64_t row) const {
-  const uint64_t ref = path_ref_[size_t(row)];
+std::string_view Manifest::path(int64_t row) const { return text_at(path_ref_[size_t(row)]); }
+
+std::string_view Manifest::caption(int64_t row) const {
+  return caption_ref_.empty() ? std::string_view() : text_at(caption_ref_[size_t(row)]);
+}
+
+std::string_view Manifest::text_at(uint64_t ref) const {
   const uint64_t off = ref >> 24;
   const size_t len = size_t(ref & kMaxPathBytes);
   if (off >= kExtraBase) return std::string_view(extra_).substr(size_t(off - kExtraBase), len);
@@ -253,25 +258,36 @@ std::string Manifest::where(int64_t row) const {
   return "row " + std::to_string(row);
 }
 
-void Manifest::push(std::string_view path, const ClipInfo& c, bool ok, int64_t line) {
+uint64_t Manifest::text_ref(std::string_view s) {
+  // A slice of the text being read is referenced; anything else is copied.
+  uint64_t off = 0;
+  const std::string_view text = texts_.empty() ? std::string_view() : texts_.back().view();
+  const auto at = reinterpret_cast<uintptr_t>(s.data());
+  if (!text.empty() && !s.empty() && at >= reinterpret_cast<uintptr_t>(text.data()) &&
+      at + s.size() <= reinterpret_cast<uintptr_t>(text.data()) + text.size()) {
+    off = text_base_.back() + (at - reinterpret_cast<uintptr_t>(text.data()));
+  } else {
+    off = kExtraBase + extra_.size();
+    extra_.append(s);
+  }
+  return off << 24 | uint64_t(s.size());
+}
+
+void Manifest::push(std::string_view path, const ClipInfo& c, bool ok, int64_t line,
+                    std::string_view caption) {
   Row r;
   if (ok) r = Row{int32_t(c.num_frames), uint16_t(c.height - 1), uint16_t(c.width - 1), c.fps};
   const int64_t row = total_rows();
   rows_.push_back(r);
   if (line_runs_.empty() || line_runs_.back().second + (row - line_runs_.back().first) != line)
     line_runs_.emplace_back(row, line);
-  // A slice of the text being read is referenced; anything else is copied.
-  uint64_t off = 0;
-  const std::string_view text = texts_.empty() ? std::string_view() : texts_.back().view();
-  const auto at = reinterpret_cast<uintptr_t>(path.data());
-  if (!text.empty() && !path.empty() && at >= reinterpret_cast<uintptr_t>(text.data()) &&
-      at + path.size() <= reinterpret_cast<uintptr_t>(text.data()) + text.size()) {
-    off = text_base_.back() + (at - reinterpret_cast<uintptr_t>(text.data()));
-  } else {
-    off = kExtraBase + extra_.size();
-    extra_.append(path);
+  path_ref_.push_back(text_ref(path));
+  // The caption store starts at the first caption (earlier rows: none, reference 0).
+  if (caption.size() > kMaxPathBytes) caption = {};  // a bad row (parse_fields said why)
+  if (!caption.empty() || !caption_ref_.empty()) {
+    caption_ref_.resize(size_t(row), 0);
+    caption_ref_.push_back(caption.empty() ? 0 : text_ref(caption));
   }
-  path_ref_.push_back(off << 24 | uint64_t(path.size()));
   if (!files_.empty()) ++files_.back().rows;
 }
 
@@ -290,6 +306,10 @@ bool Manifest::parse_fields(const Fields& f, ClipInfo& c, std::string& field, st
     field = "width";
   } else if (!(reason = parse_fps(f.fps, c.num_frames, c.fps)).empty()) {
     field = "fps";
+  } else if (f.caption.size() > kMaxPathBytes) {
+    field = "caption", reason = std::to_string(f.caption.size()) +
+                                " bytes is implausibly long (limit " +
+                                std::to_string(kMaxPathBytes) + ")";
   }
   c.height = int32_t(h), c.width = int32_t(w);
   return field.empty();
@@ -306,15 +326,16 @@ bool Manifest::add_fields(const Fields& f, const std::string& source, int64_t li
     bad_rows_.push_back({source, line, field, reason});
   }
   // A bad row keeps its path too (it is part of the fingerprint), unless it is too long to.
-  push(f.path.size() <= kMaxPathBytes ? f.path : std::string_view(), c, ok, line);
+  push(f.path.size() <= kMaxPathBytes ? f.path : std::string_view(), c, ok, line, f.caption);
   return ok;
 }
 
-bool Manifest::add_row(const std::string& path, const std::string& num_frames, const std::string& height,
-                       const std::string& width, const std::string& fps, const std::string& source,
-                       int64_t line, BadRowPolicy policy) {
+bool Manifest::add_row(const std::string& path, const std::string& num_frames,
+                       const std::string& height, const std::string& width, const std::string& fps,
+                       const std::string& source, int64_t line, BadRowPolicy policy,
+                       const std::string& caption) {
   if (files_.empty() || files_.back().path != source) files_.push_back({source, total_rows(), 0});
-  return add_fields({path, num_frames, height, width, fps}, source, line, policy);
+  return add_fields({path, num_frames, height, width, fps, caption}, source, line, policy);
 }
 
 void Manifest::add_bad_row(const std::string& path, const std::string& source, int64_t line,
@@ -451,6 +472,7 @@ class SpecialScanner {
 bool Manifest::add_plain(const Fields& f, int64_t line) {
   const std::string_view p = f.path;
   if (p.empty() || p.size() > kMaxPathBytes || blank(p.front()) || blank(p.back())) return false;
+  if (f.caption.size() > kMaxPathBytes) return false;
   int64_t frames = 0, h = 0, w = 0;
   if (!parse_digits(f.frames, frames) || frames <= 0 || frames > kMaxFrames) return false;
   if (!parse_digits(f.height, h) || h <= 0 || h > kMaxSide) return false;
@@ -461,7 +483,7 @@ bool Manifest::add_plain(const Fields& f, int64_t line) {
   } else if (!parse_decimal(f.fps, fps) || !(fps > 0) || fps > kMaxFps || fps < kMinFps) {
     return false;
   }
-  push(p, ClipInfo{frames, int32_t(h), int32_t(w), fps}, true, line);
+  push(p, ClipInfo{frames, int32_t(h), int32_t(w), fps}, true, line, f.caption);
   return true;
 }
 
@@ -479,16 +501,23 @@ void Manifest::load_csv(std::string_view text, const std::string& name, BadRowPo
   for (int k = 0; k < kColumns; ++k) {
     col[k] = -1;
     for (size_t i = 0; i < fields.size(); ++i) {
-      if (trim(fields[i]) != kColumnNames[k]) continue;
-      // Two columns of the same name: which one holds the value is a guess, so refuse.
-      if (col[k] >= 0)
-        throw InputError(name + ":1", std::string("header has the column '") + kColumnNames[k] +
-                                          "' twice (columns " + std::to_string(col[k] + 1) +
-                                          " and " + std::to_string(i + 1) +
-                                          "); remove or rename one of them");
+      const std::string_view h = trim(fields[i]);
+      if (h != kColumnNames[k] && !(k == kCaption && h == kCaptionAlias)) continue;
+      // Two columns of the same name (or a caption and a text): which one holds the value is a
+      // guess, so refuse.
+      if (col[k] >= 0) {
+        const std::string first(trim(fields[size_t(col[k])])),
+            cols = std::to_string(col[k] + 1) + " and " + std::to_string(i + 1);
+        if (first == h)
+          throw InputError(name + ":1", "header has the column '" + first + "' twice (columns " +
+                                            cols + "); remove or rename one of them");
+        throw InputError(name + ":1",
+                         "header has both '" + first + "' and '" + std::string(h) + "' (columns " +
+                             cols + "), two names of the caption; remove or rename one of them");
+      }
       col[k] = int(i);
     }
-    if (col[k] < 0 && k != kFps)
+    if (col[k] < 0 && k < kFps)
       throw InputError(name + ":1", std::string("header has no '") + kColumnNames[k] +
                                         "' column; expected columns path,num_frames,height,width,fps");
   }
@@ -552,7 +581,8 @@ void Manifest::load_csv(std::string_view text, const std::string& name, BadRowPo
     auto field = [&](int k) -> std::string_view {
       return col[k] >= 0 && size_t(col[k]) < nf ? v[size_t(col[k])] : std::string_view();
     };
-    const Fields f{field(kPath), field(kFrames), field(kHeight), field(kWidth), field(kFps)};
+    const Fields f{field(kPath),  field(kFrames), field(kHeight),
+                   field(kWidth), field(kFps),    field(kCaption)};
     if (!add_plain(f, line)) add_fields(f, name, line, policy);
   }
 }

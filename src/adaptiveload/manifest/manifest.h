@@ -1,14 +1,17 @@
 #pragma once
 // The manifest: one row per clip or image, columns path,num_frames,height,width,fps
-// (fps empty or absent for images). Read from CSV or JSONL; columns are found by header
-// name in any order and extra columns are ignored. Row ids are the 0-based index of the
+// (fps empty or absent for images) and an optional caption (a column named `caption` or
+// `text`, not both). Read from CSV or JSONL; columns are found by header name in any order
+// and extra columns are ignored. Row ids are the 0-based index of the
 // data row, counted across files in the order they were given.
 //
 // Storage, for 10^7-row manifests: the manifest keeps each file's text and a path is a
 // reference into it (8 bytes: offset and length); paths that are not a plain slice of the
 // text (quoted CSV fields, JSON escapes, rows given with add_row) are copied once. A row's
 // numbers take 16 bytes and its line is derived from runs of consecutive lines, so a row
-// costs 24 bytes beyond the file.
+// costs 24 bytes beyond the file. Captions are a side store that exists only once a row has
+// one (8 bytes a row from then on, a reference like a path's): a manifest without them does
+// not grow.
 //
 // Fixed rows: a latent cache's rows (this project's cache index, or a musubi-tuner cache folder:
 // manifest/cache_folder.h) have shapes fixed when they were encoded. Their num_frames, height
@@ -63,7 +66,7 @@ class Manifest {
   // Returns false and records a BadRow under kSkip; throws under kError.
   bool add_row(const std::string& path, const std::string& num_frames, const std::string& height,
                const std::string& width, const std::string& fps, const std::string& source,
-               int64_t line, BadRowPolicy policy);
+               int64_t line, BadRowPolicy policy, const std::string& caption = "");
 
   // Appends a row found bad by a reader of its own (a cache folder): throws InputError under
   // kError, else records it (file, line, field, reason) and keeps its row id.
@@ -90,6 +93,9 @@ class Manifest {
   const std::vector<std::pair<int64_t, int64_t>>& fixed_runs() const { return fixed_runs_; }
   // Valid while the manifest lives and is not loaded into again.
   std::string_view path(int64_t row) const;
+  // The row's caption ("" when it has none); valid as path() is.
+  std::string_view caption(int64_t row) const;
+  bool has_captions() const { return !caption_ref_.empty(); }
   const std::vector<BadRow>& bad_rows() const { return bad_rows_; }
   const std::vector<ManifestFile>& files() const { return files_; }
   // Where a row came from, for messages: "file:line".
@@ -113,13 +119,17 @@ class Manifest {
   };
   // Text fields of one row, before validation (views into a text or the caller's strings).
   struct Fields {
-    std::string_view path, frames, height, width, fps;
+    std::string_view path, frames, height, width, fps, caption;
   };
   // Validates `f`: fills `c` and returns true, or sets field and reason.
   static bool parse_fields(const Fields& f, ClipInfo& c, std::string& field, std::string& reason);
   bool add_fields(const Fields& f, const std::string& source, int64_t line, BadRowPolicy policy);
   bool add_plain(const Fields& f, int64_t line);
-  void push(std::string_view path, const ClipInfo& c, bool ok, int64_t line);
+  void push(std::string_view path, const ClipInfo& c, bool ok, int64_t line,
+            std::string_view caption = {});
+  // A reference to `s` (a slice of the text being read, or a copy in extra_), as path_ref_'s.
+  uint64_t text_ref(std::string_view s);
+  std::string_view text_at(uint64_t ref) const;
   void load_owned(Text text, const std::string& name, BadRowPolicy policy);
   void load_csv(std::string_view text, const std::string& name, BadRowPolicy policy);
   void load_jsonl(std::string_view text, const std::string& name, BadRowPolicy policy);
@@ -129,6 +139,8 @@ class Manifest {
   // Per row: bits 24..63 the path's offset, bits 0..23 its length. Offsets below kExtraBase
   // are into texts_ (text k starts at text_base_[k]), from kExtraBase on into extra_.
   std::vector<uint64_t> path_ref_;
+  // Per row, the caption's reference as path_ref_'s (0: none); empty until a row has one.
+  std::vector<uint64_t> caption_ref_;
   std::vector<Text> texts_;
   std::vector<uint64_t> text_base_;
   std::string extra_;

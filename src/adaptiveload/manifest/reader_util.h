@@ -5,8 +5,11 @@
 
 namespace adaptiveload {
 
-enum Column { kPath, kFrames, kHeight, kWidth, kFps, kColumns };
-inline constexpr const char* kColumnNames[kColumns] = {"path", "num_frames", "height", "width", "fps"};
+// fps and the caption are optional; the caption's column is named "caption" or "text".
+enum Column { kPath, kFrames, kHeight, kWidth, kFps, kCaption, kColumns };
+inline constexpr const char* kColumnNames[kColumns] = {"path",  "num_frames", "height",
+                                                       "width", "fps",        "caption"};
+inline constexpr const char* kCaptionAlias = "text";
 
 inline std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
