@@ -22,7 +22,7 @@ from adaptiveload.cache import (CacheDataset, CacheEntryError, CacheShapeError, 
                                 collate_stack, load_encoders, write_index, write_rows)
 from adaptiveload.cache import _format  # noqa: E402
 import cache_fixtures as fx  # noqa: E402
-from conftest import HERE, kill_tree, run_guarded, torchrun  # noqa: E402
+from conftest import HERE, run_guarded, torchrun  # noqa: E402
 
 SAMPLER = dict(model="tiny-dit", grid="tiny", device="cpu", world_size=1, rank=0, seed=0)
 
@@ -235,7 +235,8 @@ def test_bad_entries_name_row_and_file_or_are_skipped_with_true_counts(reference
 def test_bad_media_is_reported_and_left_out_of_the_cache(setup, encoders, tmp_path):
     s = sampler_of(setup["manifest"])
     with pytest.raises(fx.BadMedia, match="row 3: v3.mp4"):
-        write_rows(s, fx.SyntheticSource(s, bad_rows=[3]), encoders, str(tmp_path), [3], "error", fx.SyntheticSource.bad_errors)
+        write_rows(s, fx.SyntheticSource(s, bad_rows=[3]), encoders, str(tmp_path), [3], "error",
+                   fx.SyntheticSource.bad_errors)
     rep = write_rows(s, fx.SyntheticSource(s, bad_rows=[3]), encoders, str(tmp_path), [2, 3], "skip",
                      fx.SyntheticSource.bad_errors)
     assert rep.written == [2] and rep.skipped[0][0] == 3 and "cannot decode" in rep.skipped[0][1]
