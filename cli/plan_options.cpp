@@ -60,9 +60,11 @@ void PlanOptions::add_to(CLI::App& app, bool with_manifest) {
   if (with_manifest) {
     app.add_option("--manifest,-m", manifests,
                    "Manifest file(s), CSV or JSONL with columns path,num_frames,height,width,fps (fps empty for "
-                   "images). Several files are planned together; row ids continue across them in the order given.")
+                   "images), or a latent cache folder (python -m adaptiveload.cache, or musubi-tuner's): its "
+                   "rows plan at their cached shapes. Several are planned together; row ids continue across "
+                   "them in the order given.")
         ->required()
-        ->check(CLI::ExistingFile);
+        ->check(CLI::ExistingPath);
   }
   app.add_option("--model", config.model,
                  "Model preset (" + names_of("models") + ") or a JSON file")

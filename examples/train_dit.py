@@ -98,6 +98,7 @@ from adaptiveload import sequence_parallel as spl
 from adaptiveload.models import wan_dit, wan_dit_packed
 from adaptiveload.sampler import MAX_INT64, MAX_MEM_BUDGET, MAX_SEED, MAX_WORLD_SIZE
 from adaptiveload.sampler._ranges import SYNCS
+from data_feed import CacheFeed, cache_inputs, check_cache_args, feed_order
 
 MODELS = ["wan-dit", "diffusers-wan"]
 PARALLEL = ["ddp", "fsdp2"]
@@ -256,6 +257,12 @@ def parse_args(argv=None):
                    "--packing) one global step each in turn instead of one run after another, so a drift of the "
                    "machine's speed (clock frequency, caches, other load) falls on every run alike and their "
                    "ratios pair step by step; each run keeps its own model, optimizer and plan")
+    p.add_argument("--data", default="random", choices=["random", "cache"], help="random: latents and text drawn "
+                   "at each row's bucket; cache: read from a latent cache folder (--cache, made by python -m "
+                   "adaptiveload.cache or musubi-tuner), which is then the manifest")
+    p.add_argument("--cache", help="the latent cache folder of --data cache")
+    p.add_argument("--num-workers", type=whole(0), default=0, help="DataLoader workers per rank reading the cache "
+                   "(--data cache)")
     p.add_argument("--out", help="write the summaries (JSON list) here")
     p.add_argument("--log-samples", help="append the sample ids each rank trained, one JSON line per micro-batch "
                    "(under torchrun, one file per process: PATH.rankN); a micro-batch on a sequence-parallel "
@@ -780,6 +787,11 @@ def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world:
     planner_device = args.planner_device or ("h200" if device.type == "cuda" else "cpu")
     mem_budget = mem_budget_of(args)
     manifests = args.manifest or DEFAULT_MANIFESTS
+    if args.data == "cache":
+        if not args.cache or args.manifest:
+            sys.exit("train_dit.py: --data cache trains from the cache folder --cache DIR (it is the manifest; "
+                     "no --manifest)")
+        manifests = args.cache
     subset_bad: List[str] = []
     origins: List[str] = []
     try:
@@ -837,6 +849,11 @@ def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world:
     dtype = torch.float32
     gen = torch.Generator().manual_seed((args.seed + 1000 * dist_rank) % 2**64)
     per_sample = (args.inputs or ("per-sample" if args.parallel else "stream")) == "per-sample"
+    feed = None
+    if args.data == "cache":  # the loop's micro-batches read ahead; per-sample timesteps and noise
+        per_sample = True
+        check_cache_args(args, args.rank_order == "interleaved" and not ddp)
+        feed = CacheFeed(args.cache, samplers[0], feed_order(samplers, args, samplers[0].num_steps), args.num_workers)
     # The gradient of a step is the mean over its global samples: DDP and FSDP2 average over
     # the W ranks, so each rank scales by W; the explicit all-reduce below and the emulated
     # ranks sum. A micro-batch on a sequence-parallel group: each of its ranks back-propagates
@@ -888,6 +905,8 @@ def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world:
 
             def draw(s=s, mb=mb, st=st, g=g):
                 # A group's ranks must hold the same tensors: per-sample inputs.
+                if feed is not None:
+                    return cache_inputs(feed.take(mb), c, args.seed, st.epoch, device, dtype, packs)
                 if packs:  # each sample at its own bucket (packing plans no groups)
                     return pack_inputs(s, mb, c, device, dtype, args.seed, st.epoch, None if per_sample else gen)
                 if per_sample or g > 1:

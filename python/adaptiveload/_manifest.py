@@ -79,8 +79,8 @@ def load_manifest(manifest: Any, on_bad_row: str = "error") -> "_C.Manifest":
     if paths is not None:
         for p in paths:
             p = os.fspath(p)
-            if not os.path.isfile(p):
-                raise FileNotFoundError(f"manifest: no such file: {p!r}")
+            if not (os.path.isfile(p) or os.path.isdir(p)):  # a folder: a latent cache (cache_folder.h)
+                raise FileNotFoundError(f"manifest: no such file or cache folder: {p!r}")
             m.load(p, skip)
         return m
     if isinstance(manifest, Mapping):

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "adaptiveload/manifest/cache_folder.h"
 #include "adaptiveload/manifest/duplicates.h"
 #include "adaptiveload/manifest/manifest.h"
 #include "adaptiveload/plan/state.h"
@@ -107,6 +108,19 @@ pb::dict state_to_dict(const PlanState& s) {
 }  // namespace
 
 void bind_planner(pb::module_& m) {
+  m.def(
+      "musubi_text_file",
+      [](const std::string& latent_path) {
+        const size_t slash = latent_path.rfind('/');
+        const std::string dir = slash == std::string::npos ? "" : latent_path.substr(0, slash + 1);
+        MusubiName n;
+        if (!parse_musubi_name(latent_path.substr(dir.size()), n))
+          throw std::invalid_argument(latent_path + " is not a musubi-tuner latent file name " +
+                                      "(<key>_<W>x<H>_<arch>.safetensors)");
+        return dir + n.item_key + "_" + n.arch + "_te.safetensors";
+      },
+      pb::arg("latent_path"),
+      "The text-encoder output file of a musubi-tuner latent file (manifest/cache_folder.h).");
   pb::class_<Manifest>(m, "Manifest")
       .def(pb::init<>())
       .def(
@@ -168,6 +182,20 @@ void bind_planner(pb::module_& m) {
              if (row < 0 || row >= self.total_rows()) throw pb::index_error("row out of range");
              return self.usable(row);
            })
+      .def(
+          "fixed",
+          [](const Manifest& self, int64_t row) {
+            if (row < 0 || row >= self.total_rows()) throw pb::index_error("row out of range");
+            return self.fixed(row);
+          },
+          pb::arg("row"), "Whether the row is a latent cache's (its shape is its bucket).")
+      .def(
+          "row_path",
+          [](const Manifest& self, int64_t row) {
+            if (row < 0 || row >= self.total_rows()) throw pb::index_error("row out of range");
+            return std::string(self.path(row));
+          },
+          pb::arg("row"), "The row's path as its manifest gives it.")
       .def_property_readonly("bad_rows", [](const Manifest& self) {
         std::vector<std::string> out;
         for (const BadRow& b : self.bad_rows()) out.push_back(b.message());
@@ -339,6 +367,19 @@ void bind_planner(pb::module_& m) {
             return pb::make_tuple(b.frames, b.height, b.width, b.tokens);
           },
           pb::arg("row"), "(frames, height, width, tokens) of the bucket a manifest row trains at.")
+      .def(
+          "latent_shape",
+          [](const Planner& self, int64_t row) {
+            const auto& sb = self.bucketing().sample_bucket;
+            if (row < 0 || size_t(row) >= sb.size()) throw pb::index_error("row out of range");
+            if (sb[size_t(row)] == kNoBucket)
+              throw std::invalid_argument("manifest row " + std::to_string(row) +
+                                          " fits no bucket");
+            const auto s = latent_shape(self.bucketing().buckets[sb[size_t(row)]], self.model());
+            return pb::make_tuple(s[0], s[1], s[2], s[3]);
+          },
+          pb::arg("row"),
+          "(channels, frames, height, width) of the VAE latent of a manifest row at its bucket.")
       .def(
           "micro_batch_shape",
           [](const Planner& self, const std::vector<int64_t>& rows) {

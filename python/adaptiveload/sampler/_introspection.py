@@ -74,6 +74,14 @@ class _Introspection:
         row = _checks.integer(row, "sample_geometry: row", 0, self.total_rows - 1, " (a manifest row id)")
         return tuple(self._planner(self.world_size).row_geometry(row)[:3])
 
+    def latent_shape(self, row: int) -> tuple:
+        """(channels, frames, height, width) of the VAE latent of a manifest row at its bucket
+        (the model preset's latent channels and VAE strides): what a latent cache must hold."""
+        if self.total_rows == 0:
+            raise ValueError("latent_shape: the manifest has no rows")
+        row = _checks.integer(row, "latent_shape: row", 0, self.total_rows - 1, " (a manifest row id)")
+        return tuple(self._planner(self.world_size).latent_shape(row))
+
     def predicted_rank_times(self) -> List[List[float]]:
         """The planner's predicted compute seconds of every rank in every step of the current
         plan, [steps][world_size] (for comparing the cost model with measurements)."""

@@ -1,7 +1,9 @@
 #include "adaptiveload/geometry/geometry.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <map>
 #include <unordered_map>
 
 #include "adaptiveload/util/error.h"
@@ -33,6 +35,48 @@ int64_t resampled_frames(int64_t num_frames, double fps, double grid_fps) {
   return int64_t(f) + 1;
 }
 
+namespace {
+
+using Shape = std::array<int, 3>;  // frames, height, width (pixels)
+constexpr uint32_t kExtraKey = UINT32_MAX - 1;  // a fixed row whose shape the grid does not list
+
+// Why a fixed row's shape cannot be a bucket of `model` (its latent would not be whole
+// patches), or "".
+std::string fixed_shape_problem(const ClipInfo& c, const ModelPreset& model) {
+  const int mh = model.spatial_multiple_h(), mw = model.spatial_multiple_w();
+  if (c.num_frames > 1 && (c.num_frames - 1) % model.vae_t != 0)
+    return "cached shape " + std::to_string(c.num_frames) +
+           " frames is not 1 + a multiple of the VAE's " + std::to_string(model.vae_t) +
+           " (the cache was made for another model)";
+  if (c.height % mh != 0 || c.width % mw != 0)
+    return "cached shape " + std::to_string(c.height) + "x" + std::to_string(c.width) +
+           " is not a multiple of the model's " + std::to_string(mh) + "x" + std::to_string(mw) +
+           " pixels (the cache was made for another model)";
+  return {};
+}
+
+// The grid's key (tier, ratio, frame index) of every shape it lists; where two keys share a
+// shape, the one the grid's own rule picks for a clip of exactly that shape (the larger tier,
+// the first ratio).
+std::map<Shape, uint32_t> grid_shape_keys(const BucketGrid& grid, size_t max_ratios) {
+  std::map<Shape, uint32_t> out;
+  const size_t nf = grid.frames.size();
+  for (size_t ti = 0; ti < grid.tiers.size(); ++ti)
+    for (size_t ri = grid.tiers[ti].sizes.size(); ri-- > 0;)
+      for (size_t fi = 0; fi < nf; ++fi) {
+        const TierSize& s = grid.tiers[ti].sizes[ri];
+        out[{grid.frames[fi], s.h, s.w}] = uint32_t((ti * max_ratios + ri) * nf + fi);
+      }
+  return out;
+}
+
+}  // namespace
+
+std::array<int64_t, 4> latent_shape(const Bucket& b, const ModelPreset& m) {
+  return {m.latent_channels, 1 + (int64_t(b.frames) - 1) / m.vae_t, b.height / m.vae_h,
+          b.width / m.vae_w};
+}
+
 Bucketing assign_buckets(const Manifest& manifest, const BucketGrid& grid, const ModelPreset& model) {
   Bucketing out;
   const int64_t n = manifest.total_rows();
@@ -54,12 +98,31 @@ Bucketing assign_buckets(const Manifest& manifest, const BucketGrid& grid, const
   // A direct-mapped cache in front of the map: a manifest has few distinct sizes, in any order.
   constexpr size_t kCache = 1024;
   std::vector<std::pair<uint64_t, uint32_t>> cache(kCache, {UINT64_MAX, UINT32_MAX});
+  // Fixed rows (a latent cache's): their own shape, the grid's bucket where it lists the shape.
+  const std::map<Shape, uint32_t> grid_keys =
+      manifest.any_fixed() ? grid_shape_keys(grid, max_ratios) : std::map<Shape, uint32_t>();
+  std::map<Shape, int64_t> extra_count;
   for (int64_t row = 0; row < n; ++row) {
     if (!manifest.usable(row)) {
       ++(manifest.skipped_duplicate(row) ? out.duplicates : out.bad);
       continue;
     }
     const ClipInfo& c = manifest.clip(row);
+    if (manifest.any_fixed() && manifest.fixed(row)) {
+      if (std::string why = fixed_shape_problem(c, model); !why.empty()) {
+        out.unfit.push_back({row, std::move(why)});
+        continue;
+      }
+      const Shape shape{int(c.num_frames), c.height, c.width};
+      if (auto it = grid_keys.find(shape); it != grid_keys.end()) {
+        key_of[size_t(row)] = it->second;
+        ++key_count[it->second];
+      } else {
+        key_of[size_t(row)] = kExtraKey;
+        ++extra_count[shape];
+      }
+      continue;
+    }
     size_t fi = 0;
     if (c.num_frames == 1) {
       if (!images_ok) {
@@ -132,10 +195,28 @@ Bucketing assign_buckets(const Manifest& manifest, const BucketGrid& grid, const
     out.buckets.push_back(std::move(b));
     out.bucket_counts.push_back(key_count[key]);
   }
+  // Shapes of fixed rows the grid does not list: buckets of their own, after the grid's, in
+  // (frames, height, width) order.
+  std::map<Shape, uint16_t> extra_id;
+  for (const auto& [shape, count] : extra_count) {
+    if (out.buckets.size() >= kNoBucket)
+      throw ConfigError("more than 65,534 buckets in use; use a coarser grid");
+    Bucket b = make_bucket(shape[0], shape[1], shape[2], model);
+    b.tier = "fixed";
+    b.ratio = std::to_string(shape[1]) + "x" + std::to_string(shape[2]);
+    extra_id[shape] = uint16_t(out.buckets.size());
+    out.buckets.push_back(std::move(b));
+    out.bucket_counts.push_back(count);
+  }
   for (int64_t row = 0; row < n; ++row) {
     uint32_t key = key_of[size_t(row)];
     if (key == UINT32_MAX) continue;
-    out.sample_bucket[size_t(row)] = uint16_t(id_of_key[key]);
+    if (key == kExtraKey) {
+      const ClipInfo c = manifest.clip(row);
+      out.sample_bucket[size_t(row)] = extra_id.at({int(c.num_frames), c.height, c.width});
+    } else {
+      out.sample_bucket[size_t(row)] = uint16_t(id_of_key[key]);
+    }
     ++out.usable;
   }
   return out;

@@ -3,6 +3,7 @@
 // it fits without upscaling: frames after resampling to the grid's fps, the largest tier
 // whose size for the nearest aspect ratio fits inside the clip, and that ratio's size.
 // Token count (Wan: VAE 4x8x8, patch 1x2x2): f = 1 + (F'-1)/4, S = f * H'/16 * W'/16.
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -40,8 +41,14 @@ struct Bucketing {
 // Token count of one bucket shape under a model's VAE strides and patch.
 Bucket make_bucket(int frames, int height, int width, const ModelPreset& model);
 
-// Assigns every usable manifest row to a bucket; rows that fit nothing are listed in
-// `unfit` with a reason, never dropped silently.
+// The latent of a sample at bucket `b`: [channels, frames, height, width] under the model's VAE
+// (a causal VAE keeps the first frame: 1 + (F' - 1) / vae_t frames).
+std::array<int64_t, 4> latent_shape(const Bucket& b, const ModelPreset& model);
+
+// Assigns every usable manifest row to a bucket; a fixed row (Manifest::fixed, a latent
+// cache's) gets exactly its own shape: the grid's bucket of that shape where the grid lists it,
+// else a bucket of its own (tier "fixed", after the grid's, ordered by shape); rows that fit
+// nothing are listed in `unfit` with a reason, never dropped silently.
 Bucketing assign_buckets(const Manifest& manifest, const BucketGrid& grid, const ModelPreset& model);
 
 // Frames available after resampling a clip to `grid_fps` (duration-preserving).

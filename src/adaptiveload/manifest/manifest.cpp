@@ -19,6 +19,7 @@
 #include <cstring>
 #include <optional>
 
+#include "adaptiveload/manifest/cache_folder.h"
 #include "adaptiveload/manifest/reader_util.h"
 #include "adaptiveload/util/error.h"
 #include "adaptiveload/util/option_word.h"
@@ -345,11 +346,40 @@ bool Manifest::add_row(const std::string& path, const std::string& num_frames,
   return add_fields({path, num_frames, height, width, fps, caption}, source, line, policy);
 }
 
+void Manifest::add_bad_row(const std::string& path, const std::string& source, int64_t line,
+                           const std::string& field, const std::string& reason,
+                           BadRowPolicy policy) {
+  if (policy == BadRowPolicy::kError)
+    throw InputError(path, field + ": " + reason +
+                               " (fix or remove the file, or pass --on-bad-row=skip to skip it)");
+  if (files_.empty() || files_.back().path != source) files_.push_back({source, total_rows(), 0});
+  bad_rows_.push_back({path, line, field, reason});
+  const std::string_view kept = path.size() <= kMaxPathBytes ? std::string_view(path) : "";
+  push(kept, ClipInfo{}, false, line);
+}
+
 void Manifest::load(const std::string& path, BadRowPolicy policy, FileAccess access) {
+  if (is_directory(path)) return load_cache_folder(*this, path, policy);
   if (access == FileAccess::kMap) {
     if (std::optional<Text> t = map_file(path)) return load_owned(std::move(*t), path, policy);
   }
   load_owned(read_whole_file(path), path, policy);
+}
+
+void Manifest::mark_fixed(int64_t first, int64_t end) {
+  if (end <= first) return;
+  if (!fixed_runs_.empty() && fixed_runs_.back().second == first)
+    fixed_runs_.back().second = end;
+  else
+    fixed_runs_.emplace_back(first, end);
+}
+
+bool Manifest::fixed(int64_t row) const {
+  if (fixed_runs_.empty()) return false;
+  auto it = std::upper_bound(
+      fixed_runs_.begin(), fixed_runs_.end(), row,
+      [](int64_t r, const std::pair<int64_t, int64_t>& run) { return r < run.first; });
+  return it != fixed_runs_.begin() && row < (it - 1)->second;
 }
 
 void Manifest::load_text(std::string_view text, const std::string& name, BadRowPolicy policy) {

@@ -12,6 +12,11 @@
 // costs 24 bytes beyond the file. Captions are a side store that exists only once a row has
 // one (8 bytes a row from then on, a reference like a path's): a manifest without them does
 // not grow.
+//
+// Fixed rows: a latent cache's rows (this project's cache index, or a musubi-tuner cache folder:
+// manifest/cache_folder.h) have shapes fixed when they were encoded. Their num_frames, height
+// and width are the bucket (F', H', W') in pixels, taken as is by the geometry (no resampling,
+// no grid lookup); fps is informational. Kept as runs of row ids: nothing per row.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -51,7 +56,8 @@ struct ManifestFile {
 
 class Manifest {
  public:
-  // Appends the rows of a CSV or JSONL file (chosen by extension, else by content).
+  // Appends the rows of a CSV or JSONL file (chosen by extension, else by content), or of a
+  // latent cache folder (manifest/cache_folder.h: fixed rows).
   // Bad rows throw InputError (kError) or are recorded in bad_rows() (kSkip).
   void load(const std::string& path, BadRowPolicy policy, FileAccess access = FileAccess::kCopy);
   void load_text(std::string_view text, const std::string& name, BadRowPolicy policy);
@@ -61,6 +67,11 @@ class Manifest {
   bool add_row(const std::string& path, const std::string& num_frames, const std::string& height,
                const std::string& width, const std::string& fps, const std::string& source,
                int64_t line, BadRowPolicy policy, const std::string& caption = "");
+
+  // Appends a row found bad by a reader of its own (a cache folder): throws InputError under
+  // kError, else records it (file, line, field, reason) and keeps its row id.
+  void add_bad_row(const std::string& path, const std::string& source, int64_t line,
+                   const std::string& field, const std::string& reason, BadRowPolicy policy);
 
   // Row ids are 0..total_rows()-1; bad rows keep their ids but are not usable (their clip is
   // ClipInfo{}).
@@ -75,6 +86,11 @@ class Manifest {
     if (r.frames <= 0) return ClipInfo{};
     return ClipInfo{r.frames, int32_t(r.height_m1) + 1, int32_t(r.width_m1) + 1, r.fps};
   }
+  // Marks rows [first, end) as fixed (their clip is their bucket).
+  void mark_fixed(int64_t first, int64_t end);
+  bool any_fixed() const { return !fixed_runs_.empty(); }
+  bool fixed(int64_t row) const;
+  const std::vector<std::pair<int64_t, int64_t>>& fixed_runs() const { return fixed_runs_; }
   // Valid while the manifest lives and is not loaded into again.
   std::string_view path(int64_t row) const;
   // The row's caption ("" when it has none); valid as path() is.
@@ -132,6 +148,7 @@ class Manifest {
   std::vector<std::pair<int64_t, int64_t>> line_runs_;
   std::vector<BadRow> bad_rows_;
   std::vector<ManifestFile> files_;
+  std::vector<std::pair<int64_t, int64_t>> fixed_runs_;  // [first, end) row ids, ascending
 };
 
 // Splits one CSV record (RFC 4180: quoted fields, "" escapes; lines end in LF, CRLF or a lone CR).

@@ -31,6 +31,11 @@ uint64_t Planner::compute_fingerprint(const Manifest* manifest) const {
       put(&zero, 1), put(&c.num_frames, 8), put(&c.height, 4), put(&c.width, 4), put(&c.fps, 8), put(&usable, 1);
     }
     h.bytes(block.data(), used);
+    // Fixed rows (a cache's) plan at their own shape; without any the fingerprint stays as it was.
+    if (manifest->any_fixed()) {
+      h.str("fixed");
+      for (const auto& [first, end] : manifest->fixed_runs()) h.pod(first), h.pod(end);
+    }
   } else {
     h.bytes(bucketing_.sample_bucket.data(), bucketing_.sample_bucket.size() * sizeof(uint16_t));
     for (const Bucket& b : bucketing_.buckets) h.pod(b.frames), h.pod(b.height), h.pod(b.width), h.pod(b.tokens);
