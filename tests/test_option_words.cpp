@@ -93,6 +93,8 @@ TEST(OptionWords, NoCoreMessageSpellsAFlag) {
       const std::string code = comment == std::string::npos ? line : line.substr(0, comment);
       std::smatch m;
       if (code.find("adaptiveload calibrate --") != std::string::npos) continue;
+      // iconv's own flags, in the command a manifest's encoding error asks the user to run.
+      if (rel == "manifest/encoding.cpp" && code.find("-f CP1252") != std::string::npos) continue;
       EXPECT_FALSE(std::regex_search(code, m, flag))
           << rel << ":" << line_no << " spells " << m[1] << ": " << line;
     }

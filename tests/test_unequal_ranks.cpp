@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <functional>
 
+#include "adaptiveload/util/option_word.h"
 #include "adaptiveload/planner/ranks.h"
 #include "adaptiveload/util/error.h"
 #include "adaptiveload/util/rng.h"
@@ -81,7 +82,14 @@ TEST(UnequalRanks, DevicesAndSpeedsAreParsedAndMessagesNameTheOption) {
             (std::vector<std::string>{"h200", "h200", "h100", "h100"}));
   EXPECT_EQ(parse_devices("h200,h100,h100", 3), (std::vector<std::string>{"h200", "h100", "h100"}));
   EXPECT_NE(what_of([] { parse_devices("h200:8", 16); }).find("--devices"), std::string::npos);
-  EXPECT_NE(what_of([] { parse_devices("h200:x", 1); }).find("devices="), std::string::npos);
+  EXPECT_NE(what_of([] { parse_devices("h200:x", 1); }).find("--devices"), std::string::npos);
+  {  // The sampler's words: the argument, no flag.
+    set_front_end(FrontEnd::kPython);
+    const std::string py = what_of([] { parse_devices("h200:x", 1); });
+    set_front_end(FrontEnd::kCli);
+    EXPECT_NE(py.find("(devices)"), std::string::npos) << py;
+    EXPECT_EQ(py.find("--"), std::string::npos) << py;
+  }
   const std::vector<double> s = parse_rank_speeds("5=0.7,2=0.9", 8);
   EXPECT_DOUBLE_EQ(s[5], 0.7);
   EXPECT_DOUBLE_EQ(s[2], 0.9);

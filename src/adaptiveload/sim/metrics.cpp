@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "adaptiveload/util/option_word.h"
 #include "adaptiveload/util/error.h"
 #include "adaptiveload/util/format.h"
 
@@ -212,7 +213,8 @@ std::string check_rank_memory(const Plan& plan, const SimEnv& env) {
         return "plan of strategy '" + plan.strategy + "': step " + std::to_string(i / W) + " rank " +
                std::to_string(r) + " has a micro-batch of " + std::to_string(plan.micro_batches[m].count) +
                " samples needing " + fmt_gb(bytes) + ", over the " + fmt_gb(usable) +
-               " its device may fill (a plan for other devices? plan with this --devices)";
+               " its device may fill (a plan for other devices? plan with this " +
+               option_word("devices") + ")";
     }
   }
   return "";
@@ -240,7 +242,8 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
   if (unequal && env.layout.rank_speed.size() != W)
     throw ConfigError("plan of strategy '" + m.name + "' is for " + std::to_string(W) +
                       " ranks; the simulator has " + std::to_string(env.layout.rank_speed.size()) +
-                      " rank speeds (--devices, --rank-speed): give one a rank");
+                      " rank speeds (" + option_word("devices") + ", " + option_word("rank_speed") +
+                      "): give one a rank");
   if (groups && plan.mb_group.size() != plan.micro_batches.size())
     throw ConfigError("plan of strategy '" + m.name + "' has " + std::to_string(plan.mb_group.size()) +
                       " group sizes for " + std::to_string(plan.micro_batches.size()) + " micro-batches");
