@@ -53,9 +53,11 @@ if [ "${1:-}" = "--preflight" ]; then
     echo "preflight: headers: FAIL"; ok=0
   fi
   # setup.py's CMake configuration as the GPU machine runs it: a new build-python/ with only the
-  # libraries, nlohmann_json from the vendored headers (no Debian package config there).
+  # libraries and the binding target (torch found through this Python), nlohmann_json from the
+  # vendored headers (no Debian package config there).
   if cmake -S "$COPY" -B "$COPY/build-python" -DCMAKE_BUILD_TYPE=Release -DAL_BUILD_TESTS=OFF -DAL_BUILD_BENCH=OFF \
       -DAL_BUILD_CLI=OFF -DAL_CUDA_EMU=OFF -DAL_SCAN=OFF -DAL_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90-real \
+      -DAL_PYTHON=ON -DPython_EXECUTABLE="$(cd "$(dirname "$VPY")" && pwd)/$(basename "$VPY")" \
       -DCMAKE_INCLUDE_PATH="$COPY/.deps/include" -DCMAKE_DISABLE_FIND_PACKAGE_nlohmann_json=TRUE \
       >"$COPY/cmake.log" 2>&1 &&
      grep -q "NLOHMANN_JSON_INCLUDE_DIR:PATH=$COPY/.deps/include" "$COPY/build-python/CMakeCache.txt" &&

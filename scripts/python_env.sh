@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Creates .venv (Debian's /usr/bin/python3, no system site packages), installs PyTorch 2.x
 # from PyPI (requirements/torch.txt) and the test/example dependencies
-# (requirements/python.txt), then builds and installs the `adaptiveload` package into it.
+# (requirements/python.txt), then builds and installs the `adaptiveload` package into it
+# (pip install --no-build-isolation: scikit-build-core driving CMake, against this torch).
+#
+# AL_TORCH_SET: pinned (default; requirements/torch.txt, the GPU machine's release, into .venv)
+# or newest (requirements/torch-newest.txt, the newest torch on PyPI, into .venv-torch-newest:
+# scripts/test.sh's second Python stage). AL_VENV overrides the folder.
 #
 # PyTorch install (AL_TORCH_INSTALL):
 #   auto (default)  lean when the CUDA 13 toolkit's libraries are on the loader path (this
@@ -16,7 +21,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=/usr/bin/python3
-VENV=.venv
+case "${AL_TORCH_SET:-pinned}" in
+pinned) VENV="${AL_VENV:-.venv}" torch_reqs=requirements/torch.txt lean_reqs=requirements/torch-lean.txt ;;
+newest) VENV="${AL_VENV:-.venv-torch-newest}" torch_reqs=requirements/torch-newest.txt
+  lean_reqs=requirements/torch-newest-lean.txt ;;
+*)
+  echo "python_env: AL_TORCH_SET must be pinned or newest (got '$AL_TORCH_SET')" >&2
+  exit 2
+  ;;
+esac
 mode="${AL_TORCH_INSTALL:-auto}"
 case "$mode" in auto | lean | full) ;; *)
   echo "python_env: AL_TORCH_INSTALL must be auto, lean or full (got '$mode')" >&2
@@ -50,16 +63,16 @@ install_torch() {
   local want="$1"
   if [ "$want" = lean ]; then
     echo "python_env: installing torch (lean: --no-deps, CUDA libraries from the toolkit)" >&2
-    "${pip[@]}" install --no-deps -r requirements/torch.txt
-    "${pip[@]}" install -r requirements/torch-lean.txt
+    "${pip[@]}" install --no-deps -r "$torch_reqs"
+    "${pip[@]}" install -r "$lean_reqs"
   else
     echo "python_env: installing torch (full, with its nvidia-* wheels)" >&2
-    "${pip[@]}" install -r requirements/torch.txt
+    "${pip[@]}" install -r "$torch_reqs"
   fi
 }
 
 stamp="$VENV/.al-requirements"
-reqs=(requirements/torch.txt requirements/torch-lean.txt requirements/python.txt requirements/torch-addons.txt)
+reqs=("$torch_reqs" "$lean_reqs" requirements/python.txt requirements/torch-addons.txt)
 want_stamp="$mode $(cat "${reqs[@]}" | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want_stamp" ] || ! torch_imports; then
   start=$SECONDS
@@ -85,9 +98,11 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want_stamp" ] || ! torch_import
   echo "python_env: requirements installed in $((SECONDS - start)) s ($(du -sh "$VENV" | cut -f1) in $VENV)" >&2
 fi
 
-# The extension build: torch's cpp_extension with the CUDA sources when torch has CUDA and
-# nvcc exists (a GPU need not be visible); see setup.py.
+# The package: scikit-build-core driving the project's CMake against this venv's torch (the CUDA
+# kernels too when torch has CUDA and nvcc exists; a GPU need not be visible). Its build folder,
+# build-python/<wheel tag>, is shared by the two venvs: switching torch recompiles the binding
+# only, not the core or the kernels (docs/python.md).
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH="/usr/local/cuda/bin:$PATH"
 fi
-MAX_JOBS="${MAX_JOBS:-$(nproc)}" "${pip[@]}" install --no-build-isolation --no-deps .
+CMAKE_BUILD_PARALLEL_LEVEL="${MAX_JOBS:-$(nproc)}" "${pip[@]}" install --no-build-isolation --no-deps .

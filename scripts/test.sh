@@ -8,6 +8,10 @@
 #   python-env  .venv with PyTorch 2.x from PyPI and the package, CUDA binding compiled
 #               when torch is a CUDA build and nvcc exists (scripts/python_env.sh)
 #   pytest      the Python tests (python/tests)
+#   python-env-newest, pytest-newest
+#               the same in .venv-torch-newest with the newest torch on PyPI
+#               (AL_TORCH_SET=newest scripts/python_env.sh): the package built against it and the
+#               whole Python suite run on it. AL_SKIP_NEWEST_TORCH=1 leaves both out (said in the summary)
 #   reliability ASan+UBSan suite, TSan adaLN tests, fuzzing (scripts/reliability.sh)
 #   gpu-preflight  what a GPU run carries, checked here (scripts/gpu_prepare.sh, then
 #               gpu_check.sh --preflight and gpu_eval.sh --preflight)
@@ -47,9 +51,9 @@ skip() {  # skip NAME REASON
   echo "[test.sh] $1: not run: $2"
 }
 
-python_cuda_report() {
+python_cuda_report() {  # python_cuda_report [VENV]
   # The CUDA binding must be compiled where torch is a CUDA build and nvcc exists (CI).
-  .venv/bin/python - <<'EOF'
+  "${1:-.venv}/bin/python" - <<'EOF'
 import shutil, os, torch
 import adaptiveload._C as c
 nvcc = shutil.which("nvcc") or os.path.exists("/usr/local/cuda/bin/nvcc")
@@ -76,6 +80,14 @@ if stage python-env scripts/python_env.sh; then
   stage pytest .venv/bin/python -m pytest python/tests -q -p no:cacheprovider --durations=15
 else
   skip pytest "the Python environment failed"
+fi
+if [ "${AL_SKIP_NEWEST_TORCH:-0}" = 1 ]; then
+  skip pytest-newest "AL_SKIP_NEWEST_TORCH=1"
+elif stage python-env-newest env AL_TORCH_SET=newest scripts/python_env.sh; then
+  stage python-cuda-build-newest python_cuda_report .venv-torch-newest
+  stage pytest-newest .venv-torch-newest/bin/python -m pytest python/tests -q -p no:cacheprovider --durations=15
+else
+  skip pytest-newest "the newest-torch Python environment failed"
 fi
 if passed build; then
   stage reliability scripts/reliability.sh # ASan+UBSan suite, TSan adaLN tests, 60 s per fuzz target
