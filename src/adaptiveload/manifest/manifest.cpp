@@ -351,7 +351,9 @@ void Manifest::add_bad_row(const std::string& path, const std::string& source, i
                            BadRowPolicy policy) {
   if (policy == BadRowPolicy::kError)
     throw InputError(path, field + ": " + reason +
-                               " (fix or remove the file, or pass --on-bad-row=skip to skip it)");
+                               " (fix or remove the file, or pass " +
+                               option_word("on_bad_row", "skip", Spelling::kEquals) +
+                               " to skip it)");
   if (files_.empty() || files_.back().path != source) files_.push_back({source, total_rows(), 0});
   bad_rows_.push_back({path, line, field, reason});
   const std::string_view kept = path.size() <= kMaxPathBytes ? std::string_view(path) : "";
