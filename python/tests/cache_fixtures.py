@@ -3,6 +3,7 @@
 its subprocess runs). Nothing is downloaded: the VAE and the UMT5 encoder are built from small
 configs with a fixed seed, the tokenizer is a word-level `tokenizers` model over WORDS."""
 import os
+import time
 
 import torch
 
@@ -63,7 +64,8 @@ class BadMedia(OSError):
 class SyntheticSource:
     """Samples at their planned buckets, as adaptiveload.media.MediaDataset gives them: pixels
     [3, F', H', W'] in [-1, 1] drawn from a generator seeded by the row, a caption of WORDS.
-    Rows in `bad_rows` raise BadMedia (a bad file)."""
+    Rows in `bad_rows` raise BadMedia (a bad file). AL_TEST_SOURCE_DELAY (seconds) makes each
+    sample that slow, so that a test's kills land mid-job whatever the machine's speed."""
 
     bad_errors = (BadMedia,)
 
@@ -74,6 +76,7 @@ class SyntheticSource:
     def __getitem__(self, row: int) -> dict:
         if row in self.bad_rows:
             raise BadMedia(f"row {row}: v{row}.mp4: cannot decode (synthetic bad file)")
+        time.sleep(float(os.environ.get("AL_TEST_SOURCE_DELAY", "0")))
         f, h, w = self.sampler.sample_geometry(row)
         g = torch.Generator().manual_seed(1000 + row)
         pixels = torch.rand((3, f, h, w), generator=g) * 2 - 1

@@ -91,6 +91,8 @@ CASES = [
     ("model", dict(rows=IMAGES, model=7), ["model"]),
     ("device", dict(rows=IMAGES, device=7), ["device"]),
     ("manifest", dict(rows=None, manifest=42), ["manifest"]),
+    ("devices", dict(rows=IMAGES, world_size=4, devices="h200:3"), ["(devices)"]),
+    ("rank_speeds", dict(rows=IMAGES, world_size=4, rank_speeds={9: 0.5}), ["(rank_speeds)"]),
 ]
 
 
