@@ -24,11 +24,13 @@ import time
 
 import torch
 
-from . import co_runners, link
+from . import calibrate_step, co_runners, link
 # The fits and their errors (no torch), re-exported: calibrate.fit, calibrate.pack_price, ...
 from .calibrate_fit import (draw_packs, fit, fit_jitter, jitter_sigma, log_spread, pack_parts,  # noqa: F401
                             pack_price, packs_path, rel_errors, shape_tokens, with_packs)
+from .calibrate_step import point_step  # calibrate.point_step, as before
 from .models import wan_dit
+from .packing import pack
 
 # (frames, height, width) shapes of the sweep: images, short and long clips, two resolutions.
 SHAPES = {
@@ -202,32 +204,6 @@ def timed_runs(run, device, reps: int, clock: str = "wall", warmup: bool = True,
     return times
 
 
-def draw_inputs(size, device):
-    """Random inputs of the tensor sizes `size`, drawn on the CPU from a generator and moved to
-    `device`, as examples/train_dit.py's data (make_batch) draws a micro-batch's: this miniature's
-    data loading."""
-    g = torch.Generator().manual_seed(0)
-    return [torch.randn(z, generator=g).to(device) for z in size]
-
-
-def point_step(model, c, shape, batch, device, time_inputs: bool = False):
-    """forward of `model` on random inputs of `batch` samples of (frames, height, width)
-    `shape`, as a function returning the loss (for timed()). time_inputs: each call draws its
-    inputs (draw_inputs), so the timing holds the data loading a training step pays with each
-    micro-batch; else they are drawn once, here."""
-    frames, height, width = shape
-    f = 1 + (frames - 1) // 4
-    size = [(batch, c.in_channels, f, height // 8, width // 8), (batch, c.text_len, c.text_dim)]
-    fixed = None if time_inputs else [torch.randn(z, device=device) for z in size]
-    amp = device.type == "cuda"
-
-    def step():
-        x0, ctx = fixed or draw_inputs(size, device)
-        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=amp):
-            return wan_dit.flow_matching_loss(model, x0, ctx).mean()
-    return step
-
-
 def measure_optimizer(model, c, shape, device, reps: int, clock="wall", statistic="median", batch=1) -> dict:
     """Seconds of one optimizer step as a training step runs it: AdamW over the model's
     parameters (its state made by one untimed step first), then zero_grad(set_to_none=True),
@@ -323,8 +299,6 @@ def measure_pack(model, c, shapes, device, reps, clock="wall", statistic="median
     """Forward + backward of the model's packed path (forward_packed on a PackedBatch) on
     random latents of `shapes`, the flow-matching loss over every token; timed as measure()
     (time_inputs: the latents, noise and text drawn inside each timing, draw_inputs)."""
-    from .packing import pack  # packing imports models.wan_dit
-
     latents = [(c.in_channels, 1 + (f - 1) // 4, h // 8, w // 8) for f, h, w in shapes]
     n = len(shapes)
     if not time_inputs:  # drawn once, outside the timing
@@ -342,7 +316,7 @@ def measure_pack(model, c, shapes, device, reps, clock="wall", statistic="median
     def step():
         nonlocal packed
         if time_inputs:
-            drawn = draw_inputs(latents + latents + [(c.text_len, c.text_dim)] * n, device)
+            drawn = calibrate_step.draw_inputs(latents + latents + [(c.text_len, c.text_dim)] * n, device)
             x0, eps, texts = drawn[:n], drawn[n:2 * n], drawn[2 * n:]
             xt = noised(x0, eps)
         else:

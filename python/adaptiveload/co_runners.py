@@ -7,15 +7,16 @@ import contextlib
 import multiprocessing as mp
 import time
 
+from .calibrate_fit import shape_tokens
+from .calibrate_step import point_step
+from .models import wan_dit
+
 #: How long a co-runner may take to start (import torch, build the model, run one step).
 START_TIMEOUT_S = 300.0
 
 
 def _train(config: str, layers, shapes, batches, fused: bool, checkpointing: bool, ready, stop, steps):
     import torch
-
-    from . import calibrate
-    from .models import wan_dit
     torch.set_num_threads(1)
     c = wan_dit.config(config, layers)
     torch.manual_seed(1)
@@ -24,7 +25,7 @@ def _train(config: str, layers, shapes, batches, fused: bool, checkpointing: boo
     i = 0
     while not stop.is_set():
         shape, batch = shapes[i % len(shapes)], batches[i % len(shapes)]
-        calibrate.point_step(model, c, shape, batch, device)().backward()
+        point_step(model, c, shape, batch, device)().backward()
         model.zero_grad(set_to_none=True)
         i += 1
         with steps.get_lock():
@@ -43,7 +44,6 @@ def co_running(n: int, config: str, layers, shapes, max_batch: int, max_tokens, 
     if n <= 0:
         yield counts
         return
-    from .calibrate import shape_tokens
     batches = [max(1, min(max_batch, max_tokens // shape_tokens(s))) if max_tokens else max_batch for s in shapes]
     ctx = mp.get_context("spawn")  # no fork of a process that has torch's threads
     stop = ctx.Event()

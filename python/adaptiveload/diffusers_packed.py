@@ -51,11 +51,10 @@ import torch.nn.functional as F
 from diffusers.models.transformers import transformer_wan
 from torch import nn
 
-from . import diffusers as _wan
+from . import diffusers_adaln as _wan
 from .attention import varlen_attention
-from .models.wan_dit_packed import Segments
 from .ops import fused_adaln
-from .packing import pack, unpack
+from .packing import Segments, pack, unpack
 
 __all__ = ["packed_forward"]
 

@@ -13,6 +13,9 @@ import statistics
 import tempfile
 import time
 
+from .calibrate_step import point_step
+from .models import wan_dit
+
 #: How long the ranks may take to start and finish (import torch, join the group, measure).
 TIMEOUT_S = 600.0
 #: The largest bus bandwidth a fit gives, bytes/s (10 TB/s: beyond any link measured).
@@ -72,12 +75,10 @@ def _rank(rank: int, ranks: int, init_file: str, backend: str, sizes, reps: int,
                 ts.append(time.perf_counter() - t0)
             times.append(ts)
         # The model's own gradients, in a training step's place: after a backward.
-        from . import calibrate
-        from .models import wan_dit
         c = wan_dit.config(spec["config"], spec["layers"])
         torch.manual_seed(0)
         model = wan_dit.WanDiT(c, fused_adaln=spec["fused"], checkpointing=spec["checkpointing"]).to(device)
-        step = calibrate.point_step(model, c, tuple(spec["shape"]), spec["batch"], device)
+        step = point_step(model, c, tuple(spec["shape"]), spec["batch"], device)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         ts, os_ = [], []
         for k in range(reps + 5):

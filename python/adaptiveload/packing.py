@@ -12,7 +12,7 @@ ratio) as one token sequence with segment offsets, and back.
     packed.text, packed.cu_seqlens_text   # the texts concatenated, and their offsets
     outputs = unpack(pred_tokens, packed)  # per sample [C, F, H, W] again, for the loss
 
-The token order and the features of a sample are models.wan_dit.patchify's, so a packed
+The token order and the features of a sample are patchify's (patches.py, as the models'), so a packed
 sample's rows are exactly that sample's patchify rows. `collate_packed` is a DataLoader
 collate function over samples given as dicts {"latent", "timestep", "text"}. Attention over a
 pack is varlen_attention(q, k, v, packed.cu_seqlens, packed.cu_seqlens) (attention.py);
@@ -22,10 +22,12 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 import torch
+import torch.nn.functional as F
 
-from .models.wan_dit import grid_positions, patchify, unpatchify
+from .ops import fused_adaln
+from .patches import grid_positions, patchify, unpatchify
 
-__all__ = ["PackedBatch", "pack", "unpack", "collate_packed"]
+__all__ = ["PackedBatch", "Segments", "pack", "unpack", "collate_packed"]
 
 
 @dataclass
@@ -191,3 +193,35 @@ def collate_packed(samples, patch=(1, 2, 2)) -> PackedBatch:
     t = [s["timestep"] for s in samples] if samples and "timestep" in samples[0] else None
     text = [s["text"] for s in samples] if samples and "text" in samples[0] else None
     return pack([s["latent"] for s in samples], patch, timesteps=t, text=text)
+
+
+class Segments:
+    """A pack's segment layout, computed once per forward: token offsets `cu` [n + 1] and their
+    lengths, the text offsets, and whether the modulation is per sample ([n, ...]) or per
+    token ([N, ...]). Only tensors and their sizes: nothing of the pack's Python lists (grids,
+    shapes), which torch.compile would specialise the graph on; so no max_seqlen either:
+    varlen_attention computes it where a backend needs it (flash, from the host copy of the
+    offsets it checks anyway)."""
+
+    def __init__(self, packed, per_token: bool):
+        self.cu = packed.cu_seqlens
+        self.cu_text = packed.cu_seqlens_text
+        self.n = packed.cu_seqlens.shape[0] - 1
+        self.total = packed.tokens.shape[0]  # N: cu_seqlens ends there (varlen_attention checks it)
+        self.lengths = (self.cu[1:] - self.cu[:-1]).long().to(packed.tokens.device)  # [n]
+        self.per_token = per_token
+
+    def rows(self, m: torch.Tensor) -> torch.Tensor:
+        """Modulation [n, D] per sample (or [N, D] per token) -> [N, D] per token row."""
+        return m if self.per_token else torch.repeat_interleave(m, self.lengths, dim=0, output_size=self.total)
+
+    def modulate(self, x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, eps: float,
+                 fused: bool) -> torch.Tensor:
+        """The packed adaLN site: LayerNorm(x) * (1 + scale) + shift with x [N, D] and each
+        sample's shift / scale [n, D] fp32 on its rows (or per token [N, D])."""
+        if fused:
+            # The kernel reads each sample's row where its segment is: no [N, D] copies.
+            return fused_adaln(x, shift, scale, eps=eps, cu_seqlens=None if self.per_token else self.cu)
+        shift, scale = self.rows(shift), self.rows(scale)
+        y = F.layer_norm(x.float(), (x.shape[-1],), eps=eps)  # as Block.modulate: fp32 norm and modulation
+        return (y * (1 + scale) + shift).type_as(x)

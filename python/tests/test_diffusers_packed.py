@@ -24,6 +24,7 @@ import torch
 from conftest import as_loaded_in_bf16
 
 pytest.importorskip("diffusers")
+import diffusers  # noqa: E402
 from diffusers import WanTransformer3DModel  # noqa: E402
 from diffusers.models.transformers import transformer_wan  # noqa: E402
 
@@ -272,7 +273,7 @@ def test_refuses_unknown_sources(monkeypatch):
     """A diffusers whose source of a method the pack reproduces is not a known one is refused,
     naming the method, the installed version and what to do; nothing is run or changed."""
     model = make_model()
-    monkeypatch.setattr(al_diffusers.diffusers, "__version__", "0.99.0")
+    monkeypatch.setattr(diffusers, "__version__", "0.99.0")
     monkeypatch.setitem(al_diffusers.KNOWN_SOURCES, "WanAttnProcessor.__call__", {"0123456789abcdef": "0.42.1"})
     msg = refused(model, al_diffusers.UnrecognisedWanModelError, r"model\.blocks\[0\]\.attn1\.processor: .*"
                   r"WanAttnProcessor\.__call__ .* has source sha256")

@@ -27,6 +27,7 @@ import torch
 from conftest import DATASETS, REPO, as_loaded_in_bf16
 
 pytest.importorskip("diffusers")
+import diffusers  # noqa: E402
 from diffusers import WanTransformer3DModel  # noqa: E402
 from diffusers.models.transformers import transformer_wan  # noqa: E402
 
@@ -34,9 +35,11 @@ import adaptiveload  # noqa: E402
 
 try:
     from adaptiveload import diffusers as al_diffusers
+    from adaptiveload import diffusers_adaln
 except ImportError:  # an installed package older than the module: use the checkout's
     adaptiveload.__path__.append(os.path.join(REPO, "python", "adaptiveload"))
     from adaptiveload import diffusers as al_diffusers
+    from adaptiveload import diffusers_adaln
 
 # 2 blocks, dim 64 (2 heads of 32), ffn 128, text 32 wide; latents [B, 4, 3, 4, 6] -> 18 tokens.
 TINY = dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=32, in_channels=4, out_channels=4,
@@ -120,8 +123,8 @@ def compare(got, ref, dtype: str, key, ref32=None):
 
 def count_op_calls(monkeypatch):
     calls = []
-    real = al_diffusers.fused_adaln
-    monkeypatch.setattr(al_diffusers, "fused_adaln", lambda *a, **k: calls.append(a[0].shape) or real(*a, **k))
+    real = diffusers_adaln.fused_adaln  # the patched forwards' module
+    monkeypatch.setattr(diffusers_adaln, "fused_adaln", lambda *a, **k: calls.append(a[0].shape) or real(*a, **k))
     return calls
 
 
@@ -225,7 +228,7 @@ def test_refuses_a_changed_block_forward(monkeypatch):
         return real(self, hidden_states, encoder_hidden_states, temb * 2, rotary_emb)
 
     monkeypatch.setattr(transformer_wan.WanTransformerBlock, "forward", forward)
-    monkeypatch.setattr(al_diffusers.diffusers, "__version__", "0.99.0")
+    monkeypatch.setattr(diffusers, "__version__", "0.99.0")
     with pytest.raises(al_diffusers.UnrecognisedWanModelError) as e:
         al_diffusers.use_fused_adaln(model)
     msg = str(e.value)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from adaptiveload import calibrate
+from adaptiveload import calibrate, calibrate_step
 from conftest import REPO
 from test_train_dit import TINY, real_rows, write_csv
 
@@ -22,13 +22,13 @@ SLOW_S = 0.05  # what the spied input draw sleeps: the wall clock sees it only i
 
 def slow_draws(monkeypatch):
     calls = []
-    draw = calibrate.draw_inputs
+    draw = calibrate_step.draw_inputs
 
     def spy(size, device):
         calls.append(len(size))
         time.sleep(SLOW_S)
         return draw(size, device)
-    monkeypatch.setattr(calibrate, "draw_inputs", spy)
+    monkeypatch.setattr(calibrate_step, "draw_inputs", spy)
     return calls
 
 

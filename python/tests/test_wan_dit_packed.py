@@ -234,16 +234,16 @@ def test_fused_modulation_reads_segments(monkeypatch):
     """With the fused kernel, every modulation site of a per-sample pack hands the kernel the
     samples' rows [n, D] and the pack's cu_seqlens (the kernel reads row i on sample i's rows),
     never per-token copies [N, D]; per-token timesteps pass [N, D] rows without offsets."""
-    from adaptiveload.models import wan_dit_packed
+    from adaptiveload import packing  # Segments.modulate, the packed forwards' one adaLN site
 
     calls = []
-    real = wan_dit_packed.fused_adaln
+    real = packing.fused_adaln
 
     def spy(x, shift, scale, **kw):
         calls.append((x.shape[0], shift.shape[0], scale.shape[0], kw.get("cu_seqlens")))
         return real(x, shift, scale, **kw)
 
-    monkeypatch.setattr(wan_dit_packed, "fused_adaln", spy)
+    monkeypatch.setattr(packing, "fused_adaln", spy)
     model = make_model(fused=True).eval()
     lat, t, ctx, _ = make_inputs(4, seed=3)
     packed = pack(lat, model.c.patch, timesteps=t, text=ctx)

@@ -28,7 +28,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..ops import fused_adaln
+from ..patches import grid_positions, patchify, unpatchify  # noqa: F401  (wan_dit.patchify, ... re-exported)
 from ..sequence_parallel import SPContext, all_reduce_sum, heads_to_seq, seq_to_heads
+from . import wan_dit_packed
+from .rope import apply_rope, rope_3d, rope_3d_at  # noqa: F401  (wan_dit.rope_3d_at, ... re-exported)
 
 
 @dataclass(frozen=True)
@@ -79,43 +82,6 @@ class RMSNorm(nn.Module):
     def forward(self, x):
         xf = x.float()
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
-
-
-def grid_positions(grid, device=None) -> torch.Tensor:
-    """[f*h*w, 3] int64: each token's (frame, row, column) in a patch grid (f, h, w), in
-    patchify's token order."""
-    f, h, w = grid
-    axes = [torch.arange(n, device=device) for n in (f, h, w)]
-    return torch.stack(torch.meshgrid(*axes, indexing="ij"), -1).reshape(f * h * w, 3)
-
-
-def rope_3d_at(head_dim: int, positions: torch.Tensor) -> tuple:
-    """cos/sin tables [S, head_dim/2] for 3D RoPE at token positions [S, 3] (frame, row,
-    column): the head dim is split between time, height and width as in Wan
-    (d - 4*(d//6), 2*(d//6), 2*(d//6)); angles in fp64. Reads no host values, so a packed
-    forward's tables trace once for any mix of grids."""
-    half = head_dim // 2
-    parts = [half - 2 * (half // 3), half // 3, half // 3]
-    angles = []
-    for axis, n in enumerate(parts):
-        inv = 1.0 / (10000 ** (torch.arange(n, dtype=torch.float64, device=positions.device) / max(n, 1)))
-        angles.append(positions[:, axis, None].double() * inv[None])  # [S, n]
-    ang = torch.cat(angles, dim=-1)  # [S, half]
-    return torch.cos(ang).float(), torch.sin(ang).float()
-
-
-def rope_3d(head_dim: int, grid, device) -> tuple:
-    """cos/sin tables [S, head_dim/2] for 3D RoPE over a grid (f, h, w), S = f*h*w in
-    patchify's order (rope_3d_at at grid_positions)."""
-    return rope_3d_at(head_dim, grid_positions(grid, device))
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [B, heads, S, d]: rotate pairs (x[2i], x[2i+1]) by the position's angles."""
-    xf = x.float()
-    x1, x2 = xf[..., 0::2], xf[..., 1::2]
-    out = torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
-    return out.type_as(x)
 
 
 def attention(q, k, v):
@@ -202,9 +168,7 @@ class Block(nn.Module):
         """forward on a pack's rows x [N, D] (models.wan_dit_packed); a method of the block,
         so a wrapper that hooks a module's forward methods (FSDP2's
         register_fsdp_forward_method) sees it."""
-        from .wan_dit_packed import _block  # its own module: wan_dit_packed imports this one
-
-        return _block(self, x, e, context, rope, seg)
+        return wan_dit_packed._block(self, x, e, context, rope, seg)
 
 
 class WanDiT(nn.Module):
@@ -274,9 +238,7 @@ class WanDiT(nn.Module):
     def forward_packed(self, packed) -> torch.Tensor:
         """A PackedBatch (adaptiveload.packing) -> its patch predictions [N, C*pt*ph*pw]; see
         models.wan_dit_packed.forward_packed."""
-        from .wan_dit_packed import forward_packed  # its own module: wan_dit_packed imports this one
-
-        return forward_packed(self, packed)
+        return wan_dit_packed.forward_packed(self, packed)
 
     def forward_sp(self, x, t, context, sp: SPContext):
         """The sequence-parallel forward: the same layers on tokens [start, end) of this rank's
@@ -298,24 +260,6 @@ class WanDiT(nn.Module):
         for block in self.blocks:
             tokens = self.run_block(block, tokens, e, context, rope, sp, S)
         return self.head_fwd(tokens, emb)
-
-
-def patchify(x: torch.Tensor, patch) -> torch.Tensor:
-    """[B, C, f, h, w] -> [B, S, C*pt*ph*pw]: token order (f', h', w') as the patch embedding
-    flattens it, features (C, pt, ph, pw) as the head emits them."""
-    B, C, f, h, w = x.shape
-    pt, ph, pw = patch
-    x = x.view(B, C, f // pt, pt, h // ph, ph, w // pw, pw).permute(0, 2, 4, 6, 1, 3, 5, 7)
-    return x.reshape(B, (f // pt) * (h // ph) * (w // pw), C * pt * ph * pw)
-
-
-def unpatchify(tokens: torch.Tensor, patch, shape) -> torch.Tensor:
-    """The inverse of patchify: [B, S, C*pt*ph*pw] -> [B, C, f, h, w] (shape = (C, f, h, w))."""
-    C, f, h, w = shape
-    pt, ph, pw = patch
-    B = tokens.shape[0]
-    out = tokens.view(B, f // pt, h // ph, w // pw, C, pt, ph, pw).permute(0, 4, 1, 5, 2, 6, 3, 7)
-    return out.reshape(B, C, f, h, w)
 
 
 def flow_matching_loss(model: WanDiT, x0: torch.Tensor, context: torch.Tensor,

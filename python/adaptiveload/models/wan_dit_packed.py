@@ -19,7 +19,8 @@ varlen_attention (a custom op) included; it reads the pack's tensors and their s
 its per-sample lists (the RoPE comes from packed.positions), so packs of other layouts cost
 one recompile (automatic dynamic shapes) and then share the graph.
 
-The per-sample modulation rows reach the normalised tokens in one place, Segments.modulate:
+The per-sample modulation rows reach the normalised tokens in one place, Segments.modulate
+(packing.py, which the diffusers packed forward shares):
 with the fused kernel (model.fused) shift / scale [n, D] go to fused_adaln(..., cu_seqlens=)
 as they are, and the kernel reads row i on sample i's rows, so no per-token copy is made;
 the eager path expands them to [N, D] (repeat_interleave over the segment lengths). The
@@ -31,42 +32,10 @@ import torch
 import torch.nn.functional as F
 
 from ..attention import varlen_attention
-from ..ops import fused_adaln
-from .wan_dit import WanDiT, apply_rope, rope_3d_at
+from ..packing import Segments, pack, unpack
+from .rope import apply_rope, rope_3d_at
 
 __all__ = ["Segments", "forward_packed", "predict_packed", "flow_matching_loss_packed"]
-
-
-class Segments:
-    """A pack's segment layout, computed once per forward: token offsets `cu` [n + 1] and their
-    lengths, the text offsets, and whether the modulation is per sample ([n, ...]) or per
-    token ([N, ...]). Only tensors and their sizes: nothing of the pack's Python lists (grids,
-    shapes), which torch.compile would specialise the graph on; so no max_seqlen either:
-    varlen_attention computes it where a backend needs it (flash, from the host copy of the
-    offsets it checks anyway)."""
-
-    def __init__(self, packed, per_token: bool):
-        self.cu = packed.cu_seqlens
-        self.cu_text = packed.cu_seqlens_text
-        self.n = packed.cu_seqlens.shape[0] - 1
-        self.total = packed.tokens.shape[0]  # N: cu_seqlens ends there (varlen_attention checks it)
-        self.lengths = (self.cu[1:] - self.cu[:-1]).long().to(packed.tokens.device)  # [n]
-        self.per_token = per_token
-
-    def rows(self, m: torch.Tensor) -> torch.Tensor:
-        """Modulation [n, D] per sample (or [N, D] per token) -> [N, D] per token row."""
-        return m if self.per_token else torch.repeat_interleave(m, self.lengths, dim=0, output_size=self.total)
-
-    def modulate(self, x: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, eps: float,
-                 fused: bool) -> torch.Tensor:
-        """The packed adaLN site: LayerNorm(x) * (1 + scale) + shift with x [N, D] and each
-        sample's shift / scale [n, D] fp32 on its rows (or per token [N, D])."""
-        if fused:
-            # The kernel reads each sample's row where its segment is: no [N, D] copies.
-            return fused_adaln(x, shift, scale, eps=eps, cu_seqlens=None if self.per_token else self.cu)
-        shift, scale = self.rows(shift), self.rows(scale)
-        y = F.layer_norm(x.float(), (x.shape[-1],), eps=eps)  # as Block.modulate: fp32 norm and modulation
-        return (y * (1 + scale) + shift).type_as(x)
 
 
 def _self_attention(attn, x, rope, seg: Segments):
@@ -107,7 +76,7 @@ def _packed_block(block, *args):
     return block.forward_packed(*args)
 
 
-def _check(model: WanDiT, packed):
+def _check(model: torch.nn.Module, packed):
     c = model.c
     if tuple(packed.patch) != tuple(c.patch):
         raise ValueError(f"forward_packed: the pack was patchified with {tuple(packed.patch)}, the model's patch "
@@ -130,7 +99,7 @@ def _check(model: WanDiT, packed):
     return packed.timesteps.numel() == N and N != n
 
 
-def forward_packed(model: WanDiT, packed) -> torch.Tensor:
+def forward_packed(model: torch.nn.Module, packed) -> torch.Tensor:
     """The model on a PackedBatch (adaptiveload.packing.pack with model.c.patch, timesteps
     [n] in [0, 1000) or [N] per token, and texts [L_i, text_dim]) -> the patch predictions
     [N, C*pt*ph*pw] in the pack's row order (unpack(out, packed) gives per-sample latents).
@@ -150,20 +119,18 @@ def forward_packed(model: WanDiT, packed) -> torch.Tensor:
     return model.head(seg.modulate(tokens, hm[0], hm[1], c.eps, model.fused))
 
 
-def predict_packed(model: WanDiT, latents: Sequence[torch.Tensor], t, contexts: Sequence[torch.Tensor],
+def predict_packed(model: torch.nn.Module, latents: Sequence[torch.Tensor], t, contexts: Sequence[torch.Tensor],
                    forward: Optional[Callable] = None) -> List[torch.Tensor]:
     """Lists in, list out (Wan's reference code's convention): latents per sample [C, F, H, W],
     t [n] (or [N] per token, in the pack's row order), contexts per sample [L_i, text_dim]
     -> per-sample predictions [C, F, H, W]. forward(packed) -> rows [N, C*pt*ph*pw] runs the
     model (default model.forward_packed; a DistributedDataParallel wrapper around a module
     calling it, for one)."""
-    from ..packing import pack, unpack  # packing imports wan_dit: import here, not at load
-
     packed = pack(latents, model.c.patch, timesteps=t, text=contexts)
     return unpack((forward or model.forward_packed)(packed), packed)
 
 
-def flow_matching_loss_packed(model: WanDiT, x0s: Sequence[torch.Tensor], contexts: Sequence[torch.Tensor],
+def flow_matching_loss_packed(model: torch.nn.Module, x0s: Sequence[torch.Tensor], contexts: Sequence[torch.Tensor],
                               generator: Optional[torch.Generator] = None, *, t: Optional[torch.Tensor] = None,
                               noises: Optional[Sequence[torch.Tensor]] = None,
                               forward: Optional[Callable] = None) -> torch.Tensor:
