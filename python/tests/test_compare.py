@@ -1,19 +1,11 @@
-"""examples/compare.py's tables without training: the repetitions' medians and ranges, the
-paired ratios, the split of a measured epoch beside its prediction, and the speed probe
+"""compare's tables (adaptiveload.training.compare, which examples/compare.py runs) without
+training: the repetitions' medians and ranges, the paired ratios, the split of a measured epoch beside its prediction, and the speed probe
 (moved out of test_diffusers_wan.py, which skips without diffusers; these need none)."""
 import json
-import os
-import sys
 
 import pytest
 
-from conftest import REPO
-
-sys.path.insert(0, os.path.join(REPO, "examples"))
-try:
-    import compare  # noqa: E402
-finally:
-    sys.path.pop(0)
+from adaptiveload.training import compare
 
 
 def test_compare_summarizes_repetitions():

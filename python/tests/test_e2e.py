@@ -8,7 +8,6 @@ import os
 import random
 import re
 import subprocess
-import sys
 import warnings
 
 import pytest
@@ -17,11 +16,10 @@ import torch
 import adaptiveload
 from adaptiveload import calibrate
 from adaptiveload.models import wan_dit
+from adaptiveload.training import train_dit
 from conftest import DATASETS, HERE, REPO, torchrun
 
 MANIFESTS = [os.path.join(DATASETS, "taichi_hd.csv"), os.path.join(DATASETS, "coco2017_val_images.csv")]
-sys.path.insert(0, os.path.join(REPO, "examples"))
-import train_dit  # noqa: E402
 
 TINY = ["--config", "tiny", "--device", "cpu", "--threads", "2"] + sum((["-m", m] for m in MANIFESTS), [])
 

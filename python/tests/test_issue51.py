@@ -3,19 +3,13 @@ the sampler (the core's warning, as the CLI prints it), for every form and strat
 and off; packing with sequence-parallel groups asked for is refused naming the option;
 examples/train_dit.py runs a packer once under --packing both; compare.md's paper row has as many
 cells as its header and no table prints a negative zero."""
-import os
-import sys
 import warnings
 
 import pytest
 
 from adaptiveload import _C
 from adaptiveload.sampler import AdaptiveBatchSampler
-from conftest import REPO
-
-sys.path.insert(0, os.path.join(REPO, "examples"))
-import compare  # noqa: E402
-import train_dit  # noqa: E402
+from adaptiveload.training import compare, train_dit
 
 F = [1, 33, 81, 49, 17, 1, 65, 1]
 H = [480, 720, 480, 256, 480, 720, 480, 1024]

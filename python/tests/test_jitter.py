@@ -4,15 +4,12 @@ that spread (a step waits for the slowest of its ranks' noisy sums)."""
 import json
 import math
 import os
-import sys
 
 import pytest
 
 from adaptiveload import AdaptiveBatchSampler, calibrate
-from conftest import DATASETS, REPO
-
-sys.path.insert(0, os.path.join(REPO, "examples"))
-import train_dit  # noqa: E402
+from adaptiveload.training import train_dit
+from conftest import DATASETS
 
 MANIFEST = [os.path.join(DATASETS, "taichi_hd.csv"), os.path.join(DATASETS, "coco2017_val_images.csv")]
 

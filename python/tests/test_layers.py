@@ -1,6 +1,7 @@
 """The Python package in layers (docs/python.md, "Layers"): no import circle among adaptiveload's
 modules, counting the imports inside functions too (an import moved into a function to dodge a
-circle hides the circle from Python at load time, not from this graph)."""
+circle hides the circle from Python at load time, not from this graph); and no test imports a
+module of examples/ (examples import the package; a test runs an example only as a script)."""
 import ast
 import importlib.machinery
 import os
@@ -10,6 +11,13 @@ import adaptiveload
 from conftest import REPO
 
 PACKAGE = Path(REPO) / "python" / "adaptiveload"
+TESTS = Path(REPO) / "python" / "tests"
+EXAMPLES = Path(REPO) / "examples"
+# Calls that make a folder's files importable or load a file as a module.
+PATH_CALLS = {"sys.path.insert", "sys.path.append", "sys.path.extend", "site.addsitedir", "runpy.run_path",
+              "importlib.util.spec_from_file_location", "importlib.machinery.SourceFileLoader", "SourceFileLoader",
+              "spec_from_file_location", "run_path", "addsitedir", "importlib.import_module", "import_module",
+              "__import__"}
 
 
 def package_modules(root: Path = PACKAGE) -> dict:
@@ -160,3 +168,85 @@ def test_the_graph_sees_imports_inside_functions_and_names_the_circle(tmp_path):
     assert "pkg.sub.b imports pkg.a" in text and "b.py:5" in text, text
     (pkg / "sub" / "b.py").write_text("import os\n")
     assert cycles(import_graph(package_modules(pkg))) == []
+
+
+def _mentions(node, word: str, tainted: set) -> bool:
+    """Whether the expression holds the string `word` (in a constant) or a name assigned from one."""
+    return any((isinstance(n, ast.Constant) and isinstance(n.value, str) and word in n.value)
+               or (isinstance(n, ast.Name) and n.id in tainted) for n in ast.walk(node))
+
+
+def example_imports(path: Path, examples: set) -> list:
+    """["file:line: what"] for each way the test file reaches a module of examples/: an import of
+    an example's module name, or a path call (sys.path, site, runpy, importlib, a PYTHONPATH)
+    whose arguments name the examples folder, directly or through a variable."""
+    tree = ast.parse(path.read_text(), str(path))
+    tainted, grew = set(), True
+    while grew:  # names assigned from an expression that names the folder, to a fixpoint
+        grew = False
+        for n in ast.walk(tree):
+            if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and n.value is not None:
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                if _mentions(n.value, "examples", tainted):
+                    for t in targets:
+                        for name in (x.id for x in ast.walk(t) if isinstance(x, ast.Name)):
+                            if name not in tainted:
+                                tainted.add(name)
+                                grew = True
+    where = os.path.relpath(path, REPO)
+    found = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Import):
+            bad = [a.name for a in n.names if a.name.split(".")[0] in examples]
+        elif isinstance(n, ast.ImportFrom):
+            bad = [n.module] if not n.level and n.module and n.module.split(".")[0] in examples else []
+        elif isinstance(n, ast.Call):
+            name = ast.unparse(n.func)
+            args = list(n.args) + [k.value for k in n.keywords]
+            if name in PATH_CALLS and any(_mentions(a, "examples", tainted) for a in args):
+                bad = [f"{name}(...) with the examples folder"]
+            elif any(k.arg in ("PYTHONPATH", "extra_paths") and _mentions(k.value, "examples", tainted)
+                     for k in n.keywords):
+                bad = [f"{name}(...): the examples folder on a PYTHONPATH"]
+            else:
+                bad = []
+        else:
+            continue
+        found += [f"{where}:{n.lineno}: {b}" for b in bad]
+    for n in ast.walk(tree):  # env["PYTHONPATH"] = ... naming the folder
+        if isinstance(n, ast.Assign) and _mentions(n.value, "examples", tainted) and any(
+                isinstance(t, ast.Subscript) and _mentions(t.slice, "PYTHONPATH", set()) for t in n.targets):
+            found.append(f"{where}:{n.lineno}: the examples folder on a PYTHONPATH")
+    return found
+
+
+def example_modules() -> set:
+    return {p.stem for p in EXAMPLES.glob("*.py")} | {p.name for p in EXAMPLES.iterdir() if p.is_dir()} | {"examples"}
+
+
+def test_no_test_imports_from_examples():
+    examples = example_modules()
+    assert {"train_dit", "compare"} <= examples, examples
+    found = [hit for path in sorted(TESTS.glob("*.py")) for hit in example_imports(path, examples)]
+    assert not found, ("tests import modules of examples/ (what they need belongs in the package, e.g. "
+                       "adaptiveload.training; run an example only as a script):\n  " + "\n  ".join(found))
+
+
+def test_the_examples_check_sees_imports_and_path_tricks(tmp_path):
+    """The checker itself: each way of importing an example is found, running one as a script is not."""
+    examples = example_modules()
+    cases = {
+        "import train_dit": 1,
+        "from compare import main": 1,
+        "import sys, os\nsys.path.insert(0, os.path.join(REPO, 'examples'))": 1,
+        "import sys, os\nEX = os.path.join(REPO, 'examples')\nsys.path.append(EX)": 1,
+        "import importlib.util\nimportlib.util.spec_from_file_location('t', 'examples/train_dit.py')": 1,
+        "import os\nenv = {}\nenv['PYTHONPATH'] = os.path.join(REPO, 'examples')": 1,
+        "cmd, env = torchrun(2, 'logs', extra_paths=[os.path.join(REPO, 'examples')])": 1,
+        "import subprocess, sys\nsubprocess.run([sys.executable, os.path.join(REPO, 'examples', 'train_dit.py')])": 0,
+        "from adaptiveload.training import compare, train_dit": 0,
+    }
+    for text, expected in cases.items():
+        path = tmp_path / "test_case.py"
+        path.write_text(text + "\n")
+        assert len(example_imports(path, examples)) == expected, (text, example_imports(path, examples))

@@ -20,7 +20,6 @@ import csv
 import inspect
 import json
 import os
-import sys
 import time
 
 import pytest
@@ -35,9 +34,7 @@ if not torch.distributed.is_gloo_available():
     pytest.skip("torch.distributed has no gloo backend in this torch build", allow_module_level=True)
 
 from adaptiveload.models import wan_dit  # noqa: E402
-
-sys.path.insert(0, os.path.join(REPO, "examples"))
-import train_dit  # noqa: E402
+from adaptiveload.training import train_dit  # noqa: E402
 
 # 155 + 155 rows: the step-mode balanced plan then gives ranks different micro-batch counts in
 # some steps at 2 and at 4 ranks (DDP's no_sync accumulation over unequal counts is exercised).

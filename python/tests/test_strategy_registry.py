@@ -33,3 +33,36 @@ def test_the_sampler_ranges_are_the_cores():
     assert _ranges.MAX_SEED == 2**64 - 1
     assert _ranges.SYNCS == ("auto", "step", "micro")
     assert _ranges.COST_MODELS == tuple(r["cost_model"]["choices"])
+
+
+def test_every_python_list_of_strategies_and_sync_modes_is_the_registrys(monkeypatch):
+    """The sampler's, train_dit's and compare's lists of strategy names and sync modes are the
+    core's registry (none written by hand: a hand list had left greedy_pack out), read when used,
+    so a strategy registered in the core reaches every one of them."""
+    from adaptiveload import sampler
+    from adaptiveload.training import compare, options, train_dit
+
+    def python_lists():
+        names = [s["name"] for s in _C.strategies()]
+        helps = {a.dest: a for a in train_dit.parser()._actions}
+        assert all(n in helps["strategy"].help for n in names), helps["strategy"].help
+        return {
+            "sampler.strategies()": list(sampler.strategies()) == sorted(names),
+            "options.strategy_names()": options.strategy_names() == names,
+            "compare --strategies default": compare.strategies_of(compare.parser().parse_known_args([])[0].strategies)
+            == names,
+            "train_dit.PACKING_STRATEGIES": train_dit.PACKING_STRATEGIES == {s["name"] for s in _C.strategies()
+                                                                            if s["packs"]},
+            "train_dit --sync choices": helps["sync"].choices == [m for m in _ranges.SYNCS if m != "auto"],
+        }
+
+    assert "greedy_pack" in [s["name"] for s in _C.strategies()]
+    assert _ranges.SYNCS == tuple(_C.option_ranges()["sync"]["choices"])
+    lists = python_lists()
+    assert all(lists.values()), [k for k, ok in lists.items() if not ok]
+    # A strategy registered in the core is in every list read at use (PACKING_STRATEGIES is read at import).
+    real = _C.strategies()
+    monkeypatch.setattr(_C, "strategies", lambda: real + [dict(real[0], name="toy_strategy", packs=False)])
+    lists = python_lists()
+    assert all(lists.values()), [k for k, ok in lists.items() if not ok]
+    assert "toy_strategy" in compare.strategies_of("all") and "toy_strategy" in sampler.strategies()

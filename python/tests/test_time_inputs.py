@@ -3,18 +3,13 @@ micro-batch's inputs drawn inside its timing says so (fit.inputs_timed), and tra
 draws each micro-batch's inputs inside its timer, so the measured and priced seconds hold the
 same work (the miniature's data loading); without it both leave the inputs out, as before."""
 import json
-import os
-import sys
 import time
 
 import pytest
 
 from adaptiveload import calibrate, calibrate_step
-from conftest import REPO
+from adaptiveload.training import train_dit
 from test_train_dit import TINY, real_rows, write_csv
-
-sys.path.insert(0, os.path.join(REPO, "examples"))
-import train_dit  # noqa: E402
 
 SHAPES = [(1, 32, 48), (5, 32, 48), (1, 64, 64)]
 SLOW_S = 0.05  # what the spied input draw sleeps: the wall clock sees it only inside a timing

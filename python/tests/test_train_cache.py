@@ -5,7 +5,6 @@ sample trained exactly once) and against one process emulating the 2 ranks on th
 the same samples (per micro-batch losses within TRAIN_RTOL). Tiny random encoders and DiT."""
 import json
 import os
-import sys
 
 import pytest
 import torch
@@ -18,10 +17,8 @@ if not (torch.distributed.is_available() and torch.distributed.is_gloo_available
 import adaptiveload  # noqa: E402
 from adaptiveload.cache import load_encoders  # noqa: E402
 import cache_fixtures as fx  # noqa: E402
+from adaptiveload.training import train_dit  # noqa: E402
 from conftest import REPO, run_guarded, torchrun  # noqa: E402
-
-sys.path.insert(0, os.path.join(REPO, "examples"))
-import train_dit  # noqa: E402
 
 TRAIN_RTOL = 1e-5  # per micro-batch loss against one process, relative (fp32; as test_sharded_torchrun.py)
 SCRIPT = os.path.join(REPO, "examples", "train_dit.py")

@@ -15,10 +15,8 @@ import pytest
 import torch
 
 import adaptiveload
+from adaptiveload.training import train_dit
 from conftest import DATASETS, REPO, run_guarded, torchrun
-
-sys.path.insert(0, os.path.join(REPO, "examples"))
-import train_dit  # noqa: E402
 
 SCRIPT = os.path.join(REPO, "examples", "train_dit.py")
 FIELDS = ["path", "num_frames", "height", "width", "fps"]
@@ -402,11 +400,7 @@ def test_compare_discards_its_warm_up_repetitions(tmp_path, monkeypatch, capsys)
     """compare.py --discard N: N repetitions run first (the same runs, the same arguments) and
     none of them is in the table or the JSON; --interleave reaches train_dit and the table says
     so; --discard out of range is refused naming it."""
-    sys.path.insert(0, os.path.join(REPO, "examples"))
-    try:
-        import compare
-    finally:
-        sys.path.pop(0)
+    from adaptiveload.training import compare
     calls = []
 
     def fake_main(argv):  # the n-th call's samples/s is 100 + n: the discarded ones are told apart

@@ -13,7 +13,8 @@ a rank's micro-batches and normalise the loss. See docs/python.md.
 # _adaptation (online refits), _state (state_dict / load_state_dict), _introspection, _step
 # (PlannedStep) and _sampler (the class over them).
 from ._adaptation import MIN_FIT_TOKEN_COUNTS, MIN_OBSERVATIONS
-from ._ranges import COST_MODELS, MAX_COMP_BUDGET, MAX_INT64, MAX_MEM_BUDGET, MAX_SEED, MAX_STEP_SECONDS, MAX_WORLD_SIZE
+from ._ranges import (COST_MODELS, MAX_COMP_BUDGET, MAX_INT64, MAX_MEM_BUDGET, MAX_SEED, MAX_STEP_SECONDS,
+                      MAX_WORLD_SIZE, strategies)
 from ._sampler import AdaptiveBatchSampler
 from ._state import STATE_FORMAT, STATE_VERSION
 from ._step import PlannedStep
@@ -21,6 +22,7 @@ from ._step import PlannedStep
 __all__ = [
     "AdaptiveBatchSampler", "PlannedStep", "STATE_FORMAT", "STATE_VERSION", "MIN_OBSERVATIONS", "MIN_FIT_TOKEN_COUNTS",
     "MAX_WORLD_SIZE", "MAX_SEED", "MAX_INT64", "MAX_MEM_BUDGET", "MAX_COMP_BUDGET", "MAX_STEP_SECONDS", "COST_MODELS",
+    "strategies",
 ]
 
 # Their public home is this module: pickles, reprs and help() name them here.

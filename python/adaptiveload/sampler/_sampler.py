@@ -25,8 +25,8 @@ class AdaptiveBatchSampler(_Cursor, _Adaptation, _State, _Introspection, Sampler
     manifest: CSV / JSONL path, list of paths, list of dicts or dict of columns
       (path, num_frames, height, width, fps; empty fps = image).
     model, device, grid: preset names (see presets/) or JSON files; grid None = the model
-      preset's own grid (as the CLI's --grid); strategy: 'balanced', 'dual', 'equal_tokens'
-      or 'fixed'.
+      preset's own grid (as the CLI's --grid); strategy: the name of a strategy in the core's
+      registry (adaptiveload.sampler.strategies() lists them; 'balanced' by default).
     world_size, rank: default from torch.distributed when initialised, else 1 and 0;
       1 <= world_size <= 2**20 (the CLI's limit), 0 <= rank < world_size.
     seed: 0 <= seed < 2**64 (the CLI's --seed range).

@@ -11,7 +11,8 @@ from typing import Iterator, List
 
 import torch
 
-from adaptiveload.cache import CacheDataset
+from ..cache import CacheDataset
+from .inputs import sample_generator
 
 
 def feed_order(samplers, args, total_steps: int) -> List[List[int]]:
@@ -85,7 +86,7 @@ def _text(t: torch.Tensor, text_len: int) -> torch.Tensor:
 
 
 def _noise(row: int, shape, seed: int, epoch: int):
-    g = torch.Generator().manual_seed((seed * 2**40 + epoch * 2**32 + int(row)) % 2**63)
+    g = sample_generator(seed, epoch, row)  # the random inputs' generator of the sample: the same draws
     t = torch.rand((), generator=g)
     return t, torch.randn(shape, generator=g)
 
