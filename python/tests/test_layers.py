@@ -31,10 +31,10 @@ def package_modules(root: Path = PACKAGE) -> dict:
         mods[".".join(parts[:-1] if is_pkg else parts)] = (path, is_pkg)
     for d in {root, Path(adaptiveload.__file__).parent}:
         for path in d.rglob("*"):
-            for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-                if path.name.endswith(suffix):
-                    parts = path.relative_to(d.parent).parts
-                    mods.setdefault(".".join(parts[:-1] + (path.name[: -len(suffix)],)), (None, False))
+            suffix = next((x for x in importlib.machinery.EXTENSION_SUFFIXES if path.name.endswith(x)), None)
+            if suffix:  # the longest first: _C.cpython-311-x86_64-linux-gnu.so is _C
+                parts = path.relative_to(d.parent).parts
+                mods.setdefault(".".join(parts[:-1] + (path.name[: -len(suffix)],)), (None, False))
     return mods
 
 
