@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  cmake ninja-build g++ pkg-config
+  cmake ninja-build g++ pkg-config ccache
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libpcg-cpp-dev libxxhash-dev
   # ffmpeg brings every FFmpeg shared library torchcodec (adaptiveload.media) loads: libavcodec,

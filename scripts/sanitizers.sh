@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sanitizer runs of the C++ tests (CMakePresets.json), CPU only:
-#   1. ASan + UBSan (preset `asan`, build-asan/): the whole C++ test suite (ctest), leaks on,
+#   1. ASan + UBSan (preset `asan`, build-asan/): the whole C++ test suite (every test ctest
+#      lists, through scripts/gtest_batches.py: a few processes per gtest binary), leaks on,
 #      any UBSan report fatal;
 #   2. TSan (preset `tsan`, build-tsan/, clang + LLVM libomp): the threaded CPU kernel tests
 #      (ctest -R adaln). libomp's synchronisation is invisible to TSan unless the OpenMP
@@ -29,10 +30,10 @@ if [ "$WHAT" = all ] || [ "$WHAT" = asan ]; then
   t=$(date +%s)
   if ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1 \
      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-     ctest --test-dir build-asan --output-on-failure -j"$JOBS" --timeout 900 >build-asan/ctest.log 2>&1; then
-    log "asan: $(grep -E 'tests passed' build-asan/ctest.log) in $(( $(date +%s) - t )) s"
+     python3 scripts/gtest_batches.py --test-dir build-asan -j"$JOBS" --timeout 1800 >build-asan/ctest.log 2>&1; then
+    log "asan: $(grep -E 'gtest cases in' build-asan/ctest.log) in $(( $(date +%s) - t )) s"
   else
-    grep -E 'ERROR: |runtime error|Failed|\(Failed\)|tests passed' build-asan/ctest.log | head -n 40
+    grep -E 'ERROR: |runtime error|FAILED|DID NOT RUN|tests passed|gtest_batches' build-asan/ctest.log | head -n 40
     log "asan: FAILED (see build-asan/ctest.log)"; status=1
   fi
 fi
@@ -49,10 +50,10 @@ if [ "$WHAT" = all ] || [ "$WHAT" = tsan ]; then
   t=$(date +%s)
   if OMP_TOOL_LIBRARIES="$ARCHER" OMP_NUM_THREADS=4 \
      TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1:suppressions=$PWD/fuzz/tsan.supp" \
-     ctest --test-dir build-tsan -R adaln --output-on-failure -j"$JOBS" --timeout 900 >build-tsan/ctest.log 2>&1; then
-    log "tsan: $(grep -E 'tests passed' build-tsan/ctest.log) in $(( $(date +%s) - t )) s (Archer: $ARCHER)"
+     python3 scripts/gtest_batches.py --test-dir build-tsan -R adaln -j"$JOBS" --timeout 1800 >build-tsan/ctest.log 2>&1; then
+    log "tsan: $(grep -E 'gtest cases in' build-tsan/ctest.log) in $(( $(date +%s) - t )) s (Archer: $ARCHER)"
   else
-    grep -E 'WARNING: ThreadSanitizer|SUMMARY|Failed|tests passed' build-tsan/ctest.log | head -n 40
+    grep -E 'WARNING: ThreadSanitizer|SUMMARY|FAILED|DID NOT RUN|tests passed|gtest_batches' build-tsan/ctest.log | head -n 40
     log "tsan: FAILED (see build-tsan/ctest.log)"; status=1
   fi
 fi

@@ -4,16 +4,16 @@
 # that), and the summary at the end gives each stage's result and time:
 #   deps        Debian packages (scripts/install_deps.sh)
 #   build       C++ core, CLI, tests, benchmarks, CUDA kernels when nvcc exists (scripts/build.sh)
-#   ctest       the C++ tests, incl. the CUDA kernels on the CPU emulation (tests/cuda_emu)
+#   ctest       the C++ tests ctest lists, incl. the CUDA kernels on the CPU emulation (tests/cuda_emu),
+#               run by scripts/gtest_batches.py (a few processes per gtest binary, not one per test)
 #   python-env  .venv with PyTorch 2.x from PyPI and the package, CUDA binding compiled
 #               when torch is a CUDA build and nvcc exists (scripts/python_env.sh)
 #   pytest      the Python tests (python/tests)
 #   python-env-newest, pytest-newest
 #               the same in .venv-torch-newest with the newest torch on PyPI
 #               (AL_TORCH_SET=newest scripts/python_env.sh): the package built against it and the
-#               whole Python suite run on it. Opt-in (AL_NEWEST_TORCH=1): with them the run is
-#               about 10 min longer on an idle 2-core machine, past CI's 45-minute budget
-#               when the machine is loaded; without them the summary says they were not run
+#               whole Python suite run on it. AL_NEWEST_TORCH=0 leaves them out (the summary then
+#               says they were not run)
 #   reliability ASan+UBSan suite, TSan adaLN tests, fuzzing (scripts/reliability.sh)
 #   gpu-preflight  what a GPU run carries, checked here (scripts/gpu_prepare.sh, then
 #               gpu_check.sh --preflight and gpu_eval.sh --preflight)
@@ -21,6 +21,19 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 T_ALL=$(date +%s)
+
+# One compiler cache for this run's builds (build/, build-python/, the sanitizer and fuzz builds),
+# in the clone (.ccache, git-ignored; AL_CCACHE_DIR for another): the package build recompiles
+# the core and the CUDA kernels with the commands build/ used, and pip's isolated build in
+# python/tests/test_package_install.py does again. A fresh clone starts with an empty cache.
+# CC/CXX as CMake picks them by default (cc, c++): scikit-build-core would otherwise take
+# Python's sysconfig compiler (x86_64-linux-gnu-g++), the same g++ under another name, which
+# ccache keys apart.
+export CC="${CC:-cc}" CXX="${CXX:-c++}"
+if command -v ccache >/dev/null 2>&1; then
+  export CCACHE_DIR="${AL_CCACHE_DIR:-$PWD/.ccache}"
+  export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_CUDA_COMPILER_LAUNCHER=ccache
+fi
 names=()
 results=()
 times=()
@@ -69,7 +82,8 @@ EOF
 stage deps scripts/install_deps.sh
 stage build scripts/build.sh
 if passed build; then
-  stage ctest ctest --test-dir build --output-on-failure -j2
+  # Every test ctest has, each gtest binary in 2 processes rather than one per test (scripts/gtest_batches.py).
+  stage ctest python3 scripts/gtest_batches.py --test-dir build -j2
 else
   skip ctest "the build failed"
 fi
@@ -84,8 +98,8 @@ else
   skip pytest "the Python environment failed"
 fi
 newest_note=""
-if [ "${AL_NEWEST_TORCH:-0}" != 1 ]; then
-  newest_note="python-env-newest, pytest-newest: not run (opt-in: AL_NEWEST_TORCH=1 scripts/test.sh)"
+if [ "${AL_NEWEST_TORCH:-1}" = 0 ]; then
+  newest_note="python-env-newest, pytest-newest: not run (AL_NEWEST_TORCH=0)"
   echo "[test.sh] $newest_note"
 elif stage python-env-newest env AL_TORCH_SET=newest scripts/python_env.sh; then
   stage python-cuda-build-newest python_cuda_report .venv-torch-newest
