@@ -199,6 +199,7 @@ def classify(prefix: str) -> str:
 def function_name(prefix: str) -> str:
     """The name before the parameter list: `Planner::run`, `operator()`, `~Cache`."""
     p = re.sub(r"^template\s*<.*?>\s*", "", _strip_access(prefix), flags=re.S)
+    p = re.sub(r"\b(?:__launch_bounds__|__attribute__|alignas)\s*\((?:[^()]|\([^()]*\))*\)", "", p)
     m = re.search(r"([\w:~]*operator\s*(?:\(\)|[^\s(]+))\s*\(", p)
     if m:
         return m.group(1)

@@ -117,6 +117,8 @@ def test_cpp_scopes_classes_initializers_and_conditionals():
         "auto Planner::run(const Plan& p) const -> std::vector<int> {",
         "  return {};",
         "}",
+        "__global__ void __launch_bounds__(256, (2)) kernel(int n) {",
+        "}",
         "}  // namespace adaptiveload",
     ]
     assert lengths("a.cpp", src) == [
@@ -125,6 +127,7 @@ def test_cpp_scopes_classes_initializers_and_conditionals():
         ("get", 13, 4),
         ("launch", 21, 7),
         ("Planner::run", 28, 3),
+        ("kernel", 31, 2),
     ]
 
 
