@@ -60,8 +60,12 @@ find_ruff() {  # sets RUFF
     .venv-lint/bin/python -m pip install -q --disable-pip-version-check "ruff==$RUFF_VERSION" >&2
 }
 
-cpp_files() {
-  git ls-files -- "${CPP_DIRS[@]}" | grep -E '\.(c|cc|cpp|h|hpp|cu|cuh)$'
+cpp_files() {  # the tracked C++ files (all of them outside a git checkout)
+  if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    git ls-files -- "${CPP_DIRS[@]}"
+  else
+    find "${CPP_DIRS[@]}" -type f
+  fi | grep -E '\.(c|cc|cpp|h|hpp|cu|cuh)$'
 }
 
 names=()
@@ -73,18 +77,24 @@ check() {  # check NAME COMMAND...: runs it, records PASS / FAIL
 }
 
 clang_format_check() {
-  local log bad
+  local log bad n rc
+  n=$(cpp_files | wc -l)
+  if [ "$n" = 0 ]; then
+    echo "clang-format: no C++ files found under ${CPP_DIRS[*]}" >&2
+    return 1
+  fi
   log=$(mktemp)
-  cpp_files | xargs -d '\n' "$CLANG_FORMAT" --dry-run --Werror 2>"$log"
+  cpp_files | xargs -r -d '\n' "$CLANG_FORMAT" --dry-run --Werror 2>"$log"
+  rc=$?
   bad=$(grep -E '^[^ ].*: (error|warning):' "$log" | cut -d: -f1 | sort -u)
-  if [ -n "$bad" ]; then
+  if [ $rc != 0 ]; then
     head -n 40 "$log"
-    echo "clang-format: $(grep -cE ': (error|warning):' "$log") places in $(wc -l <<<"$bad") of" \
-      "$(cpp_files | wc -l) files differ from .clang-format's style; scripts/lint.sh --fix formats them:"
+    echo "clang-format: $(grep -cE ': (error|warning):' "$log") places in $(grep -c . <<<"$bad") of $n" \
+      "files differ from .clang-format's style (exit $rc); scripts/lint.sh --fix formats them:"
     sed 's/^/  /' <<<"$bad"
   fi
   rm -f "$log"
-  [ -z "$bad" ]
+  return $rc
 }
 
 sizes_check() {
@@ -102,7 +112,7 @@ if [ $fix = 1 ]; then
     exit 1
   fi
   echo "---- lint --fix: clang-format -i, ruff check --fix, ruff format"
-  cpp_files | xargs -d '\n' "$CLANG_FORMAT" -i
+  cpp_files | xargs -r -d '\n' "$CLANG_FORMAT" -i
   "$RUFF" check --fix --quiet "${PY_TARGETS[@]}"
   "$RUFF" format --quiet "${PY_TARGETS[@]}"
   echo "---- lint --fix: applied; what is left to fix by hand follows"
