@@ -17,7 +17,7 @@
 # version pinned in requirements/python.txt: $RUFF, else .venv/bin/ruff when it is that version,
 # else .venv-lint/bin/ruff (made here with only ruff, since the lint stage runs before .venv).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 
 fix=0
 case "${1:-}" in
@@ -50,7 +50,7 @@ find_ruff() {  # sets RUFF
   local v
   [ -n "$RUFF_VERSION" ] || { echo "lint: no ruff==VERSION line in requirements/python.txt" >&2; return 1; }
   for RUFF in "${RUFF:-}" .venv/bin/ruff .venv-lint/bin/ruff; do
-    [ -n "$RUFF" ] && [ -x "$RUFF" ] || continue
+    if [ -z "$RUFF" ] || [ ! -x "$RUFF" ]; then continue; fi
     v=$("$RUFF" --version 2>/dev/null | awk '{print $2}')
     [ "$v" = "$RUFF_VERSION" ] && return 0
   done
@@ -87,14 +87,14 @@ clang_format_check() {
   cpp_files | xargs -r -d '\n' "$CLANG_FORMAT" --dry-run --Werror 2>"$log"
   rc=$?
   bad=$(grep -E '^[^ ].*: (error|warning):' "$log" | cut -d: -f1 | sort -u)
-  if [ $rc != 0 ]; then
+  if [ "$rc" != 0 ]; then
     head -n 40 "$log"
     echo "clang-format: $(grep -cE ': (error|warning):' "$log") places in $(grep -c . <<<"$bad") of $n" \
       "files differ from .clang-format's style (exit $rc); scripts/lint.sh --fix formats them:"
     sed 's/^/  /' <<<"$bad"
   fi
   rm -f "$log"
-  return $rc
+  return "$rc"
 }
 
 sizes_check() {
