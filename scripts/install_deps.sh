@@ -12,6 +12,8 @@ packages=(
   libavformat-dev libavcodec-dev libavutil-dev ffmpeg
   python3 python3-dev python3-venv
   clang libclang-rt-14-dev libomp-dev
+  # scripts/lint.sh formats with this release only (each formats some code differently).
+  clang-format-14
 )
 
 missing=()
