@@ -3,7 +3,7 @@
 # stage runs even when an earlier one failed (a later stage that needs a failed one reports
 # that), and the summary at the end gives each stage's result and time:
 #   deps        Debian packages (scripts/install_deps.sh)
-#   lint        clang-format, ruff check, ruff format --check, the function-length check and the
+#   lint        clang-format, ruff check, the function-length check and the
 #               600-line file cap (scripts/lint.sh; `scripts/lint.sh --fix` applies the formatters)
 #   build       C++ core, CLI, tests, benchmarks, CUDA kernels when nvcc exists (scripts/build.sh)
 #   ctest       the C++ tests ctest lists, incl. the CUDA kernels on the CPU emulation (tests/cuda_emu),
