@@ -57,7 +57,8 @@ target_include_directories(_C PRIVATE ${PROJECT_SOURCE_DIR}/python/csrc
 target_compile_definitions(_C PRIVATE TORCH_API_INCLUDE_EXTENSION_H TORCH_EXTENSION_NAME=_C)
 target_compile_options(_C PRIVATE -Wno-unused-parameter -Wno-deprecated-declarations)
 set_target_properties(_C PROPERTIES CXX_STANDARD ${AL_TORCH_CXX_STANDARD} CXX_STANDARD_REQUIRED ON
-                                    CXX_VISIBILITY_PRESET hidden)
+                                    CXX_VISIBILITY_PRESET hidden
+                                    LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
 set(_al_torch_libs c10 torch torch_cpu torch_python)
 if(AL_HAVE_CUDA AND AL_TORCH_CUDA)
   find_package(CUDAToolkit REQUIRED)
