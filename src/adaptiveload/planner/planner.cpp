@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "adaptiveload/cost/cost_variants.h"
 #include "adaptiveload/strategy/group_search.h"
 #include "adaptiveload/strategy/rank_speeds.h"
 #include "adaptiveload/strategy/stages.h"
@@ -36,22 +35,24 @@ Planner::Planner(Bucketing bucketing, const PlannerConfig& config) : cfg_(config
 void Planner::init(Bucketing bucketing, const Manifest* manifest) {
   bucketing_ = std::move(bucketing);
   const auto& buckets = bucketing_.buckets;
-  CostContext ctx{model_, device_, cfg_.checkpointing, cfg_.profile};
-  cost_ = make_cost_model(cfg_.cost_model, ctx, buckets, bucketing_.bucket_counts);
+  cost_entry_ = &find_cost_model(cfg_.cost_model);
+  if (!cfg_.profile.empty()) profile_ = std::make_shared<const Profile>(load_profile(cfg_.profile));
+  cost_ = cost_entry_->make(CostContext{model_, device_, cfg_.checkpointing, profile_}, buckets,
+                            bucketing_.bucket_counts);
   const double usable = usable_memory_bytes();
   sharded_ = opt_.sharding == Sharding::kFsdp ||
              (opt_.sharding == Sharding::kAuto && cfg_.world_size > 1 &&
               analytic_memory_model(model_, cfg_.checkpointing).static_bytes > 0.5 * usable);
   memory_ = analytic_memory_model(model_, cfg_.checkpointing, sharded_ ? cfg_.world_size : 1);
   collective_params_ = model_.params;
-  if (auto* prof = dynamic_cast<const ProfileCost*>(cost_.get())) {
-    if (prof->has_memory()) memory_ = prof->memory();
+  if (const Profile* prof = priced_profile()) {
+    if (prof->has_memory) memory_ = prof->memory;
     if (prof->has_link()) {
       // The all-reduce measured on this host prices the collectives in place of the preset's,
       // moving the bytes of the gradients it timed where it records them (the model calibrated).
-      device_.allreduce_bus_bytes_per_s = prof->link_bus_bytes_per_s();
-      device_.allreduce_latency_s = prof->link_latency_s();
-      if (prof->link_gradient_bytes() > 0) collective_params_ = prof->link_gradient_bytes() / 4.0;
+      device_.allreduce_bus_bytes_per_s = prof->link_bus_bytes_per_s;
+      device_.allreduce_latency_s = prof->link_latency_s;
+      if (prof->link_gradient_bytes > 0) collective_params_ = prof->link_gradient_bytes / 4.0;
     }
   }
   for (const auto& [v, what] :
@@ -125,7 +126,7 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
                       " with a device or " + option_word("mem_budget_tokens") +
                       " they fit on one GPU, or plan alike ranks");
   base_.fixed_batch = resolve_fixed(fixed_error_);
-  sync_ = opt_.sync.value_or(sharded_ ? SyncMode::kMicro : SyncMode::kStep);
+  sync_ = opt_.sync.value_or(auto_sync_mode(sharded_));
   base_.layout = layout(cfg_.world_size);
   base_.allreduce_s = sim_env(cfg_.world_size).allreduce_s;
   base_.memory = memory_;
@@ -160,11 +161,18 @@ Plan Planner::by_speed(Plan plan, const PlanProblem& pr) const {
 }
 
 double Planner::step_fixed_s(int world_size) const {
-  const auto* prof = dynamic_cast<const ProfileCost*>(cost_.get());
+  const Profile* prof = priced_profile();
   if (!prof) return 0.0;
   // Sharded (FSDP, ZeRO-2/3), each rank steps the optimizer over its 1 / W of the parameters.
   const int W = world_size > 0 ? world_size : cfg_.world_size;
-  return sharded_ ? prof->step_seconds() / double(W) : prof->step_seconds();
+  return sharded_ ? prof->step_s / double(W) : prof->step_s;
+}
+
+std::unique_ptr<CostModel> Planner::adapted_cost(const std::string& cost_json) const {
+  // A refit is a profile's coefficients: priced by the registry's profile model.
+  auto refit = std::make_shared<const Profile>(profile_from_cost_json(cost_json));
+  return make_cost_model("profile", CostContext{model_, device_, cfg_.checkpointing, refit}, bucketing_.buckets,
+                         bucketing_.bucket_counts);
 }
 
 PlanProblem Planner::problem(int world_size, int64_t epoch, uint64_t segment, std::vector<uint32_t> pool) const {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "adaptiveload/cost/cost_model.h"
+#include "adaptiveload/cost/profile.h"
 #include "adaptiveload/geometry/geometry.h"
 #include "adaptiveload/manifest/manifest.h"
 #include "adaptiveload/plan/plan.h"
@@ -55,6 +56,10 @@ class Planner {
   const BucketGrid& grid() const { return grid_; }
   const Bucketing& bucketing() const { return bucketing_; }
   const CostModel& cost() const { return *cost_; }
+  // The calibrated profile (PlannerConfig::profile), read once: null without one. The cost
+  // model prices with it where it uses_profile (cost registry), and then its memory model,
+  // measured link and optimizer step apply too; the report plots its points.
+  const Profile* profile() const { return profile_.get(); }
   const MemoryModel& memory() const { return memory_; }
   bool sharded() const { return sharded_; }
   const std::vector<OversizeSample>& oversize() const { return oversize_; }
@@ -183,6 +188,12 @@ class Planner {
   BucketGrid grid_;
   Bucketing bucketing_;
   std::unique_ptr<CostModel> cost_;
+  std::shared_ptr<const Profile> profile_;    // cfg_.profile, parsed once (null: none)
+  const CostModelEntry* cost_entry_ = nullptr;  // cfg_.cost_model in the cost registry
+  // The profile the cost model prices with (its memory, link and step apply), else null.
+  const Profile* priced_profile() const { return cost_entry_->uses_profile ? profile_.get() : nullptr; }
+  // The cost model of a compact cost object (online adaptation's refit, resume).
+  std::unique_ptr<CostModel> adapted_cost(const std::string& cost_json) const;
   MemoryModel memory_;
   std::vector<OversizeSample> oversize_;
   std::vector<uint32_t> pool_;  // usable, in-budget sample ids, ascending

@@ -512,7 +512,7 @@ Plan deal_to_speeds(const Plan& plan, const PlanProblem& pr) {
   Plan out = frame_of(plan, pr);
   const Dealer dealer(plan, pr);
   const size_t W = size_t(plan.world_size);
-  if (plan.sync == SyncMode::kStep) {
+  if (!lockstep_slots(plan.sync)) {
     // Two candidates: each step dealt again (balanced's steps kept), and the whole epoch dealt
     // again over the same step count. The faster is kept; where the global batch is held
     // (tokens per step within kMaxBatchDev) by the first only, the second must be kHoldCost faster.
