@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <numeric>
 
-#include "adaptiveload/strategy/balanced.h"
+#include "adaptiveload/strategy/balanced/balanced.h"
 #include "adaptiveload/strategy/stages.h"
-#include "adaptiveload/strategy/step_layout.h"
+#include "adaptiveload/strategy/balanced/step_layout.h"
 #include "token_cost.h"
 
 namespace adaptiveload {

@@ -4,6 +4,7 @@
 // strategies where no global batch is set. No data files, no Planner.
 #include <gtest/gtest.h>
 
+#include "adaptiveload/strategy/balanced/group_choice.h"
 #include "adaptiveload/strategy/group_search.h"
 #include "adaptiveload/strategy/plan_writer.h"
 #include "adaptiveload/util/error.h"

@@ -17,6 +17,7 @@
 #include "adaptiveload/planner/ranks.h"
 #include "adaptiveload/presets/presets.h"
 #include "adaptiveload/sim/metrics.h"
+#include "adaptiveload/strategy/context.h"
 #include "adaptiveload/strategy/group_search.h"
 #include "adaptiveload/strategy/strategy.h"
 
@@ -142,8 +143,6 @@ class Planner {
   PlanState initial_state(const std::string& strategy, int world_size = 0, int64_t epoch = -1) const;
 
  private:
-  // Strategy s would pack where sequence-parallel groups are in use for it (refused).
-  bool packs_with_groups(const StrategyEntry& s, int world_size) const;
   // Every planned sample fits one GPU (a group of 1) within the memory budget.
   bool fit_one_gpu() const;
   void init(Bucketing bucketing, const Manifest* manifest);
@@ -158,7 +157,8 @@ class Planner {
   ParallelLayout layout(int world_size) const;
   double auto_step_budget(const CostModel& cost) const;
   std::vector<int64_t> resolve_fixed(std::string& error) const;
-  // `may_pack`: with --packing on, a strategy that packs when asked packs (plan_bucketed: not).
+  // Every strategy the same way: drive(s, pr, context) (strategy/context.h). `may_pack`: with
+  // --packing on, a strategy that packs when asked packs (plan_bucketed: not).
   Plan run(const StrategyEntry& s, const PlanProblem& pr, bool may_pack = true) const;
   // Per bucket on `world_size` ranks: the group size (fixed_g > 0: that one, else the smallest
   // allowed that fits) and the largest batch that fits memory on it (0: none fits).
@@ -173,13 +173,9 @@ class Planner {
   // strategy runs on the result (budgets only).
   PlanProblem as_groups(const PlanProblem& pr, int g, const CostModel* group_cost) const;
   Plan run_on_groups(const StrategyEntry& s, const PlanProblem& pr, int g) const;
-  // balanced with per-sample groups: from each bucket's smallest fitting g, candidates that
-  // raise groups (a floor for all, and long samples further), the one whose plan simulates
-  // fastest.
-  Plan run_balanced_groups(const StrategyEntry& s, const PlanProblem& pr) const;
-  // balanced without groups: its plan keeping the step-sync invariants (PlanProblem::hold),
-  // or with fewer of them where a bucket loader would beat it.
-  Plan run_balanced_held(const StrategyEntry& s, const PlanProblem& pr) const;
+  // What every strategy gets beside its problem on `world_size` ranks (0: the configured):
+  // this planner's services and options (strategy/context.h). `may_pack`: as for run().
+  PlanContext context(int world_size, bool may_pack) const;
   PlannerConfig cfg_;
   PlanOptions opt_;  // cfg_'s option words as types (resolve_options)
   ModelPreset model_;
@@ -200,8 +196,6 @@ class Planner {
   PlanProblem base_;            // budgets resolved; pool and world size filled per call
   RankDevices ranks_;           // --devices, --rank-speed (empty: alike ranks)
   void resolve_rank_devices();
-  // balanced on unequal ranks: its plan dealt again by the ranks' speeds (rank_speeds.h).
-  Plan by_speed(Plan plan, const PlanProblem& pr) const;
   uint64_t fingerprint_ = 0;
   std::vector<std::pair<double, double>> comp_search_;
   std::string fixed_error_;

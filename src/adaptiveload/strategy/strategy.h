@@ -120,12 +120,18 @@ constexpr uint8_t kServesBoth = kServesStep | kServesMicro;
 constexpr uint8_t kMixesGroups = 1, kNeedsFixedBatch = 2, kBaseline = 4, kPacks = 8, kPacksWhenAsked = 16,
                   kHoldsBatch = 32;
 
+struct PlanContext;  // context.h: what the planner lends every strategy beside its problem
+
 struct StrategyEntry {
   const char* name;
   const char* summary;
   Plan (*fn)(const PlanProblem&);
   uint8_t sync_modes = kServesBoth;
   uint8_t traits = 0;
+  // The strategy's own driver, which the planner calls as it calls every strategy
+  // (drive(), context.h): balanced's composes its paths (balanced/drive.h). Null: run_common
+  // (fn on the problem, on groups of one size where samples need them).
+  Plan (*run)(const StrategyEntry&, const PlanProblem&, const PlanContext&) = nullptr;
   bool serves(SyncMode m) const { return (sync_modes >> uint8_t(m)) & 1u; }
   bool mixes_groups() const { return traits & kMixesGroups; }
   bool needs_fixed_batch() const { return traits & kNeedsFixedBatch; }

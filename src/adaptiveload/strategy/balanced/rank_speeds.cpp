@@ -1,4 +1,4 @@
-#include "adaptiveload/strategy/rank_speeds.h"
+#include "adaptiveload/strategy/balanced/rank_speeds.h"
 
 #include <algorithm>
 #include <cmath>

@@ -27,7 +27,7 @@
 // The choice among dealings for a given step count is one stage, deal_steps (balanced.h), that
 // balanced on sequence-parallel groups calls too, for its one-GPU samples around the wide
 // micro-batches it placed first (strategy/sp_groups.cpp).
-#include "adaptiveload/strategy/balanced.h"
+#include "adaptiveload/strategy/balanced/balanced.h"
 
 #include <algorithm>
 #include <cmath>
@@ -36,9 +36,9 @@
 
 #include "adaptiveload/strategy/packing.h"
 #include "adaptiveload/strategy/plan_writer.h"
-#include "adaptiveload/strategy/rank_steps.h"
+#include "adaptiveload/strategy/balanced/rank_steps.h"
 #include "adaptiveload/strategy/stages.h"
-#include "adaptiveload/strategy/step_layout.h"
+#include "adaptiveload/strategy/balanced/step_layout.h"
 #include "adaptiveload/util/error.h"
 #include "adaptiveload/util/option_word.h"
 #include "adaptiveload/util/rng.h"

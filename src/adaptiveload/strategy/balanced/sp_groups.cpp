@@ -36,8 +36,8 @@
 #include <set>
 #include <unordered_map>
 
-#include "adaptiveload/strategy/balanced.h"
-#include "adaptiveload/strategy/group_cuts.h"
+#include "adaptiveload/strategy/balanced/balanced.h"
+#include "adaptiveload/strategy/balanced/group_cuts.h"
 #include "adaptiveload/strategy/plan_writer.h"
 #include "adaptiveload/strategy/stages.h"
 #include "adaptiveload/util/error.h"

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "adaptiveload/strategy/rank_steps.h"
+#include "adaptiveload/strategy/balanced/rank_steps.h"
 #include "adaptiveload/strategy/strategy.h"
 
 namespace adaptiveload {
