@@ -33,7 +33,8 @@ std::vector<Case> cases() {
   add("step sync", [](PlannerConfig&) {});
   add("micro sync", [](PlannerConfig& c) { c.sharding = "fsdp", c.sync = "micro"; });
   add("packing on", [](PlannerConfig& c) { c.packing = "on"; });
-  add("packing on, micro", [](PlannerConfig& c) { c.packing = "on", c.sharding = "fsdp", c.sync = "micro"; });
+  add("packing on, micro",
+      [](PlannerConfig& c) { c.packing = "on", c.sharding = "fsdp", c.sync = "micro"; });
   add("unequal ranks", [](PlannerConfig& c) { c.devices = "h200:4,h100:4"; });
   add("per-sample groups", [](PlannerConfig& c) { c.sp = "per-sample"; });
   add("groups of 2", [](PlannerConfig& c) { c.sp = "2"; });
@@ -71,13 +72,16 @@ TEST_F(BalancedTwin, PlansExactlyWhatBalancedPlansOnEveryPath) {
     EXPECT_EQ(b.packed, a.packed) << c.what;
     EXPECT_EQ(b.mb_group, a.mb_group) << c.what;
     EXPECT_EQ(b.padded_samples, a.padded_samples) << c.what;
-    EXPECT_EQ(pl.simulate(b).throughput_samples_per_s, pl.simulate(a).throughput_samples_per_s) << c.what;
+    EXPECT_EQ(pl.simulate(b).throughput_samples_per_s, pl.simulate(a).throughput_samples_per_s)
+        << c.what;
     std::vector<std::string> wa = pl.warnings(a), wb = pl.warnings(b);
     for (std::string& w : wb) w = as_balanced(w);
     EXPECT_EQ(wb, wa) << c.what;
-    EXPECT_EQ(as_balanced(pl.cannot_plan(find_strategy(kTwin))), pl.cannot_plan(find_strategy("balanced")))
+    EXPECT_EQ(as_balanced(pl.cannot_plan(find_strategy(kTwin))),
+              pl.cannot_plan(find_strategy("balanced")))
         << c.what;
-    if (c.cfg.packing == "on") EXPECT_EQ(test::jsonl(pl.plan_bucketed(kTwin)), test::jsonl(pl.plan_bucketed("balanced")));
+    if (c.cfg.packing == "on")
+      EXPECT_EQ(test::jsonl(pl.plan_bucketed(kTwin)), test::jsonl(pl.plan_bucketed("balanced")));
   }
 }
 

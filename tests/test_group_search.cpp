@@ -117,7 +117,7 @@ TEST(RunBalancedHeld, AFreeGlobalBatchKeepsTheHeldPlanWithoutAskingTheOthers) {
   p.pr.batch_kind = BatchKind::kFree;
   const StrategyEntry s{"one_each", "", &one_each};
   bool asked = false;
-  const Plan plan = run_balanced_held(p.gs, s, p.pr, [&] {
+  const Plan plan = run_balanced_held(p.gs, [&](const BalancedProblem& q) { return s.fn(q); }, BalancedProblem(p.pr), [&] {
     asked = true;
     return 0.0;
   });

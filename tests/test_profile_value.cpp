@@ -50,7 +50,8 @@ class SlowAnalytic : public CostModel {
  private:
   AnalyticCost base_;
 };
-std::unique_ptr<CostModel> make_slow(const CostContext& ctx, const std::vector<Bucket>&, const std::vector<int64_t>&) {
+std::unique_ptr<CostModel> make_slow(const CostContext& ctx, const std::vector<Bucket>&,
+                                     const std::vector<int64_t>&) {
   return std::make_unique<SlowAnalytic>(ctx);
 }
 
@@ -65,7 +66,8 @@ TEST(CostRegistry, BuiltinsInOrderAndOneListForTheOption) {
     find_cost_model("nope");
     ADD_FAILURE() << "an unknown model must be refused";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("analytic, power, profile"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("analytic, power, profile"), std::string::npos)
+        << e.what();
   }
   // The profile model without a profile says how to give one.
   EXPECT_THROW(make_cost_model("profile", CostContext{}, {}, {}), ConfigError);

@@ -27,16 +27,19 @@ std::unique_ptr<CostModel> make_power(const CostContext& ctx, const std::vector<
 std::unique_ptr<CostModel> make_profile(const CostContext& ctx, const std::vector<Bucket>&,
                                         const std::vector<int64_t>&) {
   if (!ctx.profile)
-    throw ConfigError("cost model 'profile' needs a profile file (" + option_word("profile", "FILE") + ")");
+    throw ConfigError("cost model 'profile' needs a profile file (" +
+                      option_word("profile", "FILE") + ")");
   return std::make_unique<ProfileCost>(ctx.profile);
 }
 
 // The built-in models, one line each: name, summary, factory, uses_profile.
 const std::vector<CostModelEntry>& builtins() {
   static const std::vector<CostModelEntry> table = {
-      {"analytic", "FLOPs of the model preset over the device's peak and efficiency", make_analytic},
+      {"analytic", "FLOPs of the model preset over the device's peak and efficiency",
+       make_analytic},
       {"power", "the paper's single exponent k * S^p, fitted to the analytic curve", make_power},
-      {"profile", "a calibrated profile (a*S + b*S^2 + c0, or a measured table)", make_profile, true},
+      {"profile", "a calibrated profile (a*S + b*S^2 + c0, or a measured table)", make_profile,
+       true},
   };
   return table;
 }
@@ -48,7 +51,8 @@ std::vector<CostModelEntry>& registry() {
 
 std::string joined_names() {
   std::string out;
-  for (const CostModelEntry& e : cost_models()) out += (out.empty() ? "" : ", ") + std::string(e.name);
+  for (const CostModelEntry& e : cost_models())
+    out += (out.empty() ? "" : ", ") + std::string(e.name);
   return out;
 }
 
@@ -63,7 +67,8 @@ const CostModelEntry& find_cost_model(const std::string& name) {
 }
 
 void register_cost_model(const CostModelEntry& entry) {
-  if (!entry.name || !*entry.name || !entry.make) throw ConfigError("a cost model needs a name and a factory");
+  if (!entry.name || !*entry.name || !entry.make)
+    throw ConfigError("a cost model needs a name and a factory");
   for (const CostModelEntry& e : cost_models())
     if (std::string(e.name) == entry.name)
       throw ConfigError("cost model '" + std::string(entry.name) + "' is already registered");

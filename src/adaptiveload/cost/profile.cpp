@@ -28,7 +28,8 @@ struct Numbers {
       if (required) throw InputError(path, "profile is missing '" + name + "'");
       return fallback;
     }
-    if (!o[key].is_number()) throw InputError(path, "profile field '" + name + "' must be a number");
+    if (!o[key].is_number())
+      throw InputError(path, "profile field '" + name + "' must be a number");
     double v = o[key].get<double>();
     if (!std::isfinite(v)) throw InputError(path, "profile field '" + name + "' is not finite");
     if (v > hi) {
@@ -42,28 +43,34 @@ struct Numbers {
 
 void check_format(const json& j, const std::string& path) {
   if (!j.is_object() || j.value("format", "") != "adaptiveload-profile")
-    throw InputError(path, "not an adaptiveload profile (expected \"format\": \"adaptiveload-profile\"; write one with `adaptiveload calibrate`)");
+    throw InputError(path,
+                     "not an adaptiveload profile (expected \"format\": \"adaptiveload-profile\"; "
+                     "write one with `adaptiveload calibrate`)");
   // The version compared as read: get<int>() of a float beyond int's range is undefined
   // behaviour (the fuzzer's "version": 1.5e74), 2^32 + 1 would wrap to 1 and 1.5 truncate to
   // it. A version that is not a number stays j.value()'s type error ("malformed profile").
   const auto ver = j.find("version");
-  const bool version_1 = ver != j.end() && (!ver->is_number()            ? j.value("version", 0) == 1
+  const bool version_1 = ver != j.end() && (!ver->is_number()           ? j.value("version", 0) == 1
                                             : ver->is_number_float()    ? ver->get<double>() == 1.0
                                             : ver->is_number_unsigned() ? ver->get<uint64_t>() == 1u
                                                                         : ver->get<int64_t>() == 1);
-  if (!version_1) throw InputError(path, "unsupported profile version (this build reads version 1)");
+  if (!version_1)
+    throw InputError(path, "unsupported profile version (this build reads version 1)");
 }
 
 void read_coefficients(const json& c, const Numbers& num, Profile& p) {
   // a: seconds per token, b: per token^2, c0: per sample.
-  p.a = num(c, "a", 0, true, 1), p.b = num(c, "b", 0, true, 1e-3), p.c0 = num(c, "c0", 0, true, kMaxSeconds);
+  p.a = num(c, "a", 0, true, 1), p.b = num(c, "b", 0, true, 1e-3),
+  p.c0 = num(c, "c0", 0, true, kMaxSeconds);
   p.overhead_s = num(c, "overhead_s", 0, false, kMaxSeconds);
   p.half_efficiency_tokens = num(c, "half_efficiency_tokens", 0, false, kMaxTokens);
   // Seconds per sample of a pack of several shapes (`calibrate --packs N --fit-packs`).
   p.pack_sample_s = num(c, "pack_sample_s", 0, false, kMaxSeconds);
-  if (p.a < 0 || p.b < 0 || p.c0 < 0 || p.overhead_s < 0 || p.half_efficiency_tokens < 0 || p.pack_sample_s < 0)
+  if (p.a < 0 || p.b < 0 || p.c0 < 0 || p.overhead_s < 0 || p.half_efficiency_tokens < 0 ||
+      p.pack_sample_s < 0)
     throw InputError(num.path, "profile cost coefficients must be >= 0");
-  if (p.a == 0 && p.b == 0 && p.c0 == 0) throw InputError(num.path, "profile cost coefficients are all zero");
+  if (p.a == 0 && p.b == 0 && p.c0 == 0)
+    throw InputError(num.path, "profile cost coefficients are all zero");
 }
 
 void read_table(const json& j, const Numbers& num, Profile& p) {
@@ -73,9 +80,10 @@ void read_table(const json& j, const Numbers& num, Profile& p) {
       throw InputError(path, "profile 'table' rows must be [tokens, seconds_per_sample]");
     double s = row[0].get<double>(), t = row[1].get<double>();
     if (!(s > 0) || !(t > 0) || !(s <= kMaxTokens) || !(t <= kMaxSeconds))
-      throw InputError(path,
-                       "profile 'table' rows must be [tokens, seconds_per_sample] with tokens in (0, 1e12] "
-                       "and seconds in (0, 1e6]");
+      throw InputError(
+          path,
+          "profile 'table' rows must be [tokens, seconds_per_sample] with tokens in (0, 1e12] "
+          "and seconds in (0, 1e6]");
     p.table.emplace_back(s, t);
   }
   if (p.table.empty()) throw InputError(path, "profile 'table' is empty");
@@ -83,8 +91,8 @@ void read_table(const json& j, const Numbers& num, Profile& p) {
   if (j.contains("overhead_s")) p.overhead_s = num(j, "overhead_s", 0, false, kMaxSeconds);
   for (size_t i = 1; i < p.table.size(); ++i)
     if (p.table[i].first == p.table[i - 1].first)
-      throw InputError(path, "profile 'table' has two rows for " + std::to_string(int64_t(p.table[i].first)) +
-                                 " tokens; keep one");
+      throw InputError(path, "profile 'table' has two rows for " +
+                                 std::to_string(int64_t(p.table[i].first)) + " tokens; keep one");
 }
 
 void read_memory(const json& m, const Numbers& num, Profile& p) {
@@ -98,44 +106,57 @@ void read_memory(const json& m, const Numbers& num, Profile& p) {
 
 void read_step(const json& s, const Numbers& num, Profile& p) {
   const std::string& path = num.path;
-  if (!s.is_object()) throw InputError(path, "profile field 'step' must be an object {\"optimizer_s\": seconds}");
+  if (!s.is_object())
+    throw InputError(path, "profile field 'step' must be an object {\"optimizer_s\": seconds}");
   if (!s.contains("optimizer_s"))
-    throw InputError(path, "profile field 'step' is missing 'optimizer_s' (seconds of one optimizer step); "
-                           "re-run `adaptiveload calibrate`, or remove 'step'");
+    throw InputError(
+        path,
+        "profile field 'step' is missing 'optimizer_s' (seconds of one optimizer step); "
+        "re-run `adaptiveload calibrate`, or remove 'step'");
   p.step_s = num(s, "optimizer_s", 0, true, kMaxSeconds);
   if (p.step_s < 0)
-    throw InputError(path, "profile field 'optimizer_s' must be >= 0 seconds; re-run `adaptiveload calibrate`");
+    throw InputError(
+        path, "profile field 'optimizer_s' must be >= 0 seconds; re-run `adaptiveload calibrate`");
 }
 
 void read_link(const json& l, const Numbers& num, Profile& p) {
   const std::string& path = num.path;
   const char* what =
       "profile field 'link' must be an object {\"allreduce_bus_bytes_per_s\": bytes per second, "
-      "\"allreduce_latency_s\": seconds}; re-run `adaptiveload calibrate --allreduce-ranks N`, or remove 'link'";
-  if (!l.is_object() || !l.contains("allreduce_bus_bytes_per_s") || !l.contains("allreduce_latency_s"))
+      "\"allreduce_latency_s\": seconds}; re-run `adaptiveload calibrate --allreduce-ranks N`, or "
+      "remove 'link'";
+  if (!l.is_object() || !l.contains("allreduce_bus_bytes_per_s") ||
+      !l.contains("allreduce_latency_s"))
     throw InputError(path, what);
   p.link_bus_bytes_per_s = num(l, "allreduce_bus_bytes_per_s", 0, true, kMaxBytes, "link.");
   p.link_latency_s = num(l, "allreduce_latency_s", 0, true, kMaxSeconds, "link.");
   p.link_gradient_bytes = num(l, "gradient_bytes", 0, false, kMaxBytes, "link.");
   if (p.link_gradient_bytes < 0)
-    throw InputError(path, "profile field 'link.gradient_bytes' must be >= 0 bytes (0: the model preset's); "
-                           "re-run `adaptiveload calibrate --allreduce-ranks N`");
+    throw InputError(
+        path,
+        "profile field 'link.gradient_bytes' must be >= 0 bytes (0: the model preset's); "
+        "re-run `adaptiveload calibrate --allreduce-ranks N`");
   if (!(p.link_bus_bytes_per_s > 0) || p.link_latency_s < 0)
-    throw InputError(path, "profile field 'link' needs allreduce_bus_bytes_per_s > 0 and allreduce_latency_s >= 0; "
-                           "re-run `adaptiveload calibrate --allreduce-ranks N`");
+    throw InputError(
+        path,
+        "profile field 'link' needs allreduce_bus_bytes_per_s > 0 and allreduce_latency_s >= 0; "
+        "re-run `adaptiveload calibrate --allreduce-ranks N`");
 }
 
 // The calibration's measurements, for the report's cost chart: (tokens, time_s / batch).
 void read_points(const json& points, const std::string& path, Profile& p) {
-  if (!points.is_array()) throw InputError(path, "profile 'points' must be an array of {tokens, batch, time_s}");
+  if (!points.is_array())
+    throw InputError(path, "profile 'points' must be an array of {tokens, batch, time_s}");
   size_t i = 0;
   for (const json& pt : points) {
     const std::string where = path + ": points[" + std::to_string(i++) + "]";
     auto get = [&](const char* key) {
       if (!pt.is_object() || !pt.contains(key) || !pt[key].is_number())
-        throw InputError(where, std::string("needs a number '") + key + "' (entries are {tokens, batch, time_s})");
+        throw InputError(where, std::string("needs a number '") + key +
+                                    "' (entries are {tokens, batch, time_s})");
       const double v = pt[key].get<double>();
-      if (!std::isfinite(v) || v <= 0) throw InputError(where, std::string("'") + key + "' must be positive");
+      if (!std::isfinite(v) || v <= 0)
+        throw InputError(where, std::string("'") + key + "' must be positive");
       return v;
     };
     const double tokens = get("tokens"), batch = get("batch"), time_s = get("time_s");

@@ -49,7 +49,7 @@ Planner::Resumed Planner::resume(const PlanState& state, int world_size, const s
   // configured ones (they are part of the fingerprint).
   auto plan_segment = [&](int w, uint64_t seg, const std::string& cost) {
     PlanProblem pr = problem(w, state.epoch, seg, remaining_pool());
-    pr.even_steps = state.layout >= 2;  // a state of an earlier release resumes as it was planned
+    pr.layout_release = state.layout;  // a state of an earlier release resumes as it was planned
     std::unique_ptr<CostModel> adapted;
     if (!cost.empty()) {
       adapted = adapted_cost(cost);

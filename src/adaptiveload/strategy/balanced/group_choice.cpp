@@ -8,9 +8,10 @@
 
 namespace adaptiveload {
 
-Plan run_balanced_held(const GroupSearch& gs, const StrategyEntry& s, const PlanProblem& pr,
+Plan run_balanced_held(const GroupSearch& gs, const BalancedPlanner& plan,
+                       const BalancedProblem& pr,
                        const std::function<double()>& best_other_throughput) {
-  Plan held = s.fn(pr);
+  Plan held = plan(pr);
   // Up to kHeldCheckSamples samples, the per-step batch and then the mix are let go where
   // keeping them would leave balanced slower than a bucket loader at the same global batch
   // (small pools with long clips at few steps); beyond, both are kept.
@@ -18,22 +19,22 @@ Plan run_balanced_held(const GroupSearch& gs, const StrategyEntry& s, const Plan
   if (pr.layout.lockstep_slots() || pr.target_steps() == 0 ||
       pr.pool_ids().size() > kHeldCheckSamples)
     return held;
-  PlanProblem q = pr;
+  BalancedProblem q = pr;
   q.hold = 0;
-  Plan quick = s.fn(q);
+  Plan quick = plan(q);
   double t = simulate(held, gs.env).throughput_samples_per_s;
   if (t >= simulate(quick, gs.env).throughput_samples_per_s) return held;
   const double best_other = best_other_throughput();
   if (t >= best_other) return held;
   for (const uint8_t hold : {kHoldBatch, kHoldMix}) {
     q.hold = hold;
-    Plan p = s.fn(q);
+    Plan p = plan(q);
     if (simulate(p, gs.env).throughput_samples_per_s >= best_other) return p;
   }
   return quick;
 }
 
-Plan run_balanced_groups(const GroupSearch& gs, const StrategyEntry& s, const PlanProblem& pr) {
+Plan run_balanced_groups(const GroupSearch& gs, const StrategyEntry& s, const BalancedProblem& pr) {
   const auto& buckets = *gs.buckets;
   const size_t nb = buckets.size();
   const SeqParallel& sp = gs.sp;
@@ -48,7 +49,8 @@ Plan run_balanced_groups(const GroupSearch& gs, const StrategyEntry& s, const Pl
     if (live[b]) {
       const int g = pr.group(uint16_t(b));
       c_max = std::max(c_max, group_cost(*pr.cost, MicroShape::uniform(1, buckets[b]), g, sp));
-      work += double(count[b]) * g * group_work(*pr.cost, MicroShape::uniform(1, buckets[b]), g, sp);
+      work +=
+          double(count[b]) * g * group_work(*pr.cost, MicroShape::uniform(1, buckets[b]), g, sp);
     }
   // A rank-step's share of the work at the global batch's step count (0: free).
   const uint64_t K = pr.target_steps();
@@ -84,12 +86,12 @@ Plan run_balanced_groups(const GroupSearch& gs, const StrategyEntry& s, const Pl
   SimEnv env = gs.env;
   env.cost = pr.cost;
   auto plan_with = [&](const std::vector<uint8_t>& g, const std::vector<uint32_t>* sub) {
-    PlanProblem q = pr;
+    BalancedProblem q = pr;
     if (sub) q.pool_view = sub;
     for (size_t b = 0; b < nb; ++b) q.max_batch_memory[b] = gs.max_batch_on(b, g[b]);
     q.bucket_group = g;
     const GroupSpan span = group_span(g, live);
-    return span.min == span.max ? run_on_groups(gs, s, q, span.max) : s.fn(q);
+    return span.min == span.max ? run_on_groups(gs, s, q, span.max) : plan_balanced_with(q);
   };
   // A large pool is compared on every k-th of its samples (the global batch is a rate per
   // step, so the sample keeps its shape) and only the chosen candidate is planned in full.
@@ -102,7 +104,7 @@ Plan run_balanced_groups(const GroupSearch& gs, const StrategyEntry& s, const Pl
   }
   // The fastest among the candidates that keep the global batch's step count (as near as
   // any does): a plan of fewer, larger steps would win by running fewer collectives. In step
-  // sync, where the global batch is held (PlanProblem::hold, as balanced holds it without
+  // sync, where the global batch is held (BalancedProblem::hold, as balanced holds it without
   // groups), one that keeps each step's tokens (or samples) within kMaxBatchDev of their mean
   // is kept unless another is over kHoldCost faster.
   const uint64_t target = sub.empty() ? K : [&] {
@@ -122,11 +124,12 @@ Plan run_balanced_groups(const GroupSearch& gs, const StrategyEntry& s, const Pl
     const double tp = m.throughput_samples_per_s;
     const uint64_t steps = target > 0 ? std::min<uint64_t>(p.num_steps(), target) : 0;
     const bool holds = !hold_batch || keeps_global_batch(m, pr.batch_kind);
-    const bool better = steps != best_steps ? steps > best_steps
+    const bool better = steps != best_steps   ? steps > best_steps
                         : holds == best_holds ? tp > best_tp
                         : holds               ? tp * (1 + kHoldCost) >= best_tp
                                               : tp > best_tp * (1 + kHoldCost);
-    if (better) best_tp = tp, best_i = i, best_steps = steps, best_holds = holds, best = std::move(p);
+    if (better)
+      best_tp = tp, best_i = i, best_steps = steps, best_holds = holds, best = std::move(p);
   }
   return sub.empty() ? best : plan_with(cands[best_i], nullptr);
 }
