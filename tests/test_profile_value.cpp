@@ -18,10 +18,13 @@ namespace adaptiveload {
 namespace {
 
 // A profile with every optional part: memory, the optimizer step, a measured link, points.
-std::string full_profile(const std::string& name) {
+// `half_tokens`: the small-batch ramp's N_half (large: images cost far more in small batches,
+// so a refit that lost it would plan otherwise).
+std::string full_profile(const std::string& name, const char* half_tokens = "256") {
   const std::string path = ::testing::TempDir() + name;
   std::ofstream(path) << R"({"format":"adaptiveload-profile","version":1,
-    "cost":{"a":2e-6,"b":4e-10,"c0":1e-3,"overhead_s":0.01,"half_efficiency_tokens":256},
+    "cost":{"a":2e-6,"b":4e-10,"c0":1e-3,"overhead_s":0.01,"half_efficiency_tokens":)"
+                      << half_tokens << R"(},
     "memory":{"static_bytes":3e10,"m0":1e6,"m1":2e5},
     "step":{"optimizer_s":0.05},
     "link":{"allreduce_bus_bytes_per_s":3e9,"allreduce_latency_s":2e-5},
@@ -145,7 +148,7 @@ TEST(ProfileValue, BesideAnotherModelItIsReadButDoesNotPrice) {
 // segment under the profile's own coefficients plans exactly what it plans without them.
 TEST(ProfileValue, ResumePricesAnAdaptedCostAsTheFilesValue) {
   const Manifest m = test::real_manifest();
-  const Planner pl(m, profile_config(full_profile("value_resume.json")));
+  const Planner pl(m, profile_config(full_profile("value_resume.json", "40000")));
   const Profile& prof = *pl.profile();
   PlanState state = pl.initial_state("balanced", 4);
   ASSERT_GT(pl.plan("balanced").num_steps(), 3u);
