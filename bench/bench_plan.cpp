@@ -137,7 +137,8 @@ int main(int argc, char** argv) {
         W = std::stoi(v, &used);
         if (used != v.size() || W < 1 || W > kMaxWorldSize) throw std::invalid_argument(v);
       } else if (arg == "--sync") {
-        if (v != "step" && v != "micro" && v != "both") throw std::invalid_argument(v);
+        SyncMode parsed;
+        if (v != "both" && !parse_sync(v, parsed)) throw std::invalid_argument(v);
         sync = v;
       } else if (arg == "--model") {
         model_name = v;
@@ -150,7 +151,7 @@ int main(int argc, char** argv) {
       }
     } catch (const std::exception&) {
       fprintf(stderr, "bench_plan: %s needs %s, got '%s'\n", arg.c_str(),
-              arg == "--sync"    ? "step, micro or both"
+              arg == "--sync"    ? (sync_names() + " or both").c_str()
               : arg == "--ranks" ? "a positive integer up to 1048576"
                                  : "a positive integer",
               v.c_str());
@@ -162,8 +163,11 @@ int main(int argc, char** argv) {
   printf("%-13s %6s %9s %9s %11s %10s %9s %9s %10s\n", "strategy", "sync", "setup s", "plan s", "peak MB", "B/sample",
          "steps", "mb", "imbalance");
   int failures = 0;
-  std::vector<std::string> modes = sync == "both" ? std::vector<std::string>{"step", "micro"}
-                                                  : std::vector<std::string>{sync};
+  std::vector<std::string> modes{sync};
+  if (sync == "both") {
+    modes.clear();
+    for (const SyncModeName& m : kSyncModes) modes.push_back(m.name);
+  }
   for (const std::string& mode : modes)
   for (const auto& s : strategies()) {
     if (only != "all" && only != s.name) continue;

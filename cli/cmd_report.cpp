@@ -57,7 +57,6 @@ int run_report(ReportCommand& c) {
     print_table(planner, manifest, cmp, std::cout);
 
   ReportOptions ro = c.report;
-  ro.profile_path = o.config.profile;
   ro.data_json = data.dump();
   const Report rep = build_report(planner, &manifest, cmp.plans, cmp.metrics, ro);
   if (c.format == "svg") {  // the charts' names are known now; nothing is written yet

@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "adaptiveload/cost/cost_model.h"
 #include "adaptiveload/report/metric_columns.h"
 #include "adaptiveload/strategy/strategy.h"
 
@@ -47,6 +48,14 @@ uint64_t parse_whole(const std::string& v, const char* option, uint64_t max, con
 
 // The option's choices from the core's table (planner/option_ranges.h).
 CLI::IsMember choices(const char* name) { return CLI::IsMember(option_range(name).choices); }
+
+// The cost-model registry's names: "analytic, power, or profile".
+std::string cost_model_list() {
+  const std::vector<std::string> names = cost_model_names();
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) out += (i == 0 ? "" : i + 1 == names.size() ? ", or " : ", ") + names[i];
+  return out;
+}
 
 std::string names_of(const std::string& kind) {
   std::string out;
@@ -102,7 +111,7 @@ void PlanOptions::add_to(CLI::App& app, bool with_manifest) {
   app.add_option("--step-budget", step_budget,
                  "balanced: most seconds of work per rank per step, or 'auto': the slowest micro-batch the memory budget admits (the longest step equal_tokens runs)")
       ->capture_default_str();
-  app.add_option("--cost-model", config.cost_model, "Cost model: analytic, power, or profile")
+  app.add_option("--cost-model", config.cost_model, "Cost model: " + cost_model_list())
       ->capture_default_str()
       ->check(choices("cost_model"));
   app.add_option("--profile", config.profile, "Profile file from `adaptiveload calibrate` (implies --cost-model profile)")

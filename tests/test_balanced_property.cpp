@@ -271,10 +271,12 @@ TEST(BalancedProperty, AtLeastAsFastAsTheBestOtherStrategyOnEveryMix) {
                              : ": a sample does not fit next to the model state")];
             continue;
           }
-          ASSERT_EQ(pl->sync(), eng.sync == "micro" ? SyncMode::kMicro : SyncMode::kStep) << where;
+          SyncMode mode = SyncMode::kStep;
+          ASSERT_TRUE(parse_sync(eng.sync, mode)) << eng.sync;
+          ASSERT_EQ(pl->sync(), mode) << where;
           Plan bp = pl->plan("balanced");
           expect_plan_contract(*pl, bp, where + " balanced");
-          if (eng.sync == "micro") expect_equal_micro_batches(bp, where + " balanced");
+          if (lockstep_slots(mode)) expect_equal_micro_batches(bp, where + " balanced");
           Case c;
           c.where = where;
           c.bal = pl->simulate(bp);
@@ -377,7 +379,7 @@ TEST(BalancedProperty, PackedAgainstTheBestOtherPackedOrBucketedStrategy) {
           if (!pl->cannot_plan(find_strategy("balanced")).empty()) continue;  // samples need SP groups
           const Plan bp = pl->plan("balanced");
           expect_plan_contract(*pl, bp, where + " packed balanced");
-          if (eng.sync == "micro") expect_equal_micro_batches(bp, where + " packed balanced");
+          if (lockstep_slots(pl->sync())) expect_equal_micro_batches(bp, where + " packed balanced");
           const Metrics bm = pl->simulate(bp);
           const double bal = bm.throughput_samples_per_s;
           double best = 0, best_dev = 0;

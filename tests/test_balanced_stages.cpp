@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <numeric>
 
-#include "adaptiveload/strategy/balanced.h"
+#include "adaptiveload/strategy/balanced/balanced.h"
 #include "adaptiveload/strategy/stages.h"
-#include "adaptiveload/strategy/step_layout.h"
+#include "adaptiveload/strategy/balanced/step_layout.h"
 #include "token_cost.h"
 
 namespace adaptiveload {
@@ -63,7 +63,7 @@ TEST(DealInputs, PricesEveryBucketAndOrdersTheTakenLongestFirst) {
 TEST(DealSteps, DealsEverySampleOnceAndLaysTheBinsOutAsSteps) {
   Problem p;
   const uint64_t K = 3, W = 4;
-  const StepDeal d = deal_steps(p.pr, deal_inputs(p.pr, p.pool, {}), K, 0, {});
+  const StepDeal d = deal_steps(BalancedProblem(p.pr), deal_inputs(p.pr, p.pool, {}), K, 0, {});
   ASSERT_EQ(d.perm.size(), K * W);
   std::vector<uint32_t> sorted(d.perm);
   std::sort(sorted.begin(), sorted.end());
@@ -87,7 +87,7 @@ TEST(DealSteps, StartLoadsKeepEachBinInItsStepAndFillAroundThem) {
   for (uint64_t r = 0; r < 2; ++r) start.load[r * K + 0] = 2'000'000;
   // Step 0's level is 2 ms: every bin of it waits below that level.
   for (uint64_t r = 0; r < W; ++r) start.offset[r * K + 0] = 2'000'000;
-  const StepDeal d = deal_steps(p.pr, in, K, 0, {});
+  const StepDeal d = deal_steps(BalancedProblem(p.pr), in, K, 0, {});
   for (uint64_t t = 0; t < K; ++t)
     for (uint64_t r = 0; r < W; ++r) EXPECT_EQ(d.perm[t * W + r], r * K + t);
   EXPECT_EQ(total(d.counts.samples), 80u);  // the long clips are not taken
@@ -103,7 +103,7 @@ TEST(DealSteps, StartLoadsKeepEachBinInItsStepAndFillAroundThem) {
   lump.pieces = {{20 * 30000 + 20000, 20, 1}, {60 * 1000 + 20000, 60, 2}};
   std::vector<DealInputs> extra;
   extra.push_back(lump);
-  const StepDeal e = deal_steps(p.pr, in, K, 0, std::move(extra));
+  const StepDeal e = deal_steps(BalancedProblem(p.pr), in, K, 0, std::move(extra));
   EXPECT_TRUE(e.inputs.pieces.empty());
   EXPECT_EQ(e.ticks, d.ticks);
 }
@@ -122,12 +122,12 @@ TEST(DealSteps, AGivenCandidateThatIsFastestIsKept) {
   for (int k = 0; k < 4; ++k) cheap.pieces.push_back({1000, 5, 1});
   std::vector<DealInputs> extra;
   extra.push_back(cheap);
-  const StepDeal d = deal_steps(p.pr, in, 1, 0, std::move(extra));
+  const StepDeal d = deal_steps(BalancedProblem(p.pr), in, 1, 0, std::move(extra));
   EXPECT_EQ(d.inputs.pieces.size(), 4u);
   EXPECT_EQ(d.ticks, 1000);
   for (uint64_t j = 0; j < 4; ++j) EXPECT_EQ(d.counts.samples[j], 5u);
   // Without it, balanced's own dealing: the same samples, at the cost model's price.
-  const StepDeal own = deal_steps(p.pr, in, 1, 0, {});
+  const StepDeal own = deal_steps(BalancedProblem(p.pr), in, 1, 0, {});
   EXPECT_TRUE(own.inputs.pieces.empty());
   EXPECT_EQ(own.ticks, 5 * 30000 + 20000);
 }
@@ -215,7 +215,7 @@ TEST(BalancedGroups, OneGpuWorkFillsTheRanksEachStepsGroupLeaves) {
   pr.bucket_group = {2, 1};
   pr.batch_kind = BatchKind::kSamples;
   pr.batch_target = 21;  // 3 steps
-  const Plan plan = plan_balanced_groups(pr);
+  const Plan plan = plan_balanced_groups(BalancedProblem(pr));
   ASSERT_EQ(plan.num_steps(), 3u);
   std::vector<uint32_t> seen;
   for (size_t t = 0; t < 3; ++t) {

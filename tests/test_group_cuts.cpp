@@ -4,7 +4,7 @@
 // group's micro-batch on each of its ranks. No data files.
 #include <gtest/gtest.h>
 
-#include "adaptiveload/strategy/group_cuts.h"
+#include "adaptiveload/strategy/balanced/group_cuts.h"
 #include "adaptiveload/util/error.h"
 #include "token_cost.h"
 

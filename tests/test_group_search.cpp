@@ -4,6 +4,7 @@
 // strategies where no global batch is set. No data files, no Planner.
 #include <gtest/gtest.h>
 
+#include "adaptiveload/strategy/balanced/group_choice.h"
 #include "adaptiveload/strategy/group_search.h"
 #include "adaptiveload/strategy/plan_writer.h"
 #include "adaptiveload/util/error.h"
@@ -116,7 +117,7 @@ TEST(RunBalancedHeld, AFreeGlobalBatchKeepsTheHeldPlanWithoutAskingTheOthers) {
   p.pr.batch_kind = BatchKind::kFree;
   const StrategyEntry s{"one_each", "", &one_each};
   bool asked = false;
-  const Plan plan = run_balanced_held(p.gs, s, p.pr, [&] {
+  const Plan plan = run_balanced_held(p.gs, [&](const BalancedProblem& q) { return s.fn(q); }, BalancedProblem(p.pr), [&] {
     asked = true;
     return 0.0;
   });

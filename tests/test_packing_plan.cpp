@@ -25,7 +25,7 @@ struct Problem {
   std::vector<Bucket> buckets;
   std::vector<uint16_t> sample_bucket;
   std::unique_ptr<CostModel> cost;
-  PlanProblem pr;
+  BalancedProblem pr;  // packed balanced's own problem (packing on)
   Problem(uint32_t n, int world_size, SyncMode sync, uint64_t steps = 0) {
     buckets.resize(4);
     const int64_t tokens[] = {32760, 8190, 1560, 3600};

@@ -8,8 +8,8 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "adaptiveload/strategy/rank_steps.h"
-#include "adaptiveload/strategy/step_layout.h"
+#include "adaptiveload/strategy/balanced/rank_steps.h"
+#include "adaptiveload/strategy/balanced/step_layout.h"
 
 namespace adaptiveload {
 namespace {

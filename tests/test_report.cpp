@@ -289,19 +289,28 @@ TEST_F(RealManifests, CostCurveShowsBucketsAndCalibratedPoints) {
              "points": [{"tokens": 1560, "batch": 8, "time_s": 0.4}, {"tokens": 32760, "batch": 1, "time_s": 1.5},
                         {"tokens": 75600, "batch": 1, "time_s": 6.0}]})";
   }
-  const auto pts = profile_points(prof.string());
+  const auto pts = load_profile(prof.string()).points;
   ASSERT_EQ(pts.size(), 3u);
   EXPECT_DOUBLE_EQ(pts[0].second, 0.05);
-  ReportOptions o;
-  o.profile_path = prof.string();
-  const Report r = build_report(*planner_, manifest_, plans_, metrics_, o);
+  // The report plots the points of the profile its planner read (Planner::profile), with no
+  // path of its own: the file is parsed once.
+  PlannerConfig cfg;
+  cfg.oversize = OversizePolicy::kSkip;
+  cfg.cost_model = "profile", cfg.profile = prof.string();
+  const Planner with_profile(*manifest_, cfg);
+  ASSERT_NE(with_profile.profile(), nullptr);
+  EXPECT_EQ(with_profile.profile()->points, pts);
+  const Plan p = with_profile.plan("equal_tokens");
+  const Report r = build_report(with_profile, manifest_, {p}, {with_profile.simulate(p)}, ReportOptions{});
   EXPECT_EQ(count(svg_by_id(r.html, "cost"), "class=\"calibrated\""), 3u);
   {
     std::ofstream f(prof);
-    f << R"({"points": [{"tokens": 1560, "batch": 0, "time_s": 0.4}]})";
+    f << R"({"format": "adaptiveload-profile", "version": 1, "cost": {"a": 1e-5, "b": 1e-10, "c0": 0},
+             "points": [{"tokens": 1560, "batch": 0, "time_s": 0.4}]})";
   }
+  EXPECT_THROW(Planner(*manifest_, cfg), InputError);  // the one read refuses it, before any report
   try {
-    profile_points(prof.string());
+    load_profile(prof.string());
     ADD_FAILURE() << "a zero batch must be rejected";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("points[0]"), std::string::npos) << e.what();

@@ -80,13 +80,14 @@ TEST(SyncModes, MicroModeWan14bFsdpEveryRankSameCountAndBalancedWins) {
 }
 
 TEST(SyncModes, BothModesOnWan13bWithCollectiveTime) {
-  for (const std::string sync : {"step", "micro"}) {
+  for (const SyncModeName& mode : kSyncModes) {  // every mode of the registry
+    const std::string sync = mode.name;
     Planner pl(shared_manifest(), config("wan2.1-1.3b", 16, "fsdp", sync));
     std::map<std::string, Metrics> m;
     for (const auto& s : strategies()) {
       Plan p = pl.plan(s.name);
       expect_plan_contract(pl, p, sync + " " + s.name);
-      if (sync == "micro") expect_lockstep_slots(p, s.name);
+      if (mode.lockstep_slots) expect_lockstep_slots(p, s.name);
       m[s.name] = pl.simulate(p);
       EXPECT_EQ(m[s.name].sync, sync);
       EXPECT_GT(m[s.name].collective_s, 0) << sync << " " << s.name;
@@ -248,7 +249,8 @@ namespace {
 // A given global batch never costs balanced a sample (drop policy) nor fills rank-steps with
 // repeats (pad policy), and micro sync keeps the step count too.
 TEST(GlobalBatch, BalancedFillsEveryRankStepAtTheStepCountInBothPoliciesAndModes) {
-  for (const std::string sync : {"step", "micro"}) {
+  for (const SyncModeName& mode : kSyncModes) {
+    const std::string sync = mode.name;
     for (const EndPolicy policy : {EndPolicy::kPad, EndPolicy::kDrop}) {
       for (const char* gb : {"steps:200", "samples:64", "auto"}) {
         PlannerConfig c = config("wan2.1-1.3b", 16, "none", sync);
@@ -262,7 +264,7 @@ TEST(GlobalBatch, BalancedFillsEveryRankStepAtTheStepCountInBothPoliciesAndModes
         const size_t eq = pl.plan("equal_tokens").num_steps();
         EXPECT_TRUE(b.num_steps() == eq || (policy == EndPolicy::kDrop && b.num_steps() == eq + 1))
             << ctx << ": " << b.num_steps() << " steps, equal_tokens " << eq;
-        if (sync == "step") {
+        if (!mode.lockstep_slots) {
           EXPECT_EQ(b.padded_samples, 0) << ctx;
           EXPECT_TRUE(b.dropped.empty()) << ctx;
         }

@@ -114,11 +114,15 @@ struct MemoryModel {
   int64_t max_batch(int64_t tokens, double usable_bytes) const;
 };
 
+struct Profile;  // profile.h: a calibrated profile, parsed once
+
 struct CostContext {
   ModelPreset model;
   DevicePreset device;
   bool checkpointing = true;  // full activation checkpointing: recompute the forward once
-  std::string profile_path;   // for "profile"
+  // The calibrated profile (parsed once by the planner, or an adapted cost object on resume);
+  // null without one. A model that uses_profile needs it.
+  std::shared_ptr<const Profile> profile;
 };
 
 // Forward+backward FLOPs of one sample of this bucket under the model preset (DESIGN.md
@@ -130,11 +134,34 @@ double analytic_sample_flops(const ModelPreset& m, const Bucket& b, bool checkpo
 // gradients and optimizer state over that many ranks (plus two gathered layers in bf16).
 MemoryModel analytic_memory_model(const ModelPreset& m, bool checkpointing, int shards = 1);
 
-// Registry: "analytic", "power", "profile". Throws ConfigError naming the valid choices.
+// The cost-model registry (cost_registry.cpp), as the strategies' (strategy.h): name ->
+// factory, the one list the option check (--cost-model, the sampler's cost_model), the CLI's
+// help and the planner read. A new model is its class plus one registry line, or
+// register_cost_model from outside the core (a test's, an out-of-tree model's).
+using CostModelFactory = std::unique_ptr<CostModel> (*)(const CostContext& ctx, const std::vector<Bucket>& buckets,
+                                                        const std::vector<int64_t>& bucket_counts);
+struct CostModelEntry {
+  const char* name;
+  const char* summary;
+  CostModelFactory make;
+  // Prices with the calibrated profile (CostContext::profile, needed): the planner then also
+  // takes the profile's memory model, measured link and optimizer step.
+  bool uses_profile = false;
+};
+// Built-in models first ("analytic", "power", "profile"), then the registered ones.
+const std::vector<CostModelEntry>& cost_models();
+const CostModelEntry& find_cost_model(const std::string& name);  // throws ConfigError naming the choices
+// Adds a model after the built-in ones; throws ConfigError when the name is taken or empty.
+// Call it before planning (the registry is not guarded against concurrent readers).
+void register_cost_model(const CostModelEntry& entry);
+// Removes a model added by register_cost_model; false when there is none of that name.
+bool unregister_cost_model(const std::string& name);
+// find_cost_model(name).make(ctx, ...): throws ConfigError for an unknown name, or a model
+// that needs a profile without one.
 std::unique_ptr<CostModel> make_cost_model(const std::string& name, const CostContext& ctx,
                                            const std::vector<Bucket>& buckets,
                                            const std::vector<int64_t>& bucket_counts);
-std::vector<std::string> cost_model_names();
+std::vector<std::string> cost_model_names();  // in registry order
 
 // Least-squares fit of t = k * S^p in log space over buckets, weighted by sample counts.
 struct PowerFit {

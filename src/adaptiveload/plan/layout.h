@@ -26,15 +26,21 @@ enum class SyncMode : uint8_t { kStep = 0, kMicro = 1 };
 
 // The sync modes by name, one line each: the one list the option check (--sync, the
 // sampler's sync, planner/option_ranges.cpp), the state's "sync", the messages and
-// sync_name read.
+// sync_name read, and what each mode asks of a plan. Code asks the mode's traits
+// (lockstep_slots, auto_sync_mode), never whether it is "the micro one".
 struct SyncModeName {
   SyncMode mode;
   const char* name;
   const char* engines;  // the training engines that synchronise this way
+  // Every rank runs the same number of micro-batches in a step and the ranks meet at every
+  // micro-batch slot (collectives in every micro-batch); else they meet once per step.
+  bool lockstep_slots;
+  // The mode `--sync auto` picks when the model state is sharded (true) or not (false).
+  bool auto_when_sharded;
 };
 inline constexpr SyncModeName kSyncModes[] = {
-    {SyncMode::kStep, "step", "DDP, ZeRO-1"},
-    {SyncMode::kMicro, "micro", "FSDP, ZeRO-2/3"},
+    {SyncMode::kStep, "step", "DDP, ZeRO-1", false, false},
+    {SyncMode::kMicro, "micro", "FSDP, ZeRO-2/3", true, true},
 };
 
 inline const SyncModeName& sync_mode_name(SyncMode s) {
@@ -43,6 +49,14 @@ inline const SyncModeName& sync_mode_name(SyncMode s) {
   return kSyncModes[0];
 }
 inline const char* sync_name(SyncMode s) { return sync_mode_name(s).name; }
+// Whether a plan of mode `s` runs in lockstep slots (SyncModeName::lockstep_slots).
+inline bool lockstep_slots(SyncMode s) { return sync_mode_name(s).lockstep_slots; }
+// The mode `--sync auto` resolves to for a model state that is `sharded` or not.
+inline SyncMode auto_sync_mode(bool sharded) {
+  for (const SyncModeName& m : kSyncModes)
+    if (m.auto_when_sharded == sharded) return m.mode;
+  return kSyncModes[0].mode;
+}
 // The mode called `name`; false (and `out` unchanged) when no mode is.
 inline bool parse_sync(const std::string& name, SyncMode& out) {
   for (const SyncModeName& m : kSyncModes)
@@ -104,7 +118,7 @@ struct ParallelLayout {
   // The constraint the layout puts on a plan: every rank runs the same number of micro-batches
   // in a step, in lockstep slots (collectives in every micro-batch: FSDP, ZeRO-2/3). Strategies
   // read this, not the mode's name.
-  bool lockstep_slots() const { return sync == SyncMode::kMicro; }
+  bool lockstep_slots() const { return adaptiveload::lockstep_slots(sync); }
 
   // Seconds of a slot's collectives not hidden behind `compute_s` of its compute: at most
   // `overlap` of them overlap, and never more than the compute they hide behind.

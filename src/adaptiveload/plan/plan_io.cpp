@@ -20,7 +20,7 @@ void write_plan_jsonl(const Plan& plan, std::ostream& out, size_t first) {
     line += ",\"samples\":", num(s.samples);
     line += ",\"tokens\":", num(s.tokens);
     line += ",\"padded\":", num(s.padded);
-    line += plan.sync == SyncMode::kMicro ? ",\"sync\":\"micro\"" : ",\"sync\":\"step\"";
+    line += ",\"sync\":\"", line += sync_name(plan.sync), line += '"';
     if (plan.packed) line += ",\"packed\":true";
     line += ",\"ranks\":[";
     for (int r = 0; r < W; ++r) {

@@ -23,10 +23,11 @@ struct PlanState {
   std::vector<std::pair<int, int64_t>> segments;
   // Sync mode the plan was made for; a state without it is step.
   SyncMode sync = SyncMode::kStep;
-  // How balanced laid its bins out as steps (PlanProblem::even_steps): 2, each layout also
-  // tried evened (strategy/step_layout.h, level_steps); 1, as before that, which a state
-  // without "layout" (saved by an earlier release) was planned with, so its epoch resumes
-  // exactly as it was saved. Epochs planned after it are planned as kLayout.
+  // How balanced laid its bins out as steps (PlanProblem::layout_release; BalancedProblem::
+  // even_steps): 2, each layout also tried evened (strategy/balanced/step_layout.h); 1, as
+  // before that, which a state without "layout" (saved by an earlier release) was planned
+  // with, so its epoch resumes exactly as it was saved. Epochs planned after it are planned
+  // as kLayout.
   static constexpr int kLayout = 2;
   int layout = kLayout;
   // Per segment, the cost model it was planned with when online adaptation replaced the

@@ -2,7 +2,6 @@
 // rows, the presets and options, and the budgets as resolved).
 #include <cstring>
 
-#include "adaptiveload/cost/cost_variants.h"
 #include "adaptiveload/planner/planner.h"
 #include "adaptiveload/util/hash.h"
 
@@ -64,8 +63,8 @@ uint64_t Planner::compute_fingerprint(const Manifest* manifest) const {
   if (const double s = step_fixed_s(); s > 0) h.str("step"), h.pod(s);
   // So does a profile's cost per sample of a pack (a fit on packs) where plans pack.
   if (const double s = cost_->pack_sample_s; s > 0 && opt_.packing) h.str("pack_sample"), h.pod(s);
-  if (const auto* prof = dynamic_cast<const ProfileCost*>(cost_.get()); prof && prof->has_link())
-    h.str("link"), h.pod(prof->link_bus_bytes_per_s()), h.pod(prof->link_latency_s()), h.pod(prof->link_gradient_bytes());
+  if (const Profile* prof = priced_profile(); prof && prof->has_link())
+    h.str("link"), h.pod(prof->link_bus_bytes_per_s), h.pod(prof->link_latency_s), h.pod(prof->link_gradient_bytes);
   return h.digest();
 }
 

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <stdexcept>
 
+#include "adaptiveload/cost/cost_model.h"
 #include "adaptiveload/plan/layout.h"
 
 namespace adaptiveload {
@@ -86,7 +87,7 @@ const std::vector<OptionRange>& option_ranges() {
       named(real("comp_budget", "--comp-budget", 0, kMaxCompBudget, kOpen, kAuto), "comp_budget"),
       real("p", "--p", 0, kMaxP, kOpen, kAuto),
       real("step_budget_s", "--step-budget", 0, kMaxSampleSeconds, kOpen, kAuto),
-      named(choice("cost_model", "--cost-model", {"analytic", "power", "profile"}), "cost_model"),
+      named(choice("cost_model", "--cost-model", cost_model_names()), "cost_model"),
       choice("checkpointing", "--checkpointing", {"on", "off"}, "checkpointing", {"True", "False"}),
       named(choice("sharding", "--sharding", {"auto", "none", "fsdp"}), "sharding"),
       named(choice("sync", "--sync", sync_choices()), "sync"),

@@ -78,12 +78,13 @@ std::vector<std::string> Planner::row_warnings(const Plan& plan, const std::stri
             "); ask for fewer, larger steps (" + option_word("global_batch") +
             ") or plan on fewer ranks";
     } else if (steps < K) {
-      why =
-          "its micro-batches could not be cut into more steps" +
-          std::string(plan.sync == SyncMode::kMicro ? " (micro sync: every step needs a slot of " +
-                                                          std::to_string(W) + " micro-batches)"
-                                                    : "") +
-          "; ask for fewer steps (" + option_word("global_batch") + ")";
+      const std::string slots = lockstep_slots(plan.sync)
+                                    ? " (" + std::string(sync_name(plan.sync)) +
+                                          " sync: every step needs a slot of " +
+                                          std::to_string(W) + " micro-batches)"
+                                    : "";
+      why = "its micro-batches could not be cut into more steps" + slots + "; ask for fewer steps (" +
+            option_word("global_batch") + ")";
     } else {
       why = "its batches could not be merged into fewer steps; ask for more steps (" +
             option_word("global_batch") + ")";
@@ -93,7 +94,7 @@ std::vector<std::string> Planner::row_warnings(const Plan& plan, const std::stri
   }
   bool holds = false;  // a strategy that keeps the per-step batch and mix (registry trait)
   for (const StrategyEntry& s : strategies()) holds = holds || (plan.strategy == s.name && s.holds_batch());
-  if (holds && plan.sync == SyncMode::kStep && steps == K && steps > 1) {
+  if (holds && !lockstep_slots(plan.sync) && steps == K && steps > 1) {
     // The global batch per step (tokens, or samples for samples:N) and the mix of images and
     // clips, over the steps without padded repeats.
     const bool by_samples = base_.batch_kind == BatchKind::kSamples;

@@ -3,9 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "adaptiveload/cost/cost_variants.h"
 #include "adaptiveload/strategy/group_search.h"
-#include "adaptiveload/strategy/rank_speeds.h"
 #include "adaptiveload/strategy/stages.h"
 #include "adaptiveload/util/error.h"
 #include "adaptiveload/util/format.h"
@@ -36,22 +34,24 @@ Planner::Planner(Bucketing bucketing, const PlannerConfig& config) : cfg_(config
 void Planner::init(Bucketing bucketing, const Manifest* manifest) {
   bucketing_ = std::move(bucketing);
   const auto& buckets = bucketing_.buckets;
-  CostContext ctx{model_, device_, cfg_.checkpointing, cfg_.profile};
-  cost_ = make_cost_model(cfg_.cost_model, ctx, buckets, bucketing_.bucket_counts);
+  cost_entry_ = &find_cost_model(cfg_.cost_model);
+  if (!cfg_.profile.empty()) profile_ = std::make_shared<const Profile>(load_profile(cfg_.profile));
+  cost_ = cost_entry_->make(CostContext{model_, device_, cfg_.checkpointing, profile_}, buckets,
+                            bucketing_.bucket_counts);
   const double usable = usable_memory_bytes();
   sharded_ = opt_.sharding == Sharding::kFsdp ||
              (opt_.sharding == Sharding::kAuto && cfg_.world_size > 1 &&
               analytic_memory_model(model_, cfg_.checkpointing).static_bytes > 0.5 * usable);
   memory_ = analytic_memory_model(model_, cfg_.checkpointing, sharded_ ? cfg_.world_size : 1);
   collective_params_ = model_.params;
-  if (auto* prof = dynamic_cast<const ProfileCost*>(cost_.get())) {
-    if (prof->has_memory()) memory_ = prof->memory();
+  if (const Profile* prof = priced_profile()) {
+    if (prof->has_memory) memory_ = prof->memory;
     if (prof->has_link()) {
       // The all-reduce measured on this host prices the collectives in place of the preset's,
       // moving the bytes of the gradients it timed where it records them (the model calibrated).
-      device_.allreduce_bus_bytes_per_s = prof->link_bus_bytes_per_s();
-      device_.allreduce_latency_s = prof->link_latency_s();
-      if (prof->link_gradient_bytes() > 0) collective_params_ = prof->link_gradient_bytes() / 4.0;
+      device_.allreduce_bus_bytes_per_s = prof->link_bus_bytes_per_s;
+      device_.allreduce_latency_s = prof->link_latency_s;
+      if (prof->link_gradient_bytes > 0) collective_params_ = prof->link_gradient_bytes / 4.0;
     }
   }
   for (const auto& [v, what] :
@@ -125,7 +125,7 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
                       " with a device or " + option_word("mem_budget_tokens") +
                       " they fit on one GPU, or plan alike ranks");
   base_.fixed_batch = resolve_fixed(fixed_error_);
-  sync_ = opt_.sync.value_or(sharded_ ? SyncMode::kMicro : SyncMode::kStep);
+  sync_ = opt_.sync.value_or(auto_sync_mode(sharded_));
   base_.layout = layout(cfg_.world_size);
   base_.allreduce_s = sim_env(cfg_.world_size).allreduce_s;
   base_.memory = memory_;
@@ -155,16 +155,19 @@ void Planner::resolve_rank_devices() {
   if (!cfg_.devices.empty()) device_ = ranks_.device[ranks_.reference];
 }
 
-Plan Planner::by_speed(Plan plan, const PlanProblem& pr) const {
-  return pr.layout.unequal_ranks() ? deal_to_speeds(plan, pr) : plan;
-}
-
 double Planner::step_fixed_s(int world_size) const {
-  const auto* prof = dynamic_cast<const ProfileCost*>(cost_.get());
+  const Profile* prof = priced_profile();
   if (!prof) return 0.0;
   // Sharded (FSDP, ZeRO-2/3), each rank steps the optimizer over its 1 / W of the parameters.
   const int W = world_size > 0 ? world_size : cfg_.world_size;
-  return sharded_ ? prof->step_seconds() / double(W) : prof->step_seconds();
+  return sharded_ ? prof->step_s / double(W) : prof->step_s;
+}
+
+std::unique_ptr<CostModel> Planner::adapted_cost(const std::string& cost_json) const {
+  // A refit is a profile's coefficients: priced by the registry's profile model.
+  auto refit = std::make_shared<const Profile>(profile_from_cost_json(cost_json));
+  return make_cost_model("profile", CostContext{model_, device_, cfg_.checkpointing, refit}, bucketing_.buckets,
+                         bucketing_.bucket_counts);
 }
 
 PlanProblem Planner::problem(int world_size, int64_t epoch, uint64_t segment, std::vector<uint32_t> pool) const {
@@ -260,14 +263,6 @@ bool Planner::fit_one_gpu() const {
 
 bool Planner::groups_in_use() const { return max_group() > 1 || per_sample_groups(); }
 
-// Strategy s would pack (a packer, or balanced with --packing on) where groups are in use for
-// it: a sample needs one, or --sp per-sample has it search groups (balanced; the packer runs
-// every sample on one GPU then, as the other one-size strategies run on g=1).
-bool Planner::packs_with_groups(const StrategyEntry& s, int world_size) const {
-  const bool packs = s.packs() || (opt_.packing && s.packs_when_asked());
-  return packs && (max_group() > 1 || (s.mixes_groups() && per_sample_groups(world_size)));
-}
-
 GroupSearch Planner::group_search(int world_size) const {
   GroupSearch gs;
   gs.buckets = &bucketing_.buckets;
@@ -287,9 +282,6 @@ Plan Planner::run_on_groups(const StrategyEntry& s, const PlanProblem& pr, int g
 }
 
 namespace {
-// Pools up to this size are also planned bucketed under --packing on (Planner::run).
-constexpr size_t kBucketedCheckSamples = 2'000'000;
-
 // Why packing cannot plan with sequence-parallel groups: samples that do not fit one GPU, or
 // (when they all fit) the option that asked for groups, --sp G or --sp per-sample.
 std::string packing_with_groups(const StrategyEntry& s, const PlanOptions& o, bool fit_one_gpu) {
@@ -310,66 +302,26 @@ std::string packing_with_groups(const StrategyEntry& s, const PlanOptions& o, bo
 }
 }  // namespace
 
-std::string Planner::cannot_plan(const StrategyEntry& s) const {
-  if (s.needs_fixed_batch() && !fixed_error_.empty()) return fixed_error_;
-  if (packs_with_groups(s, 0)) return packing_with_groups(s, opt_, fit_one_gpu());
-  return "";
+PlanContext Planner::context(int world_size, bool may_pack) const {
+  const int W = world_size > 0 ? world_size : cfg_.world_size;
+  PlanContext c;
+  c.search = group_search(W);
+  c.packing = opt_.packing && may_pack;
+  c.groups_needed = max_group() > 1;
+  c.per_sample_groups = per_sample_groups(W);
+  c.groups_as_given = opt_.sp == SpPolicy::kMin || opt_.sp == SpPolicy::kFixed;
+  c.packing_refusal = [this](const StrategyEntry& s) { return packing_with_groups(s, opt_, fit_one_gpu()); };
+  c.run = [this](const StrategyEntry& s, const PlanProblem& pr) { return run(s, pr); };
+  return c;
 }
+
+std::string Planner::cannot_plan(const StrategyEntry& s) const { return adaptiveload::cannot_plan(s, context(0, true)); }
 
 Plan Planner::run(const StrategyEntry& s, const PlanProblem& pr, bool may_pack) const {
   if (!s.serves(pr.layout.sync))
     throw ConfigError("strategy '" + std::string(s.name) + "' does not plan for " + sync_name(pr.layout.sync) +
                       " sync mode");
-  // A packer packs whatever --packing says (it is compared only with packing on); balanced
-  // packs when asked.
-  if (s.packs() || (opt_.packing && s.packs_when_asked() && may_pack)) {
-    if (!pr.bucket_group.empty() || (s.mixes_groups() && per_sample_groups(pr.world_size)))
-      throw ConfigError(packing_with_groups(s, opt_, fit_one_gpu()));
-    PlanProblem q = pr;
-    q.packing = true;
-    if (!s.mixes_groups()) return s.fn(q);
-    // balanced holds the global batch where that does not leave it slower than a bucket loader,
-    // and keeps its bucketed plan (micro-batches of one shape are packs too) where that is
-    // faster, up to kBucketedCheckSamples samples (beyond, the packed plan).
-    Plan packed = by_speed(run_balanced_held(s, q), q);
-    if (pr.pool_ids().size() > kBucketedCheckSamples) return packed;
-    Plan bucketed = run(s, pr, false);
-    const Metrics mp = simulate(packed), mb = simulate(bucketed);
-    // As between packed layouts: a plan that holds the global batch (its tokens, or samples,
-    // per step within kMaxBatchDev) is kept unless the other is over kHoldCost faster.
-    const bool held = keeps_global_batch(mp, pr.batch_kind), bucketed_held = keeps_global_batch(mb, pr.batch_kind);
-    const double need = held && !bucketed_held ? 1 + kHoldCost : 1.0;
-    if (mb.throughput_samples_per_s <= need * mp.throughput_samples_per_s) return packed;
-    bucketed.packed = true;
-    return bucketed;
-  }
-  if (s.needs_fixed_batch() && pr.fixed_batch.size() != bucketing_.buckets.size())
-    throw ConfigError(fixed_error_);
-  if (!pr.bucket_group.empty()) {
-    // Groups of different sizes: balanced plans them per sample; the other strategies (and
-    // one g for all) run on groups of the largest g, as W / g ranks.
-    const auto [gmin, gmax] = group_span(pr.bucket_group, live_buckets(pr));
-    if (!s.mixes_groups()) return run_on_groups(s, pr, gmax);
-    if (opt_.sp == SpPolicy::kMin || opt_.sp == SpPolicy::kFixed) return gmin == gmax ? run_on_groups(s, pr, gmax) : s.fn(pr);
-    return run_balanced_groups(s, pr);
-  }
-  if (s.mixes_groups() && per_sample_groups(pr.world_size)) return run_balanced_groups(s, pr);
-  if (s.mixes_groups()) return by_speed(run_balanced_held(s, pr), pr);
-  return s.fn(pr);
-}
-
-Plan Planner::run_balanced_held(const StrategyEntry& s, const PlanProblem& pr) const {
-  return adaptiveload::run_balanced_held(group_search(pr.world_size), s, pr, [&] {
-    double best = 0;
-    for (const StrategyEntry& other : strategies())
-      if (!other.mixes_groups() && !other.packs() && !(other.needs_fixed_batch() && !fixed_error_.empty()))
-        best = std::max(best, simulate(run(other, pr)).throughput_samples_per_s);
-    return best;
-  });
-}
-
-Plan Planner::run_balanced_groups(const StrategyEntry& s, const PlanProblem& pr) const {
-  return adaptiveload::run_balanced_groups(group_search(pr.world_size), s, pr);
+  return drive(s, pr, context(pr.world_size, may_pack));
 }
 
 Plan Planner::plan_fixed_group(const std::string& strategy, int g, int world_size) const {

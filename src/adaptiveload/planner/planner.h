@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "adaptiveload/cost/cost_model.h"
+#include "adaptiveload/cost/profile.h"
 #include "adaptiveload/geometry/geometry.h"
 #include "adaptiveload/manifest/manifest.h"
 #include "adaptiveload/plan/plan.h"
@@ -16,6 +17,7 @@
 #include "adaptiveload/planner/ranks.h"
 #include "adaptiveload/presets/presets.h"
 #include "adaptiveload/sim/metrics.h"
+#include "adaptiveload/strategy/context.h"
 #include "adaptiveload/strategy/group_search.h"
 #include "adaptiveload/strategy/strategy.h"
 
@@ -55,6 +57,10 @@ class Planner {
   const BucketGrid& grid() const { return grid_; }
   const Bucketing& bucketing() const { return bucketing_; }
   const CostModel& cost() const { return *cost_; }
+  // The calibrated profile (PlannerConfig::profile), read once: null without one. The cost
+  // model prices with it where it uses_profile (cost registry), and then its memory model,
+  // measured link and optimizer step apply too; the report plots its points.
+  const Profile* profile() const { return profile_.get(); }
   const MemoryModel& memory() const { return memory_; }
   bool sharded() const { return sharded_; }
   const std::vector<OversizeSample>& oversize() const { return oversize_; }
@@ -137,8 +143,6 @@ class Planner {
   PlanState initial_state(const std::string& strategy, int world_size = 0, int64_t epoch = -1) const;
 
  private:
-  // Strategy s would pack where sequence-parallel groups are in use for it (refused).
-  bool packs_with_groups(const StrategyEntry& s, int world_size) const;
   // Every planned sample fits one GPU (a group of 1) within the memory budget.
   bool fit_one_gpu() const;
   void init(Bucketing bucketing, const Manifest* manifest);
@@ -153,7 +157,8 @@ class Planner {
   ParallelLayout layout(int world_size) const;
   double auto_step_budget(const CostModel& cost) const;
   std::vector<int64_t> resolve_fixed(std::string& error) const;
-  // `may_pack`: with --packing on, a strategy that packs when asked packs (plan_bucketed: not).
+  // Every strategy the same way: drive(s, pr, context) (strategy/context.h). `may_pack`: with
+  // --packing on, a strategy that packs when asked packs (plan_bucketed: not).
   Plan run(const StrategyEntry& s, const PlanProblem& pr, bool may_pack = true) const;
   // Per bucket on `world_size` ranks: the group size (fixed_g > 0: that one, else the smallest
   // allowed that fits) and the largest batch that fits memory on it (0: none fits).
@@ -168,13 +173,9 @@ class Planner {
   // strategy runs on the result (budgets only).
   PlanProblem as_groups(const PlanProblem& pr, int g, const CostModel* group_cost) const;
   Plan run_on_groups(const StrategyEntry& s, const PlanProblem& pr, int g) const;
-  // balanced with per-sample groups: from each bucket's smallest fitting g, candidates that
-  // raise groups (a floor for all, and long samples further), the one whose plan simulates
-  // fastest.
-  Plan run_balanced_groups(const StrategyEntry& s, const PlanProblem& pr) const;
-  // balanced without groups: its plan keeping the step-sync invariants (PlanProblem::hold),
-  // or with fewer of them where a bucket loader would beat it.
-  Plan run_balanced_held(const StrategyEntry& s, const PlanProblem& pr) const;
+  // What every strategy gets beside its problem on `world_size` ranks (0: the configured):
+  // this planner's services and options (strategy/context.h). `may_pack`: as for run().
+  PlanContext context(int world_size, bool may_pack) const;
   PlannerConfig cfg_;
   PlanOptions opt_;  // cfg_'s option words as types (resolve_options)
   ModelPreset model_;
@@ -183,14 +184,18 @@ class Planner {
   BucketGrid grid_;
   Bucketing bucketing_;
   std::unique_ptr<CostModel> cost_;
+  std::shared_ptr<const Profile> profile_;    // cfg_.profile, parsed once (null: none)
+  const CostModelEntry* cost_entry_ = nullptr;  // cfg_.cost_model in the cost registry
+  // The profile the cost model prices with (its memory, link and step apply), else null.
+  const Profile* priced_profile() const { return cost_entry_->uses_profile ? profile_.get() : nullptr; }
+  // The cost model of a compact cost object (online adaptation's refit, resume).
+  std::unique_ptr<CostModel> adapted_cost(const std::string& cost_json) const;
   MemoryModel memory_;
   std::vector<OversizeSample> oversize_;
   std::vector<uint32_t> pool_;  // usable, in-budget sample ids, ascending
   PlanProblem base_;            // budgets resolved; pool and world size filled per call
   RankDevices ranks_;           // --devices, --rank-speed (empty: alike ranks)
   void resolve_rank_devices();
-  // balanced on unequal ranks: its plan dealt again by the ranks' speeds (rank_speeds.h).
-  Plan by_speed(Plan plan, const PlanProblem& pr) const;
   uint64_t fingerprint_ = 0;
   std::vector<std::pair<double, double>> comp_search_;
   std::string fixed_error_;

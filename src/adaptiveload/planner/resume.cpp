@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <memory>
 
-#include "adaptiveload/cost/cost_variants.h"
 #include "adaptiveload/planner/planner.h"
 #include "adaptiveload/util/error.h"
 
@@ -50,10 +49,10 @@ Planner::Resumed Planner::resume(const PlanState& state, int world_size, const s
   // configured ones (they are part of the fingerprint).
   auto plan_segment = [&](int w, uint64_t seg, const std::string& cost) {
     PlanProblem pr = problem(w, state.epoch, seg, remaining_pool());
-    pr.even_steps = state.layout >= 2;  // a state of an earlier release resumes as it was planned
+    pr.layout_release = state.layout;  // a state of an earlier release resumes as it was planned
     std::unique_ptr<CostModel> adapted;
     if (!cost.empty()) {
-      adapted = ProfileCost::from_cost_json(cost);
+      adapted = adapted_cost(cost);
       pr.cost = adapted.get();
       // The step budget is seconds: an automatic one is re-derived under the adapted model;
       // a given one is raised, if needed, to the adapted model's longest single sample.

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "adaptiveload/presets/presets.h"
@@ -73,7 +72,7 @@ std::string slot_collectives(const Planner& planner) {
 
 // The plan's synchronisation in words (docs/planner.md, "Sync modes").
 std::string sync_text(const Planner& planner) {
-  if (planner.sync() == SyncMode::kStep)
+  if (!lockstep_slots(planner.sync()))
     return "DDP / ZeRO-1: one gradient all-reduce per step, after the gradient accumulation; "
            "ranks may run different numbers of micro-batches, and a step takes its slowest "
            "rank's compute plus the all-reduce";
@@ -305,42 +304,13 @@ code { font-size: 13px; }
 
 }  // namespace
 
-std::vector<std::pair<double, double>> profile_points(const std::string& path) {
-  using json = nlohmann::json;
-  json j;
-  try {
-    j = json::parse(read_file(path));
-  } catch (const json::exception& e) {  // parse_error, or out_of_range (number overflow)
-    throw InputError(path, std::string("profile is not valid JSON: ") + e.what());
-  }
-  std::vector<std::pair<double, double>> out;
-  if (!j.is_object() || !j.contains("points")) return out;
-  if (!j["points"].is_array())
-    throw InputError(path, "profile 'points' must be an array of {tokens, batch, time_s}");
-  size_t i = 0;
-  for (const json& p : j["points"]) {
-    const std::string where = path + ": points[" + std::to_string(i++) + "]";
-    auto get = [&](const char* key) {
-      if (!p.is_object() || !p.contains(key) || !p[key].is_number())
-        throw InputError(where, std::string("needs a number '") + key +
-                                    "' (entries are {tokens, batch, time_s})");
-      const double v = p[key].get<double>();
-      if (!std::isfinite(v) || v <= 0)
-        throw InputError(where, std::string("'") + key + "' must be positive");
-      return v;
-    };
-    const double tokens = get("tokens"), batch = get("batch"), time_s = get("time_s");
-    out.emplace_back(tokens, time_s / batch);
-  }
-  return out;
-}
-
 Report build_report(const Planner& planner, const Manifest* manifest,
                     const std::vector<Plan>& plans, const std::vector<Metrics>& metrics,
                     const ReportOptions& o) {
   Report rep;
-  std::vector<std::pair<double, double>> points;
-  if (!o.profile_path.empty()) points = profile_points(o.profile_path);
+  // The profile the planner read (never the file again): its calibrated points, if any.
+  static const std::vector<std::pair<double, double>> kNone;
+  const auto& points = planner.profile() ? planner.profile()->points : kNone;
 
   for (auto& c : bucket_charts(planner)) rep.charts.push_back(std::move(c));
   rep.charts.push_back(cost_chart(planner, points));
@@ -359,7 +329,7 @@ Report build_report(const Planner& planner, const Manifest* manifest,
         step_chart(plans[i], metrics[i], bars[i], step_window(plans[i], o), y_max));
     binned |= ranks_per_bar(size_t(plans[i].world_size), bars[i].size()) > 1;
   }
-  const bool micro = planner.sync() == SyncMode::kMicro;
+  const bool micro = lockstep_slots(planner.sync());
 
   std::ostringstream h;
   h << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>"

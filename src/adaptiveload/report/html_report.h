@@ -5,7 +5,8 @@
 //   - the summary table of DESIGN.md's metrics, one row per strategy;
 //   - the bucket histogram: samples and tokens per bucket;
 //   - the cost model c(S): seconds per sample vs tokens, over the buckets in use and a smooth
-//     range, with a profile's calibrated points when it has "points";
+//     range, with the planner's profile's calibrated points when it has "points"
+//     (Planner::profile: the file is read once, by the planner);
 //   - per strategy (and per `balanced g=G` row), a window of steps: each rank's busy time
 //     (micro-batches in alternating shades) and its idle time up to the step's slowest rank
 //     (step sync) or, slot by slot, up to each micro-batch slot's slowest rank (micro sync);
@@ -28,7 +29,6 @@ struct ReportOptions {
   std::string title = "AdaptiveLoad report";
   int64_t first_step = 0;    // first global step of the per-rank windows
   int64_t steps = 24;        // steps per window
-  std::string profile_path;  // plot its "points" (time_s / batch vs tokens) when present
   // Machine-readable copy of the comparison (e.g. the CLI's comparison_json), embedded as
   // <script type="application/json" id="al-data">; data only, nothing runs. "" = none.
   std::string data_json;
@@ -46,14 +46,9 @@ struct Report {
 };
 
 // `plans[i]` and `metrics[i]` belong to the same strategy; `manifest` (may be null) names
-// the input files. Throws InputError when the profile's "points" are malformed.
+// the input files.
 Report build_report(const Planner& planner, const Manifest* manifest,
                     const std::vector<Plan>& plans, const std::vector<Metrics>& metrics,
                     const ReportOptions& options);
-
-// A profile's calibrated points as (tokens, seconds per sample = time_s / batch), in file
-// order; empty when the file has no "points". Throws InputError naming the entry when one
-// is malformed.
-std::vector<std::pair<double, double>> profile_points(const std::string& path);
 
 }  // namespace adaptiveload

@@ -38,7 +38,7 @@ StepWindow step_window(const Plan& p, const ReportOptions& o) {
 std::vector<StepBars> window_bars(const Planner& planner, const Plan& plan, const StepWindow& win) {
   const SimEnv env = planner.sim_env(plan.world_size);
   const size_t W = size_t(plan.world_size);
-  const bool micro = plan.sync == SyncMode::kMicro;
+  const bool micro = lockstep_slots(plan.sync);
   MicroShape shape;
   // The simulator's seconds, on ranks that are not alike at the rank's speed (its group's slowest).
   auto time_of = [&](uint64_t i, size_t r) {
@@ -99,7 +99,7 @@ size_t ranks_per_bar(size_t world_size, size_t steps) {
 ReportChart step_chart(const Plan& plan, const Metrics& m, const std::vector<StepBars>& bars,
                        const StepWindow& win, double y_max) {
   const size_t W = size_t(plan.world_size);
-  const bool micro = plan.sync == SyncMode::kMicro;
+  const bool micro = lockstep_slots(plan.sync);
   const size_t k = ranks_per_bar(W, bars.size());
   SvgBarChart c;
   c.id = "steps-" + chart_slug(m.name);

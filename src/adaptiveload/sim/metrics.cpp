@@ -74,11 +74,16 @@ ParallelLayout parallel_layout(SyncMode sync, int world_size, const SeqParallel&
   l.sync = sync;
   l.sp = sp;
   const double P = params;
-  if (sync == SyncMode::kStep) {
-    // fp32 gradients, one ring all-reduce per global step.
-    l.step_sync_s = ring_allreduce_seconds(P * 4.0, world_size, device.allreduce_bus_bytes_per_s,
-                                           device.allreduce_latency_s);
-  } else {
+  switch (sync) {  // every mode its collectives (a new mode is a compile warning here)
+    case SyncMode::kStep:
+      // fp32 gradients, one ring all-reduce per global step.
+      l.step_sync_s = ring_allreduce_seconds(P * 4.0, world_size, device.allreduce_bus_bytes_per_s,
+                                             device.allreduce_latency_s);
+      return l;
+    case SyncMode::kMicro:
+      break;
+  }
+  {
     // Per micro-batch: a ring all-gather of the bf16 parameters in forward (again in
     // backward when resharded after forward) when they are sharded, and a reduce-scatter of
     // the fp32 gradients; each is half a ring all-reduce of its bytes.
@@ -225,7 +230,7 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
   m.name = plan.strategy;
   const size_t W = size_t(plan.world_size);
   const size_t steps = plan.num_steps();
-  const bool micro = env.layout.sync == SyncMode::kMicro;
+  const bool micro = env.layout.lockstep_slots();  // slot by slot (the mode's trait)
   m.sync = sync_name(env.layout.sync);
   if (plan.sync != env.layout.sync)
     throw ConfigError("plan of strategy '" + m.name + "' was made for " + sync_name(plan.sync) +

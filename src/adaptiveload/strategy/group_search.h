@@ -1,9 +1,8 @@
 #pragma once
-// balanced beside sequence parallelism: one group size g for all samples (the problem as
-// W / g ranks that each are one group), the search for each bucket's g (candidates planned
-// and simulated, the fastest kept, the global batch weighed), and balanced's step-sync
-// invariants let go where a bucket loader would be faster. The planner supplies what fits
-// memory and the simulator (GroupSearch); the plans are the strategies' own.
+// Every strategy beside sequence parallelism: one group size g for all samples (the problem as
+// W / g ranks that each are one group). The planner supplies what fits memory and the
+// simulator (GroupSearch, in the PlanContext every strategy gets); the plans are the
+// strategies' own. balanced's search of each bucket's g is balanced/group_choice.h.
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -37,16 +36,4 @@ inline bool keeps_global_batch(const Metrics& m, BatchKind kind) {
   if (kind == BatchKind::kFree) return true;
   return (kind == BatchKind::kSamples ? m.global_batch_samples_max_dev : m.global_batch_tokens_max_dev) <= kMaxBatchDev;
 }
-// balanced with per-sample groups: from each bucket's smallest fitting g, candidates that
-// raise groups (a floor for all, and long samples further), the one whose plan simulates
-// fastest among those that keep the global batch's step count; in step sync, where the batch
-// is held (PlanProblem::hold), one that keeps it is kept unless another is over kHoldCost
-// faster.
-Plan run_balanced_groups(const GroupSearch& gs, const StrategyEntry& s, const PlanProblem& pr);
-// balanced without groups: its plan keeping the step-sync invariants (PlanProblem::hold), or
-// with fewer of them where a bucket loader would beat it. `best_other`: the best simulated
-// throughput (samples/s) of the other strategies on pr, asked for only when needed.
-Plan run_balanced_held(const GroupSearch& gs, const StrategyEntry& s, const PlanProblem& pr,
-                       const std::function<double()>& best_other);
-
 }  // namespace adaptiveload

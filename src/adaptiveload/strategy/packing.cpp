@@ -391,7 +391,7 @@ Packs greedy_packs(const PlanProblem& pr, const PackRoom& room, int64_t target_t
   return p;
 }
 
-Plan plan_balanced_packed(const PlanProblem& pr) {
+Plan plan_balanced_packed(const BalancedProblem& pr) {
   const uint64_t W = uint64_t(pr.world_size);
   Plan plan = empty_plan(pr, "balanced");
   plan.packed = true;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "adaptiveload/strategy/balanced/problem.h"
 #include "adaptiveload/strategy/stages.h"
 
 namespace adaptiveload {
@@ -47,7 +48,7 @@ uint16_t pack_bucket(const PlanProblem& pr, const uint32_t* ids, uint64_t n);
 // balanced with packing: every pack of every rank-step dealt to the same cost (so rank-steps
 // in step sync and lockstep slots in micro sync are level alike); steps take a like mix of
 // packs (stratified by tokens), holding the global batch.
-Plan plan_balanced_packed(const PlanProblem& pr);
+Plan plan_balanced_packed(const BalancedProblem& pr);
 // The greedy packer as a strategy: greedy_packs of the global batch's tokens per rank-step
 // (free: of the memory budget), dealt in rounds of W packs (one a rank) to the K steps, the
 // last round completed by padded repeats (or dropped).

@@ -20,15 +20,15 @@ namespace adaptiveload {
 //   kTokens   about `batch_target` video tokens per global step.
 enum class BatchKind : uint8_t { kFree = 0, kSamples = 1, kTokens = 2 };
 
-// balanced in step sync with a global batch keeps two invariants (strategy/balanced.cpp,
-// with PlanProblem::hold; Planner::warnings reports a miss): tokens (samples
+// balanced in step sync with a global batch keeps two invariants (strategy/balanced/,
+// with BalancedProblem::hold; Planner::warnings reports a miss): tokens (samples
 // for samples:N) per step within kMaxBatchDev of their mean, and at most kMaxUnmixed of the
 // steps without an image, or without a clip, where the pool has one of them for every step.
 constexpr double kMaxBatchDev = 0.10;
 // balanced holds the global batch where that costs at most this share of the epoch: packed,
-// between its layouts (strategy/packing.cpp) and against its bucketed plan (Planner::run); on
-// sequence-parallel groups in step sync, between the group assignments it tries
-// (run_balanced_groups).
+// between its layouts (strategy/packing.cpp) and against its bucketed plan (its driver,
+// strategy/balanced/drive.cpp); on sequence-parallel groups in step sync, between the group
+// assignments it tries (run_balanced_groups).
 constexpr double kHoldCost = 0.05;
 constexpr double kMaxUnmixed = 0.05;
 constexpr uint8_t kHoldBatch = 1, kHoldMix = 2;
@@ -50,7 +50,7 @@ struct PlanProblem {
   std::vector<int64_t> max_batch_memory;  // per bucket: largest B that fits device memory (on its group)
   // Sequence parallelism: per bucket, the group size g its samples run on (empty: all 1).
   // Only balanced plans buckets of different g together (plan_balanced_groups); the planner
-  // hands the other strategies one g for all, as W / g ranks (Planner::run).
+  // hands the other strategies one g for all, as W / g ranks (run_common, context.h).
   std::vector<uint8_t> bucket_group;
   int group(uint16_t bucket) const { return bucket_group.empty() ? 1 : int(bucket_group[bucket]); }
   int64_t mem_budget_tokens = 0;          // M_mem: B * S <= M_mem
@@ -65,18 +65,11 @@ struct PlanProblem {
   double step_seconds() const { return allreduce_s + layout.step_fixed_s; }
   BatchKind batch_kind = BatchKind::kFree;
   double batch_target = 0;                // samples or tokens per global step
-  // balanced, step sync with a global batch: the invariants its plan keeps where a layout it
-  // tries does (kHoldBatch: tokens or samples per step within kMaxBatchDev; kHoldMix: images
-  // and clips in every step, kMaxUnmixed), else the fastest. The planner lets go of them, one
-  // at a time, where a bucket loader would be faster (Planner::run_balanced_held).
-  uint8_t hold = kHoldBatch | kHoldMix;
-  // balanced, step sync with a global batch: also try each layout evened (level_steps). Off
-  // only to resume a state saved before it (PlanState::layout 1), so that epoch resumes as planned.
-  bool even_steps = true;
-  // Packing (--packing on, strategy/packing.h): micro-batches may hold samples of any buckets,
-  // each pack within mem_budget_tokens video tokens and, by `memory` of its shape, within
-  // usable_bytes of device memory.
-  bool packing = false;
+  // The plan layout release to plan as (PlanState::kLayout, 2): a state saved by an earlier
+  // release resumes its epoch as that release planned it (PlanState::layout).
+  int layout_release = 2;
+  // Memory of a micro-batch by its shape, and what a device may fill (packs are bounded by
+  // them, strategy/packing.h).
   MemoryModel memory;
   double usable_bytes = 0;
   // Ranks that are not alike (--devices): per rank the bytes its device may fill (empty: every
@@ -105,20 +98,22 @@ constexpr uint8_t kServesBoth = kServesStep | kServesMicro;
 // Bits of StrategyEntry::traits.
 //   kMixesGroups      plans samples of different sequence-parallel group sizes together
 //                     (plan_balanced_groups); the others run every sample on the largest
-//                     group any sample needs (Planner::run).
+//                     group any sample needs (run_common, context.h).
 //   kNeedsFixedBatch  needs per-bucket batch sizes (PlanProblem::fixed_batch, --fixed-config
 //                     or the grid's); left out of a comparison where they miss a bucket.
 //   kBaseline         the comparison's reference: speedups are samples/s over its samples/s.
 //   kPacks            plans packed micro-batches only (samples of any buckets in one, strategy/
 //                     packing.h), whatever --packing says; `--strategy all` lists it only with
 //                     --packing on.
-//   kPacksWhenAsked   plans packed micro-batches with --packing on (PlanProblem::packing),
+//   kPacksWhenAsked   plans packed micro-batches with --packing on (PlanContext::packing),
 //                     bucketed ones without; a comparison with packing on shows both.
 //   kHoldsBatch       in step sync with a global batch, keeps the tokens per step and the
-//                     step mix (PlanProblem::hold) where a layout it tries does; Planner::
+//                     step mix (BalancedProblem::hold) where a layout it tries does; Planner::
 //                     warnings says where its plan misses them.
 constexpr uint8_t kMixesGroups = 1, kNeedsFixedBatch = 2, kBaseline = 4, kPacks = 8, kPacksWhenAsked = 16,
                   kHoldsBatch = 32;
+
+struct PlanContext;  // context.h: what the planner lends every strategy beside its problem
 
 struct StrategyEntry {
   const char* name;
@@ -126,6 +121,10 @@ struct StrategyEntry {
   Plan (*fn)(const PlanProblem&);
   uint8_t sync_modes = kServesBoth;
   uint8_t traits = 0;
+  // The strategy's own driver, which the planner calls as it calls every strategy
+  // (drive(), context.h): balanced's composes its paths (balanced/drive.h). Null: run_common
+  // (fn on the problem, on groups of one size where samples need them).
+  Plan (*run)(const StrategyEntry&, const PlanProblem&, const PlanContext&) = nullptr;
   bool serves(SyncMode m) const { return (sync_modes >> uint8_t(m)) & 1u; }
   bool mixes_groups() const { return traits & kMixesGroups; }
   bool needs_fixed_batch() const { return traits & kNeedsFixedBatch; }
@@ -155,8 +154,6 @@ Plan plan_equal_tokens(const PlanProblem& pr);
 Plan plan_fixed(const PlanProblem& pr);
 Plan plan_dual(const PlanProblem& pr);
 Plan plan_balanced(const PlanProblem& pr);
-// balanced with per-bucket sequence-parallel groups of different sizes (sp_groups.cpp).
-Plan plan_balanced_groups(const PlanProblem& pr);
 
 // Shared by the bucket-loader strategies: groups the pool by bucket, shuffles each bucket,
 // cuts it into batches of batch_of_bucket[b] samples (the last one partial), shuffles the

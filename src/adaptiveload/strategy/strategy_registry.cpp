@@ -1,3 +1,4 @@
+#include "adaptiveload/strategy/balanced/drive.h"
 #include "adaptiveload/strategy/packing.h"
 #include "adaptiveload/strategy/strategy.h"
 #include "adaptiveload/util/error.h"
@@ -5,8 +6,8 @@
 namespace adaptiveload {
 namespace {
 
-// The built-in strategies, one line each: name, summary, planner, sync modes, traits
-// (strategy.h). A new strategy is its file plus one line here.
+// The built-in strategies, one line each: name, summary, planner, sync modes, traits and
+// (balanced) a driver of its own (strategy.h). A new strategy is its file plus one line here.
 const std::vector<StrategyEntry>& builtins() {
   static const std::vector<StrategyEntry> table = {
       {"equal_tokens", "baseline: B = floor(M_mem / S), one micro-batch per rank per step", plan_equal_tokens,
@@ -15,7 +16,7 @@ const std::vector<StrategyEntry>& builtins() {
        kNeedsFixedBatch},
       {"dual", "the paper: B = floor(min(M_mem / S, M_comp / S^p))", plan_dual, kServesBoth},
       {"balanced", "ours: dual-constraint micro-batches packed so every rank does equal work per step",
-       plan_balanced, kServesBoth, kMixesGroups | kPacksWhenAsked | kHoldsBatch},
+       plan_balanced, kServesBoth, kMixesGroups | kPacksWhenAsked | kHoldsBatch, run_balanced},
       {"greedy_pack", "packing baseline: shuffle, fill each pack to the memory budget's tokens (THD packing)",
        plan_greedy_pack, kServesBoth, kPacks},
   };

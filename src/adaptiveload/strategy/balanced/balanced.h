@@ -4,7 +4,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "adaptiveload/strategy/rank_steps.h"
+#include "adaptiveload/strategy/balanced/problem.h"
+#include "adaptiveload/strategy/balanced/rank_steps.h"
 #include "adaptiveload/strategy/strategy.h"
 
 namespace adaptiveload {
@@ -13,6 +14,9 @@ namespace adaptiveload {
 // taken W at a time into lockstep slots, the slots grouped into the global batch's steps
 // (balanced_micro.cpp).
 Plan plan_balanced_micro(const PlanProblem& pr);
+
+// balanced with per-bucket sequence-parallel groups of different sizes (sp_groups.cpp).
+Plan plan_balanced_groups(const BalancedProblem& pr);
 
 // Micro sync's cut: bucket b's samples of the bucketed pool from position from[b] on, cut for
 // the best of the candidate sizes (a target cost tau per micro-batch, searched over the
@@ -40,12 +44,12 @@ DealInputs deal_inputs(const PlanProblem& pr, const BucketedPool& pool, const st
 // out as steps (perm: position t * W + r to its bin), the inputs that dealt it and its epoch
 // ticks. Candidates differ in how large a new micro-batch must be, whole batches, images first
 // and contiguous runs; each is laid out and evened as the global batch and the step mix ask
-// (PlanProblem::hold). With start loads (DealInputs::start, balanced on sequence-parallel
+// (BalancedProblem::hold). With start loads (DealInputs::start, balanced on sequence-parallel
 // groups: the wide micro-batches placed first), the bins keep their steps (bin r * K + t is
 // rank r of step t), the candidates that lay bins out anew are left out, `extra` candidates
 // (with the same start loads and offsets, or given pieces) join, only logged deals are kept
 // (their callers write them with replay_deal), and the choice among them is plain balanced's
-// (the global batch and the step mix held as PlanProblem::hold asks). Plain balanced (no
+// (the global batch and the step mix held as BalancedProblem::hold asks). Plain balanced (no
 // start loads, no extra) is this with its own step count. Throws ConfigError past 2^32 bins.
 struct StepDeal {
   BinCounts counts;
@@ -53,7 +57,7 @@ struct StepDeal {
   DealInputs inputs;
   int64_t ticks = INT64_MAX;
 };
-StepDeal deal_steps(const PlanProblem& pr, const DealInputs& in, uint64_t K, int64_t allreduce,
+StepDeal deal_steps(const BalancedProblem& pr, const DealInputs& in, uint64_t K, int64_t allreduce,
                     std::vector<DealInputs> extra);
 
 }  // namespace adaptiveload

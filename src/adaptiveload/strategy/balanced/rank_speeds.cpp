@@ -1,4 +1,4 @@
-#include "adaptiveload/strategy/rank_speeds.h"
+#include "adaptiveload/strategy/balanced/rank_speeds.h"
 
 #include <algorithm>
 #include <cmath>
@@ -28,7 +28,7 @@ struct Sample {
 
 class Dealer {
  public:
-  Dealer(const Plan& plan, const PlanProblem& pr) : plan_(plan), pr_(pr), caps_(rank_caps(pr)) {}
+  Dealer(const Plan& plan, const BalancedProblem& pr) : plan_(plan), pr_(pr), caps_(rank_caps(pr)) {}
 
   // The seconds `s` adds to rank r's micro-batch `mb` (null: a new one), or a negative
   // number where it does not fit there (another bucket, the rank's cap or memory).
@@ -412,12 +412,12 @@ class Dealer {
 
  private:
   const Plan& plan_;
-  const PlanProblem& pr_;
+  const BalancedProblem& pr_;
   RankCaps caps_;
 };
 
 // The plan's frame (steps, padding) with no micro-batches yet.
-Plan frame_of(const Plan& plan, const PlanProblem& pr) {
+Plan frame_of(const Plan& plan, const BalancedProblem& pr) {
   Plan out;
   out.strategy = plan.strategy;
   out.world_size = plan.world_size;
@@ -507,12 +507,12 @@ RankCaps rank_caps(const PlanProblem& pr) {
   return c;
 }
 
-Plan deal_to_speeds(const Plan& plan, const PlanProblem& pr) {
+Plan deal_to_speeds(const Plan& plan, const BalancedProblem& pr) {
   if (!pr.layout.unequal_ranks() || !plan.mb_group.empty()) return plan;
   Plan out = frame_of(plan, pr);
   const Dealer dealer(plan, pr);
   const size_t W = size_t(plan.world_size);
-  if (plan.sync == SyncMode::kStep) {
+  if (!lockstep_slots(plan.sync)) {
     // Two candidates: each step dealt again (balanced's steps kept), and the whole epoch dealt
     // again over the same step count. The faster is kept; where the global batch is held
     // (tokens per step within kMaxBatchDev) by the first only, the second must be kHoldCost faster.

@@ -1,4 +1,4 @@
-#include "adaptiveload/strategy/step_layout.h"
+#include "adaptiveload/strategy/balanced/step_layout.h"
 
 #include <algorithm>
 #include <cmath>

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "adaptiveload/strategy/rank_steps.h"
+#include "adaptiveload/strategy/balanced/rank_steps.h"
 #include "adaptiveload/util/rng.h"
 
 namespace adaptiveload {

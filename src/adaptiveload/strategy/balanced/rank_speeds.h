@@ -15,7 +15,7 @@
 // parallel groups are returned as they are (not yet dealt by speed).
 #include <vector>
 
-#include "adaptiveload/strategy/strategy.h"
+#include "adaptiveload/strategy/balanced/problem.h"
 
 namespace adaptiveload {
 
@@ -28,6 +28,6 @@ struct RankCaps {
 };
 RankCaps rank_caps(const PlanProblem& pr);
 
-Plan deal_to_speeds(const Plan& plan, const PlanProblem& pr);
+Plan deal_to_speeds(const Plan& plan, const BalancedProblem& pr);
 
 }  // namespace adaptiveload

@@ -36,8 +36,8 @@
 #include <set>
 #include <unordered_map>
 
-#include "adaptiveload/strategy/balanced.h"
-#include "adaptiveload/strategy/group_cuts.h"
+#include "adaptiveload/strategy/balanced/balanced.h"
+#include "adaptiveload/strategy/balanced/group_cuts.h"
 #include "adaptiveload/strategy/plan_writer.h"
 #include "adaptiveload/strategy/stages.h"
 #include "adaptiveload/util/error.h"
@@ -47,7 +47,7 @@ namespace adaptiveload {
 namespace {
 
 // `pool` gains the one-GPU samples' ids again, in the order they are written (appended).
-Plan plan_step(const PlanProblem& pr, BucketedPool& pool, const GroupBuckets& c, uint64_t K, __int128 work) {
+Plan plan_step(const BalancedProblem& pr, BucketedPool& pool, const GroupBuckets& c, uint64_t K, __int128 work) {
   const uint64_t W = uint64_t(pr.world_size);
   const Ticks share = Ticks(work / __int128(K * W));  // per rank-step
   // Wide micro-batches (placed here) and one-GPU ones (one candidate of the dealing below).
@@ -369,7 +369,7 @@ Plan plan_micro(const PlanProblem& pr, const BucketedPool& pool, const GroupBuck
 
 }  // namespace
 
-Plan plan_balanced_groups(const PlanProblem& pr) {
+Plan plan_balanced_groups(const BalancedProblem& pr) {
   const uint64_t W = uint64_t(pr.world_size);
   BucketedPool pool = shuffled_by_bucket(pr);
   if (pool.ids.empty()) return empty_plan(pr, "balanced");

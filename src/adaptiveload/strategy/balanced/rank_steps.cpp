@@ -1,4 +1,4 @@
-#include "adaptiveload/strategy/rank_steps.h"
+#include "adaptiveload/strategy/balanced/rank_steps.h"
 
 #include <algorithm>
 #include <cmath>

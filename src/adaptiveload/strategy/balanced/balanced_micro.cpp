@@ -2,7 +2,7 @@
 #include <cmath>
 #include <vector>
 
-#include "adaptiveload/strategy/balanced.h"
+#include "adaptiveload/strategy/balanced/balanced.h"
 #include "adaptiveload/strategy/plan_writer.h"
 #include "adaptiveload/strategy/stages.h"
 #include "adaptiveload/util/error.h"

@@ -1,4 +1,4 @@
-#include "adaptiveload/strategy/group_cuts.h"
+#include "adaptiveload/strategy/balanced/group_cuts.h"
 
 #include <algorithm>
 #include <string>

@@ -27,7 +27,7 @@
 // The choice among dealings for a given step count is one stage, deal_steps (balanced.h), that
 // balanced on sequence-parallel groups calls too, for its one-GPU samples around the wide
 // micro-batches it placed first (strategy/sp_groups.cpp).
-#include "adaptiveload/strategy/balanced.h"
+#include "adaptiveload/strategy/balanced/balanced.h"
 
 #include <algorithm>
 #include <cmath>
@@ -36,9 +36,9 @@
 
 #include "adaptiveload/strategy/packing.h"
 #include "adaptiveload/strategy/plan_writer.h"
-#include "adaptiveload/strategy/rank_steps.h"
+#include "adaptiveload/strategy/balanced/rank_steps.h"
 #include "adaptiveload/strategy/stages.h"
-#include "adaptiveload/strategy/step_layout.h"
+#include "adaptiveload/strategy/balanced/step_layout.h"
 #include "adaptiveload/util/error.h"
 #include "adaptiveload/util/option_word.h"
 #include "adaptiveload/util/rng.h"
@@ -78,7 +78,7 @@ DealInputs deal_inputs(const PlanProblem& pr, const BucketedPool& pool, const st
   return in;
 }
 
-StepDeal deal_steps(const PlanProblem& pr, const DealInputs& in, uint64_t K, int64_t allreduce,
+StepDeal deal_steps(const BalancedProblem& pr, const DealInputs& in, uint64_t K, int64_t allreduce,
                     std::vector<DealInputs> extra) {
   StepDeal out;
   // The step count is given (the user's global batch, at most one sample per bin; or, on
@@ -182,7 +182,7 @@ StepDeal deal_steps(const PlanProblem& pr, const DealInputs& in, uint64_t K, int
       if (counts.samples[j] == 0 && (!started || in.start->load[j] == 0)) return true;
     return false;
   };
-  // The global batch and the step mix (PlanProblem::hold): a layout whose steps' tokens
+  // The global batch and the step mix (BalancedProblem::hold): a layout whose steps' tokens
   // (samples for samples:N) stray over kMaxBatchDev from their mean misses the global batch;
   // one with more than kMaxUnmixed of its steps lacking images (or clips) that the pool has
   // enough of misses the mix. The fastest layout that keeps what is held is kept: both,
@@ -237,7 +237,7 @@ StepDeal deal_steps(const PlanProblem& pr, const DealInputs& in, uint64_t K, int
       // The same layout evened (always faster where it changes; kept where the holds judge it
       // better). Up to kSearchSamples samples, as the other extra candidates (at 10M samples
       // x 8 ranks it took a third of the plan's time).
-      if (pr.even_steps && n_samples <= kSearchSamples && level_steps(*counts, p, W, by_tokens, pr.hold, level_rng)) consider(p);
+      if (pr.even_steps() && n_samples <= kSearchSamples && level_steps(*counts, p, W, by_tokens, pr.hold, level_rng)) consider(p);
     }
   };
   auto choose = [&] {
@@ -262,7 +262,9 @@ StepDeal deal_steps(const PlanProblem& pr, const DealInputs& in, uint64_t K, int
   return out;
 }
 
-Plan plan_balanced(const PlanProblem& pr) {
+Plan plan_balanced(const PlanProblem& pr) { return plan_balanced_with(BalancedProblem(pr)); }
+
+Plan plan_balanced_with(const BalancedProblem& pr) {
   if (pr.packing) return plan_balanced_packed(pr);
   if (!pr.bucket_group.empty()) return plan_balanced_groups(pr);
   if (pr.layout.lockstep_slots()) return plan_balanced_micro(pr);
