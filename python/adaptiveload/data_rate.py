@@ -17,6 +17,7 @@ never negative). `adaptiveload calibrate -- --loader media|cache ...` measures a
 """
 import statistics
 import time
+import warnings
 from collections import defaultdict
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -128,7 +129,9 @@ def measure_loader(source: str, path: str, *, root: Optional[str] = None, model:
     them), with each worker count."""
     from .sampler import AdaptiveBatchSampler
 
-    sampler = AdaptiveBatchSampler(path, model=model, grid=grid, device=device, seed=seed, world_size=1, rank=0)
+    with warnings.catch_warnings():  # the plan's own warnings (its mix of buckets) are not the loader's
+        warnings.filterwarnings("ignore", message="AdaptiveBatchSampler", category=UserWarning)
+        sampler = AdaptiveBatchSampler(path, model=model, grid=grid, device=device, seed=seed, world_size=1, rank=0)
     dataset, collate = loader_dataset(source, sampler, path, root)
     entries = measure_buckets(dataset, sampler, reps=reps, per_bucket=per_bucket)
     for e in entries:
