@@ -86,3 +86,30 @@ def test_media_vae_must_be_a_folder(media, tmp_path):
     with pytest.raises(SystemExit) as e:
         train_dit.main(train_args(media, "off", "ddp") + ["--world-size", "2", "--vae", str(tmp_path / "none")])
     assert "--vae" in str(e.value) and "is no folder" in str(e.value)
+
+
+def test_vae_from_a_folder_is_the_one_trained_with(media, tmp_path):
+    """--vae loads a local diffusers folder: the tiny VAE the cache tests save (the same config
+    and seed as the default tiny VAE) gives the default's losses, sample for sample, and the
+    same VAE with other weights gives other losses (the folder's weights are the ones used)."""
+    import cache_fixtures
+    from diffusers import AutoencoderKLWan
+
+    same = cache_fixtures.make_models(str(tmp_path / "models"))["vae"]
+    other = AutoencoderKLWan.from_pretrained(same)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.mul_(1.5)
+    other.save_pretrained(str(tmp_path / "other_vae"))
+    base = train_args(media, "off", "ddp") + ["--world-size", "2"]
+    threads = torch.get_num_threads()
+    try:
+        for name, extra in (("default", []), ("same", ["--vae", same]), ("other", ["--vae", str(tmp_path / "other_vae")])):
+            train_dit.main(base + extra + ["--log-samples", str(tmp_path / f"{name}.jsonl")])
+    finally:
+        torch.set_num_threads(threads)
+    a, b, c = (read_logs([tmp_path / f"{n}.jsonl"]) for n in ("default", "same", "other"))
+    assert a.keys() == b.keys() == c.keys() and a
+    for k in a:
+        assert b[k]["losses"] == pytest.approx(a[k]["losses"], rel=1e-6), k
+    assert any(c[k]["losses"] != pytest.approx(a[k]["losses"], rel=1e-3) for k in a)
