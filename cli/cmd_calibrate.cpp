@@ -193,7 +193,10 @@ std::shared_ptr<Command> add_calibrate_command(CLI::App& app) {
       ->add_option("--device", c->device,
                    "Device the measurements are of (recorded in the profile)")
       ->capture_default_str();
-  c->app->add_option("args", c->passthrough, "Further options for the measuring script (after --)");
+  c->app->add_option("args", c->passthrough,
+                     "Further options for the measuring script (after --); `-- --loader media|cache "
+                     "--loader-manifest PATH` measures the DataLoader instead of the model and writes a "
+                     "loader profile (--loader-out) for `plan --loader-profile FILE --loader-workers N`");
   CalibrateCommand* p = c.get();
   c->run = [p] { return run_calibrate(*p); };
   return c;

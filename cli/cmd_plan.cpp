@@ -20,7 +20,7 @@ constexpr const char* kDemoManifests[] = {"data/taichi_hd.csv", "data/coco2017_v
 int run_plan(const PlanOptions& o, const Manifest& manifest, const std::string& out_path) {
   std::vector<std::string> names = o.strategy_names();
   Planner planner(manifest, o.config);
-  Comparison c = compare(planner, names);
+  Comparison c = compare(planner, o);
   if (!o.quiet) print_input_report(planner, manifest, o.json ? std::cerr : std::cout);
   print_drop_warnings(planner, c, std::cerr);  // even with --quiet: data left out is never silent
   if (o.json) {

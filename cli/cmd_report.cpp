@@ -46,7 +46,7 @@ int run_report(ReportCommand& c) {
   check_outputs(outputs, o.input_files());
   const Manifest manifest = c.demo ? demo_manifest(o.bad_row_policy()) : load_manifests(o);
   Planner planner(manifest, o.config);
-  const Comparison cmp = compare(planner, o.strategy_names());
+  const Comparison cmp = compare(planner, o);
   std::ostream& info = o.json ? std::cerr : std::cout;
   if (!o.quiet) print_input_report(planner, manifest, info);
   print_drop_warnings(planner, cmp, std::cerr);

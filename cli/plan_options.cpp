@@ -57,6 +57,26 @@ std::string cost_model_list() {
   return out;
 }
 
+// The load column: the worst load / train ratio, '!' when over 1.
+std::string loader_cell(const LoaderCheck& c) {
+  if (c.rank_steps == 0) return "-";
+  const std::string ratio = std::isfinite(c.max_ratio) ? fmt("%.2fx", c.max_ratio) : "inf";
+  return ratio + (c.keeps_up() ? " " : "!");
+}
+
+nlohmann::json loader_json(const LoaderCheck& c) {
+  return {{"workers", c.workers},
+          {"keeps_up", c.keeps_up()},
+          // null: a rank loads in a step it spends no time training (a cost model of zero)
+          {"max_load_train_ratio",
+           std::isfinite(c.max_ratio) ? nlohmann::json(c.max_ratio) : nlohmann::json()},
+          {"slow_rank_steps", c.slow_rank_steps},
+          {"rank_steps", c.rank_steps},
+          {"worst", {{"step", c.worst_step}, {"rank", c.worst_rank}, {"load_s", c.worst_load_s},
+                     {"train_s", c.worst_train_s}}},
+          {"load_s_max_rank", c.load_s_max_rank}};
+}
+
 std::string names_of(const std::string& kind) {
   std::string out;
   for (const auto& n : preset_names(kind)) out += (out.empty() ? "" : ", ") + n;
@@ -191,6 +211,15 @@ void PlanOptions::add_to(CLI::App& app, bool with_manifest) {
   app.add_option("--on-oversize", on_oversize, "A sample too big for memory alone: error or skip (count and report)")
       ->capture_default_str()
       ->check(choices("on_oversize"));
+  app.add_option("--loader-profile", loader_profile,
+                 "Loader profile (JSON) from `adaptiveload calibrate --loader ...` or python/bench/bench_loader.py: "
+                 "seconds a DataLoader worker takes to decode or read a sample, by bucket. With --loader-workers, "
+                 "the table adds a 'load' column (the largest ratio of a rank's load time in a step to its train "
+                 "time), --json a 'loader' object per strategy, and a warning says when a rank's share of a step "
+                 "would take longer to load than to train")
+      ->check(CLI::ExistingFile);
+  app.add_option("--loader-workers", loader_workers, "DataLoader workers per rank for --loader-profile's check")
+      ->check(CLI::Range(1, kMaxLoaderWorkers));
   app.add_flag("--json", json, "Print one JSON object on stdout instead of the table");
   app.add_flag("--quiet,-q", quiet, "Print only the table or JSON");
 }
@@ -215,6 +244,10 @@ void PlanOptions::finish() {
   if (config.cost_model == "profile" && config.profile.empty())
     throw CLI::ValidationError("--cost-model", "'profile' needs --profile FILE");
   strategy_names();  // validates --strategy
+  if (!loader_profile.empty() && loader_workers == 0)
+    throw CLI::ValidationError("--loader-profile", "needs --loader-workers N (DataLoader workers per rank)");
+  if (loader_profile.empty() && loader_workers > 0)
+    throw CLI::ValidationError("--loader-workers", "needs --loader-profile FILE (the measured loader rates)");
 }
 
 std::vector<std::string> PlanOptions::strategy_names() const {
@@ -239,7 +272,8 @@ std::vector<NamedFile> PlanOptions::input_files() const {
   for (const auto& m : manifests) in.push_back({"--manifest", m});
   // Preset names are not files; a path that exists is read (same_existing_file).
   for (const auto& [flag, path] : {std::pair{"--profile", config.profile}, {"--fixed-config", config.fixed_config},
-                                   {"--model", config.model}, {"--device", config.device}, {"--grid", config.grid}})
+                                   {"--model", config.model}, {"--device", config.device}, {"--grid", config.grid},
+                                   {"--loader-profile", loader_profile}})
     in.push_back({flag, path});
   return in;
 }
@@ -287,6 +321,15 @@ Comparison compare(const Planner& planner, const std::vector<std::string>& names
       }
     }
   }
+  return c;
+}
+
+Comparison compare(const Planner& planner, const PlanOptions& o) {
+  Comparison c = compare(planner, o.strategy_names());
+  if (o.loader_profile.empty()) return c;
+  c.loader_profile = read_loader_profile(o.loader_profile);
+  for (const Plan& p : c.plans)
+    c.loader.push_back(check_loader(p, planner.sim_env(p.world_size), c.loader_profile, o.loader_workers));
   return c;
 }
 
@@ -354,13 +397,16 @@ void print_table(const Planner& planner, const Manifest& manifest, const Compari
   out << std::left << std::setw(int(name_width)) << "strategy" << std::right;
   for (const MetricColumn& col : metric_columns())
     if (col.cli_width > 0) out << std::setw(col.cli_width) << col.heading(false);
+  if (!c.loader.empty()) out << std::setw(8) << "load";
   out << "\n";
-  for (const auto& m : c.metrics) {
+  for (size_t i = 0; i < c.metrics.size(); ++i) {
+    const Metrics& m = c.metrics[i];
     any_dropped = any_dropped || m.dropped > 0;
     const Speedup s = speedup(m, base);
     out << std::left << std::setw(int(name_width)) << m.name << std::right;
     for (const MetricColumn& col : metric_columns())
       if (col.cli_width > 0) out << std::setw(col.cli_width) << col.text(m, s, false);
+    if (!c.loader.empty()) out << std::setw(8) << loader_cell(c.loader[i]);
     out << "\n";
   }
   out << "\nimbalance: idle fraction of the GPUs, 1 - sum_t mean_r T / sum_t max_r T; max-mean, "
@@ -384,6 +430,10 @@ void print_table(const Planner& planner, const Manifest& manifest, const Compari
          "padded: repeated samples added at the epoch's end so every rank has work (--end-policy "
          "pad); dropped: "
          "samples left out of the epoch for that reason (--end-policy drop).\n";
+  if (!c.loader.empty())
+    out << "load: the largest ratio over steps and ranks of the seconds a rank's " << c.loader.front().workers
+        << " DataLoader worker(s) take to load its share of a step (" << c.loader_profile.path
+        << ") to the seconds it trains it; '!' marks a loader that would not keep up (over 1).\n";
   if (any_dropped)
     out << "*: samples dropped (--end-policy drop): a strategy that drops trains fewer samples "
            "than the others, so "
@@ -401,6 +451,10 @@ void print_drop_warnings(const Planner& planner, const Comparison& c, std::ostre
   }
   for (const auto& w : c.warnings)
     for (const std::string& line : w) out << "warning: " << line << "\n";
+  for (size_t i = 0; i < c.loader.size(); ++i) {
+    const std::string w = loader_warning(c.metrics[i].name, c.loader[i], c.loader_profile, "--loader-workers");
+    if (!w.empty()) out << "warning: " << w << "\n";
+  }
   for (const auto& [name, why] : c.left_out) out << "note: '" << name << "' is not in the comparison: " << why << "\n";
 }
 
@@ -419,6 +473,7 @@ nlohmann::json comparison_json(const Planner& planner, const Manifest& manifest,
           row[f.key] = m.*read;
       }, f.read);
     row["warnings"] = i < c.warnings.size() ? c.warnings[i] : std::vector<std::string>();
+    if (i < c.loader.size()) row["loader"] = loader_json(c.loader[i]);
     out["strategies"].push_back(std::move(row));
   }
   out["left_out"] = json::array();
@@ -468,6 +523,11 @@ nlohmann::json comparison_json(const Planner& planner, const Manifest& manifest,
                    {"fingerprint", fp},
                    {"buckets", buckets}};
   if (planner.packing()) out["inputs"]["packing"] = "on";  // absent: off
+  if (!c.loader.empty()) {  // absent: no loader check
+    out["inputs"]["loader_profile"] = c.loader_profile.path;
+    out["inputs"]["loader_source"] = c.loader_profile.source;
+    out["inputs"]["loader_workers"] = c.loader.front().workers;
+  }
   if (!planner.ranks().empty()) {  // absent: alike ranks
     nlohmann::json ranks = nlohmann::json::array();
     for (size_t r = 0; r < planner.ranks().device.size(); ++r)

@@ -7,6 +7,7 @@
 
 #include "adaptiveload/manifest/manifest.h"
 #include "adaptiveload/planner/planner.h"
+#include "adaptiveload/sim/loader_check.h"
 #include "adaptiveload/util/same_file.h"
 
 namespace adaptiveload::cli {
@@ -20,6 +21,10 @@ struct PlanOptions {
   std::string on_bad_row = "error", on_oversize = "error", end_policy = "pad", checkpointing = "on";
   std::string on_duplicate = "warn";
   std::string reshard = "on";
+  // The loader check (sim/loader_check.h): a loader profile and DataLoader workers per rank;
+  // without them no output changes.
+  std::string loader_profile;
+  int loader_workers = 0;
   bool json = false;
   bool quiet = false;
 
@@ -40,9 +45,14 @@ struct Comparison {
   std::vector<Metrics> metrics;
   std::vector<std::vector<std::string>> warnings;  // per plan: the targets it misses (Planner::warnings)
   std::vector<std::pair<std::string, std::string>> left_out;  // (strategy, why) not in a comparison
+  // With --loader-profile: the profile and, per plan, whether its loader keeps up; else empty.
+  LoaderProfile loader_profile;
+  std::vector<LoaderCheck> loader;
 };
 
 Comparison compare(const Planner& planner, const std::vector<std::string>& names);
+// compare(), and the loader check of every plan when the options give a loader profile.
+Comparison compare(const Planner& planner, const PlanOptions& o);
 
 // The manifests named by --manifest, and the built-in demo set.
 Manifest load_manifests(const PlanOptions& o);

@@ -20,13 +20,20 @@
 #   4. the fused adaLN off and on, and --packing both (bucketed and packed), 4 emulated ranks
 #   5. online adaptation: balanced planned with the uncalibrated analytic model, with and
 #      without --adapt-every, against the calibrated plan
+#   6. the real data path (data): DATA_FILES tiny clips and images made with ffmpeg / PIL, a
+#      latent cache of them (python -m adaptiveload.cache, the tiny random VAE and UMT5 of the
+#      cache tests), the loader measured (calibrate --loader cache and media) and the plan's
+#      loader check at DATA_WORKERS workers; then 2 real ranks (torchrun, gloo) train an epoch
+#      with DATA_WORKERS DataLoader workers a rank reading the cache (--data cache) and decoding
+#      the media (--data media, VAE in the loop): the seconds each rank waited for data, and
+#      predicted beside measured samples/s -> OUT/data/summary.md
 # Every table is also in OUT/<step>/compare.md and .json. Needs the project's .venv (or PYTHON)
 # with torch; runs in about 17 minutes on an idle 2-core machine with the defaults (calibrate, real2,
 # noise and emulated 4 took 5-6 minutes on 2026-12-06 with CALIB_REPS=1 CALIB_INTERLEAVE=5 DISCARD=1
 # EMULATED=4; every step with those settings, 11 minutes).
 #
 #   scripts/cpu_eval.sh                 everything
-#   STEPS="real2 emulated" scripts/cpu_eval.sh    some of: calibrate real2 noise emulated kernels adapt
+#   STEPS="real2 emulated" scripts/cpu_eval.sh    some of: calibrate real2 noise emulated kernels adapt data
 # Environment: OUT (out/cpu_eval), SUBSET (200 rows of each manifest: 400 samples an epoch),
 # REPEAT (5), EMULATED ("4 8"), PYTHON (.venv/bin/python), CALIB_REPS (5), CALIB_INTERLEAVE (0: the
 # repetitions back to back; R: calibrate --interleave R, each point timed once a round in a shuffled order),
@@ -48,6 +55,7 @@
 # RANK_ORDER (emulated ranks, steps 3-5: interleaved, train_dit --rank-order interleaved, each
 # rank's micro-batches spread over the step so the machine's drift within a step falls on every
 # rank alike, as on ranks that run at once; sequential: rank by rank)
+# DATA_FILES (40: step 6's clips and as many images), DATA_WORKERS (2: DataLoader workers a rank)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/cpu_eval}
@@ -64,7 +72,9 @@ RANK_ORDER=${RANK_ORDER:-interleaved}
 LINK_RANKS=${LINK_RANKS:-2}
 INPUTS=${INPUTS:-timed}
 PY=${PYTHON:-.venv/bin/python}
-STEPS=${STEPS:-calibrate real2 noise emulated kernels adapt}
+STEPS=${STEPS:-calibrate real2 noise emulated kernels adapt data}
+DATA_FILES=${DATA_FILES:-40}
+DATA_WORKERS=${DATA_WORKERS:-2}
 [ -x "$PY" ] || command -v "$PY" >/dev/null || { echo "cpu_eval: no Python at $PY (run scripts/python_env.sh, or set PYTHON)" >&2; exit 2; }
 mkdir -p "$OUT"
 export OMP_NUM_THREADS=1
@@ -182,5 +192,9 @@ if want adapt; then
         --out "$OUT/adapt_${mode}_$i.json" 2>>"$OUT/adapt.log" | sed "s/^/$mode $i: /"
     done
   done
+fi
+if want data; then
+  stamp "the real data path: a latent cache and media, $DATA_WORKERS DataLoader workers a rank (2 real ranks)"
+  scripts/lib/cpu_eval_data.sh "$PY" "$OUT/data" "$PROFILE" "$DATA_FILES" "$DATA_WORKERS" "${TRAIN_INPUTS[@]}"
 fi
 stamp "done"

@@ -110,7 +110,49 @@ def parser() -> argparse.ArgumentParser:
                         "and fit the ring's bus bandwidth and latency into the profile's \"link\", which the "
                         "planner's all-reduce, all-gathers and reduce-scatters then ride in place of the device "
                         "preset's; the optimizer step is then timed on the N ranks at once (default 0: off)")
+    p.add_argument("--loader", choices=["media", "cache"], help="measure the data loader instead of the model: "
+                   "seconds a DataLoader worker takes to decode (media: --loader-manifest's files, MediaDataset) or "
+                   "read (cache: the cache folder --loader-manifest, CacheDataset) a sample, by bucket, and samples/s "
+                   "with each --loader-workers count; written to --loader-out, the loader profile of `adaptiveload "
+                   "plan --loader-profile FILE --loader-workers N` (--out is not written)")
+    p.add_argument("--loader-manifest", help="--loader media: the manifest of the files; cache: the cache folder")
+    p.add_argument("--loader-root", help="--loader media: the folder the manifest's relative paths are under")
+    p.add_argument("--loader-grid", help="--loader: the bucket grid preset (default: the model's)")
+    p.add_argument("--loader-device-preset", default="h200", help="--loader: the planner's device preset (which "
+                   "rows fit memory; default: %(default)s)")
+    p.add_argument("--loader-workers", default="1,2", help="--loader: worker counts whose samples/s is measured "
+                   "(default: %(default)s)")
+    p.add_argument("--loader-out", default="loader_profile.json", help="--loader: the loader profile to write "
+                   "(default: %(default)s)")
     return p
+
+
+def calibrate_loader(p: argparse.ArgumentParser, args) -> dict:
+    """--loader: measures the loader (adaptiveload.data_rate) and writes its profile."""
+    from . import data_rate
+
+    if not args.loader_manifest:
+        p.error(f"--loader {args.loader} needs --loader-manifest ("
+                + ("the manifest of the media" if args.loader == "media" else "the cache folder") + ")")
+    try:
+        workers = [int(w) for w in args.loader_workers.split(",")]
+    except ValueError:
+        workers = []
+    if not workers or min(workers) < 0:
+        p.error(f"--loader-workers: expected a comma list of worker counts >= 0, got {args.loader_workers!r}")
+    if args.reps < 1:
+        p.error(f"--reps must be >= 1, got {args.reps}")
+    model = args.model or wan_dit.config(args.config, args.layers).preset
+    prof = data_rate.measure_loader(args.loader, args.loader_manifest, root=args.loader_root, model=model,
+                                    grid=args.loader_grid, device=args.loader_device_preset, reps=args.reps,
+                                    workers=workers)
+    with open(args.loader_out, "w") as f:
+        json.dump(prof, f, indent=2)
+        f.write("\n")
+    fit = prof["fit"]
+    print(f"loader fit: {1000 * fit['fixed_s']:.3f} ms + {1e6 * fit['per_token_s']:.3f} us per token a sample")
+    print(f"wrote {args.loader_out} (use: adaptiveload plan --loader-profile {args.loader_out} --loader-workers N)")
+    return prof
 
 
 def parse_args(argv=None):
@@ -356,6 +398,8 @@ def sweep_packs(model, c, packs, device, reps, clock="wall", statistic="median",
 def main(argv=None):
     p = parser()
     args = p.parse_args(argv)
+    if args.loader:  # the loader, not the model
+        return calibrate_loader(p, args)
     device = check_args(p, args)
     if args.threads:
         torch.set_num_threads(args.threads)

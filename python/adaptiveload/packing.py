@@ -58,6 +58,18 @@ class PackedBatch:
             return 0
         return int((self.cu_seqlens_text[1:] - self.cu_seqlens_text[:-1]).max()) if self.num_samples else 0
 
+    def pin_memory(self, device=None) -> "PackedBatch":
+        """The batch with its tensors in page-locked memory, for DataLoader(pin_memory=True) (its
+        pin-memory thread calls this on a batch of a custom type). Without an accelerator pinning
+        is impossible and the batch is returned as it is (the DataLoader itself warns and skips
+        pinning then); `device` is torch's pin_memory argument, accepted for older callers."""
+        accel = getattr(torch, "accelerator", None)
+        if not (accel.is_available() if accel is not None else torch.cuda.is_available()):
+            return self
+        fields = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return PackedBatch(**{k: v.pin_memory() if isinstance(v, torch.Tensor) and v.device.type == "cpu" else v
+                              for k, v in fields.items()})
+
     def token_positions(self) -> torch.Tensor:
         """`positions`, or computed from the grids when the pack has none: [N, 3] int64."""
         if self.positions is not None:

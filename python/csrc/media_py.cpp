@@ -1,6 +1,7 @@
 // Python bindings of the data path's core rules (geometry/sample_geometry.h): which source
 // frames, which resize and which crop give a manifest row its planned shape. The Python
-// dataset (adaptiveload.media) decodes what this says and computes none of it itself.
+// dataset (adaptiveload.media) decodes what this says and computes none of it itself. And the
+// loader check (sim/loader_check.h): whether a plan's loader keeps up with its training.
 #include <torch/extension.h>
 
 #include <string>
@@ -8,6 +9,7 @@
 #include "adaptiveload/geometry/sample_geometry.h"
 #include "adaptiveload/manifest/manifest.h"
 #include "adaptiveload/planner/planner.h"
+#include "adaptiveload/sim/loader_check.h"
 
 namespace adaptiveload {
 namespace py {
@@ -54,9 +56,34 @@ pb::dict geometry_dict(const Planner& planner, const Manifest& manifest, int64_t
   return d;
 }
 
+pb::dict loader_check_dict(const Planner& planner, const Plan& plan, const std::string& profile, int workers) {
+  const LoaderProfile lp = read_loader_profile(profile);
+  const LoaderCheck c = check_loader(plan, planner.sim_env(plan.world_size), lp, workers);
+  pb::dict d;
+  d["workers"] = c.workers;
+  d["keeps_up"] = c.keeps_up();
+  d["max_load_train_ratio"] = c.max_ratio;
+  d["slow_rank_steps"] = c.slow_rank_steps;
+  d["rank_steps"] = c.rank_steps;
+  d["worst"] = pb::dict(pb::arg("step") = c.worst_step, pb::arg("rank") = c.worst_rank,
+                        pb::arg("load_s") = c.worst_load_s, pb::arg("train_s") = c.worst_train_s);
+  d["load_s_max_rank"] = c.load_s_max_rank;
+  d["source"] = lp.source;
+  const std::string w = loader_warning(plan.strategy, c, lp, "loader_workers");
+  d["warning"] = w.empty() ? pb::object(pb::none()) : pb::object(pb::str(w));
+  return d;
+}
+
 }  // namespace
 
 void bind_media(pb::module_& m) {
+  m.def("loader_check", &loader_check_dict, pb::arg("planner"), pb::arg("plan"), pb::arg("profile"),
+        pb::arg("workers"),
+        "Whether the plan's DataLoader workers keep up (sim/loader_check.h): a loader profile's "
+        "seconds per sample priced over each rank's share of each step, over `workers` workers, "
+        "against the rank's simulated compute. A dict: workers, keeps_up, max_load_train_ratio, "
+        "slow_rank_steps, rank_steps, worst {step, rank, load_s, train_s}, load_s_max_rank, source, "
+        "warning (None when it keeps up).");
   m.def("sample_geometry", &geometry_dict, pb::arg("planner"), pb::arg("manifest"), pb::arg("row"),
         pb::arg("epoch") = -1,
         "The planner's rule for one manifest row (geometry/sample_geometry.h): a dict with "

@@ -40,7 +40,7 @@ class CacheReport:
     skipped: List[Tuple[int, str]] = field(default_factory=list)  # rows left out (on_bad="skip")
 
 
-def _vae_encoder(vae, device, dtype) -> Callable[[torch.Tensor], torch.Tensor]:
+def vae_encoder(vae, device, dtype) -> Callable[[torch.Tensor], torch.Tensor]:
     """A diffusers VAE's encode (AutoencoderKLWan, or any with .encode(x).latent_dist): the
     distribution's mode, deterministic, for one sample [3, F, H, W] -> [C, f, h, w]."""
 
@@ -69,25 +69,33 @@ def _text_encoder(tokenizer, encoder, text_len: int, device) -> Callable[[str], 
     return encode
 
 
+def load_vae(path: str, device: str = "cpu", dtype: torch.dtype = torch.float32, vae_class: str = "AutoencoderKLWan"):
+    """A diffusers VAE from a local from_pretrained folder (nothing is downloaded), in eval mode."""
+    import diffusers
+
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"vae: no such folder {path!r} (a local from_pretrained folder)")
+    cls = getattr(diffusers, vae_class, None)
+    if cls is None:
+        raise ValueError(f"vae_class: diffusers has no {vae_class!r}")
+    return cls.from_pretrained(path, torch_dtype=dtype, local_files_only=True).to(device).eval()
+
+
 def load_encoders(vae: str, text_encoder: str, tokenizer: Optional[str] = None, text_len: int = 512,
                   device: str = "cpu", dtype: torch.dtype = torch.float32, vae_class: str = "AutoencoderKLWan"
                   ) -> Encoders:
     """Encoders from local folders (from_pretrained layouts; nothing is downloaded): a diffusers
     VAE (`vae_class`, AutoencoderKLWan for Wan) and a transformers UMT5 encoder and tokenizer
     (tokenizer defaults to the text encoder's folder)."""
-    import diffusers
     import transformers
 
     for name, path in (("vae", vae), ("text_encoder", text_encoder), ("tokenizer", tokenizer or text_encoder)):
         if not os.path.isdir(path):
             raise FileNotFoundError(f"{name}: no such folder {path!r} (a local from_pretrained folder)")
-    cls = getattr(diffusers, vae_class, None)
-    if cls is None:
-        raise ValueError(f"vae_class: diffusers has no {vae_class!r}")
-    v = cls.from_pretrained(vae, torch_dtype=dtype, local_files_only=True).to(device).eval()
+    v = load_vae(vae, device, dtype, vae_class)
     enc = transformers.UMT5EncoderModel.from_pretrained(text_encoder, local_files_only=True).to(device).eval()
     tok = transformers.AutoTokenizer.from_pretrained(tokenizer or text_encoder, local_files_only=True)
-    return Encoders(_vae_encoder(v, device, dtype), _text_encoder(tok, enc, text_len, device))
+    return Encoders(vae_encoder(v, device, dtype), _text_encoder(tok, enc, text_len, device))
 
 
 def _entry_ok(path: str, row: int, expected: tuple) -> bool:

@@ -1,10 +1,12 @@
 """What the sampler can tell about its manifest and plan: rows left out or dropped, the
 resolved budgets, sync mode, global batch and group sizes, a row's geometry, predicted
-rank times, and its repr. A mixin of AdaptiveBatchSampler; it only reads.
+rank times, whether a loader keeps up (loader_check), and its repr. A mixin of AdaptiveBatchSampler; it only reads.
 """
-from typing import Dict, List
+import os
+import warnings
+from typing import Any, Dict, List
 
-from .. import _checks
+from .. import _C, _checks
 
 
 class _Introspection:
@@ -95,6 +97,24 @@ class _Introspection:
         p, plan, W = self._planner(self.world_size), self._plan, self.world_size
         return [[[p.micro_batch_seconds(mb, g, W) for mb, g in zip(plan.rank_step(t, r), plan.rank_step_groups(t, r))]
                  for r in range(W)] for t in range(plan.num_steps)]
+
+    def loader_check(self, loader_profile: str, loader_workers: int) -> Dict[str, Any]:
+        """Whether this rank's DataLoader keeps up with the plan (the same check as `adaptiveload plan
+        --loader-profile FILE --loader-workers N`): the loader profile's seconds per sample (from
+        `adaptiveload calibrate -- --loader ...` or python/bench/bench_loader.py) priced over every
+        rank's share of every step, over `loader_workers` workers per rank, against the rank's
+        simulated compute. Returns a dict (keeps_up, max_load_train_ratio, slow_rank_steps,
+        rank_steps, worst {step, rank, load_s, train_s}, warning) and, when some rank-step loads
+        slower than it trains, warns (UserWarning) with the same sentence."""
+        loader_workers = _checks.integer(loader_workers, "loader_check: loader_workers", 1, 4096,
+                                         " (DataLoader workers per rank)")
+        if not isinstance(loader_profile, (str, os.PathLike)) or not os.path.isfile(loader_profile):
+            raise ValueError(f"loader_check: loader_profile {loader_profile!r} is no file (a loader profile: "
+                             "adaptiveload calibrate -- --loader ...)")
+        out = _C.loader_check(self._planner(self.world_size), self._plan, os.fspath(loader_profile), loader_workers)
+        if out["warning"]:
+            warnings.warn("AdaptiveBatchSampler: " + out["warning"], UserWarning, stacklevel=2)
+        return out
 
     def __repr__(self) -> str:
         if not hasattr(self, "_plan"):

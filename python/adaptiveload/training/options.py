@@ -193,12 +193,20 @@ def parser(doc: str = "") -> argparse.ArgumentParser:
                    "--packing) one global step each in turn instead of one run after another, so a drift of the "
                    "machine's speed (clock frequency, caches, other load) falls on every run alike and their "
                    "ratios pair step by step; each run keeps its own model, optimizer and plan")
-    p.add_argument("--data", default="random", choices=["random", "cache"], help="random: latents and text drawn "
-                   "at each row's bucket; cache: read from a latent cache folder (--cache, made by python -m "
-                   "adaptiveload.cache or musubi-tuner), which is then the manifest")
+    p.add_argument("--data", default="random", choices=["random", "cache", "media"], help="random: latents and "
+                   "text drawn at each row's bucket; cache: read from a latent cache folder (--cache, made by "
+                   "python -m adaptiveload.cache or musubi-tuner), which is then the manifest; media: the "
+                   "manifest's clips and images decoded at their buckets in DataLoader workers "
+                   "(adaptiveload.media.MediaDataset) and encoded by a VAE in the loop (--vae), text embeddings "
+                   "drawn per sample. cache and media report the seconds each rank waited for the loader")
     p.add_argument("--cache", help="the latent cache folder of --data cache")
+    p.add_argument("--media-root", help="--data media: the folder the manifest's relative paths are under (scan's "
+                   "--root; default: the current directory)")
+    p.add_argument("--vae", help="--data media: a local diffusers VAE folder (from_pretrained; AutoencoderKLWan "
+                   "for Wan); default: a tiny randomly initialised AutoencoderKLWan (Wan's 16 channels and 4x8x8 "
+                   "strides)")
     p.add_argument("--num-workers", type=whole(0), default=0, help="DataLoader workers per rank reading the cache "
-                   "(--data cache)")
+                   "or decoding the media (--data cache / media)")
     p.add_argument("--out", help="write the summaries (JSON list) here")
     p.add_argument("--log-samples", help="append the sample ids each rank trained, one JSON line per micro-batch "
                    "(under torchrun, one file per process: PATH.rankN); a micro-batch on a sequence-parallel "

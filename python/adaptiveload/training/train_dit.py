@@ -88,7 +88,7 @@ from .. import link
 from ..models import wan_dit, wan_dit_packed
 from ..sampler import AdaptiveBatchSampler
 from .build import build_model
-from .data_feed import CacheFeed, cache_inputs, check_cache_args, feed_order
+from .data_feed import cache_feed, cache_inputs, check_feed_args, feed_order, media_encoder, media_feed, media_inputs
 from .distributed import (check_micro_batch_counts, exit_now, finish_distributed, full_state_dict,  # noqa: F401
                           init_distributed, parallelize, sp_groups)
 from .inputs import make_batch, pack_inputs, sample_inputs
@@ -175,6 +175,9 @@ def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world:
             sys.exit("train_dit.py: --data cache trains from the cache folder --cache DIR (it is the manifest; "
                      "no --manifest)")
         manifests = args.cache
+    elif args.data == "media" and not args.manifest:
+        sys.exit("train_dit.py: --data media decodes the files of a manifest: give --manifest (made by adaptiveload "
+                 "scan) and --media-root, the folder its relative paths are under")
     subset_bad: List[str] = []
     origins: List[str] = []
     try:
@@ -232,11 +235,16 @@ def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world:
     dtype = torch.float32
     gen = torch.Generator().manual_seed((args.seed + 1000 * dist_rank) % 2**64)
     per_sample = (args.inputs or ("per-sample" if args.parallel else "stream")) == "per-sample"
-    feed = None
-    if args.data == "cache":  # the loop's micro-batches read ahead; per-sample timesteps and noise
+    feed = encode = None
+    if args.data != "random":  # the loop's micro-batches read ahead; per-sample timesteps and noise
         per_sample = True
-        check_cache_args(args, args.rank_order == "interleaved" and not ddp)
-        feed = CacheFeed(args.cache, samplers[0], feed_order(samplers, args, samplers[0].num_steps), args.num_workers)
+        check_feed_args(args, args.rank_order == "interleaved" and not ddp)
+        order = feed_order(samplers, args, samplers[0].num_steps)
+        if args.data == "cache":
+            feed = cache_feed(args.cache, samplers[0], order, args.num_workers)
+        else:
+            encode = media_encoder(args.vae, device)
+            feed = media_feed(samplers[0], order, args.num_workers, args.media_root)
     # The gradient of a step is the mean over its global samples (loss.loss_scale says how).
     scale = loss_scale(W, args.parallel if ddp else None)
     # One log per process (ranks of a torchrun job append to their own file).
@@ -254,6 +262,8 @@ def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world:
         see sync_wait; else None)."""
         rank_times = [0.0] * len(samplers)
         t_start = time.perf_counter()
+        if feed is not None:  # the loader's waits counted in measured steps only
+            feed.counting = measured
         if ddp and args.parallel == "fsdp2":
             check_micro_batch_counts(len(steps[0].micro_batches), steps[0].step, dist_rank, dist_world)
         if interleave_ranks:  # emulated ranks, each rank's micro-batches spread over the step
@@ -281,8 +291,10 @@ def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world:
 
             def draw(s=s, mb=mb, st=st, g=g):
                 # A group's ranks must hold the same tensors: per-sample inputs.
+                if encode is not None:
+                    return media_inputs(feed.take(mb, s.rank), encode, s, c, args.seed, st.epoch, device, dtype, packs)
                 if feed is not None:
-                    return cache_inputs(feed.take(mb), c, args.seed, st.epoch, device, dtype, packs)
+                    return cache_inputs(feed.take(mb, s.rank), c, args.seed, st.epoch, device, dtype, packs)
                 if packs:  # each sample at its own bucket (packing plans no groups)
                     return pack_inputs(s, mb, c, device, dtype, args.seed, st.epoch, None if per_sample else gen)
                 if per_sample or g > 1:
@@ -426,6 +438,8 @@ def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world:
         if dist_rank == 0:
             torch.save(state, args.save_model)
     measured = metrics(times, samples, tokens, extra)
+    if feed is not None:
+        measured.update(loader_waits(feed, times, W, ddp))
     if waits:
         # The idle fraction as the ranks saw it, on the wall clock: each rank's wait for the
         # slowest at the step's barrier over its busy time (from the step's start to the
@@ -493,8 +507,24 @@ def say_result(r: dict, args, dist_rank: int) -> None:
           + (f"  with jitter: imbalance {100 * p['with_jitter']['imbalance']:5.1f}% "
              f"{p['with_jitter']['throughput_samples_per_s']:8.2f} samples/s" if "with_jitter" in p else "")
           + (f"  idle at the barrier {100 * m['idle_measured']:5.1f}% (busy outside the timed compute "
-             f"{100 * m['outside_compute']:4.1f}%)" if "idle_measured" in m else ""),
+             f"{100 * m['outside_compute']:4.1f}%)" if "idle_measured" in m else "")
+          + ("  waited for data (s): " + " ".join(f"r{i} {w:.3f}" for i, w in enumerate(m["data_wait_s"]))
+             if "data_wait_s" in m else ""),
           flush=True)
+
+
+def loader_waits(feed, times: List[List[float]], world: int, ddp: bool) -> dict:
+    """The seconds each rank's trainer waited for the loader (--data cache / media) in the
+    measured steps, and that wait as a share of the rank's timed compute plus the wait; under
+    torchrun gathered from every rank (a collective: every rank calls it)."""
+    waits = [feed.wait_s.get(r, 0.0) for r in range(world)]
+    if ddp:
+        gathered = [None] * world
+        torch.distributed.all_gather_object(gathered, feed.wait_s.get(torch.distributed.get_rank(), 0.0))
+        waits = [float(w) for w in gathered]
+    compute = [sum(T[r] for T in times) for r in range(world)]
+    share = [w / (w + c) if w + c > 0 else 0.0 for w, c in zip(waits, compute)]
+    return {"data_wait_s": waits, "data_wait_share": share, "loader_workers": feed.loader.num_workers}
 
 
 def main(argv=None, exit_process: bool = False) -> List[dict]:
