@@ -6,7 +6,6 @@ loaded and trained exactly once) and against one process emulating the 2 ranks o
 and the same samples (per micro-batch losses within TRAIN_RTOL), and it reports the seconds each
 rank waited for the loader. Two runs cover DDP with packing off and FSDP2 with packing on."""
 import os
-import sys
 
 import pytest
 import torch
@@ -21,8 +20,7 @@ import media_gen  # noqa: E402
 from conftest import REPO, run_guarded, torchrun  # noqa: E402
 from test_train_cache import TRAIN_RTOL, read_logs  # noqa: E402
 
-sys.path.insert(0, os.path.join(REPO, "examples"))
-import train_dit  # noqa: E402
+from adaptiveload.training import train_dit  # noqa: E402
 
 SCRIPT = os.path.join(REPO, "examples", "train_dit.py")
 pytestmark = [pytest.mark.skipif(not media_gen.have_ffmpeg(), reason="the ffmpeg command is not installed"),
