@@ -80,8 +80,9 @@ TEST_F(BalancedTwin, PlansExactlyWhatBalancedPlansOnEveryPath) {
     EXPECT_EQ(as_balanced(pl.cannot_plan(find_strategy(kTwin))),
               pl.cannot_plan(find_strategy("balanced")))
         << c.what;
-    if (c.cfg.packing == "on")
+    if (c.cfg.packing == "on") {
       EXPECT_EQ(test::jsonl(pl.plan_bucketed(kTwin)), test::jsonl(pl.plan_bucketed("balanced")));
+    }
   }
 }
 
