@@ -61,13 +61,16 @@ def spread(values):
 
 def table(runs):
     """The markdown table of the runs {mode: [{'idle': [...], 'samples_per_s': x, 'steps': n}, ...]}."""
-    lines = ["| mode | runs | steps | idle rank 0 | idle rank 1 | samples/s |", "|---|---|---|---|---|---|"]
+    lines = ["| mode | runs | steps | idle rank 0 | idle rank 1 | idle (mean of ranks) | samples/s | re-plans |",
+             "|---|---|---|---|---|---|---|---|"]
     for mode in MODES:
         rs = runs.get(mode, [])
         if not rs:
             continue
         lines.append(f"| {mode} | {len(rs)} | {rs[0]['steps']} | {spread([r['idle'][0] for r in rs])} | "
-                     f"{spread([r['idle'][1] for r in rs])} | {spread([r['samples_per_s'] for r in rs])} |")
+                     f"{spread([r['idle'][1] for r in rs])} | {spread([statistics.mean(r['idle']) for r in rs])} | "
+                     f"{spread([r['samples_per_s'] for r in rs])} | "
+                     f"{statistics.median(len(r.get('adaptations', [])) for r in rs):g} |")
     return "\n".join(lines)
 
 
@@ -147,6 +150,7 @@ def main():
     pin(rank % (os.cpu_count() or 1))
     manifest = rows(args.subset)
     work = Work()
+    work.per_unit = dist_gather(work.per_unit)[0]  # the same units for the same micro-batch on every rank
     # The work's scale: a uniform epoch's predicted seconds of one rank -> --epoch-seconds.
     ref = AdaptiveBatchSampler(manifest, world_size=world, rank=0, seed=args.seed, model=args.model,
                                device=args.device)
@@ -157,8 +161,10 @@ def main():
     co = start_co_runner(rank % (os.cpu_count() or 1)) if rank == 1 and not args.no_co_runner else None
     try:
         time.sleep(0.5)
-        # The stated speed: every rank times the same work, now that the co-runner runs.
-        unit = dist_gather(min(work.time(300) for _ in range(3)))
+        # The stated speed: every rank times the same work (about a second, the median of 3), now
+        # that the co-runner runs, as a user would measure a slow GPU before stating it.
+        units = max(1, round(1.0 / work.per_unit))
+        unit = dist_gather(statistics.median(work.time(units) for _ in range(3)))
         stated = {r: round(unit[0] / unit[r], 2) for r in range(1, world)}
         runs = {m: [] for m in MODES}
         for rep in range(args.reps):

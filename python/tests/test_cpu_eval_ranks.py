@@ -23,7 +23,8 @@ def test_idle_per_rank_and_the_table():
     runs = {mode: [{"idle": [0.1 * i, 0.0], "samples_per_s": 2.0 + i, "steps": 7} for i in range(3)]
             for mode in m.MODES}
     text = m.table(runs)
-    assert "| learned | 3 | 7 | 0.100 [0.000, 0.200] | 0.000 [0.000, 0.000] | 3.000 [2.000, 4.000] |" in text
+    assert ("| learned | 3 | 7 | 0.100 [0.000, 0.200] | 0.000 [0.000, 0.000] | 0.050 [0.000, 0.100] | "
+            "3.000 [2.000, 4.000] | 0 |") in text
     assert len(m.rows(5)) == 10
 
 
