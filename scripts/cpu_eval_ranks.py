@@ -1,7 +1,7 @@
 """Ranks that really run at different speeds, measured on the CPU (issue 53 item 4;
 docs/evaluation.md, "Unequal ranks on the CPU"). Run by scripts/cpu_eval_ranks.sh:
 
-    torchrun --nproc-per-node 2 scripts/cpu_eval_ranks.py --reps 3 --subset 100 --out out/cpu_eval_ranks
+    torchrun --standalone --nproc-per-node 2 scripts/cpu_eval_ranks.py --reps 3 --subset 100 --out out/cpu_eval_ranks
 
 Two gloo ranks, each pinned to its own core with one torch thread; rank 1 shares its core with a
 busy co-runner (a child process it starts and ends), so it really runs at about half speed. Each

@@ -20,6 +20,6 @@ export OMP_NUM_THREADS=1
 # An in-place build (setup.py build_ext --inplace) where there is one, as scripts/cpu_eval.sh.
 if compgen -G "python/adaptiveload/_C*.so" >/dev/null; then export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"; fi
 # shellcheck disable=SC2086
-"$PY" -m torch.distributed.run --nproc_per_node 2 scripts/cpu_eval_ranks.py --reps "${REPS:-3}" \
+"$PY" -m torch.distributed.run --standalone --nnodes=1 --nproc_per_node 2 scripts/cpu_eval_ranks.py --reps "${REPS:-3}" \
   --subset "${SUBSET:-100}" --epoch-seconds "${EPOCH_SECONDS:-4}" --adapt-every "${ADAPT_EVERY:-2}" \
   --out "$OUT" ${EXTRA:-} 2>&1 | tee "$OUT/run.log"

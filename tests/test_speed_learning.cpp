@@ -53,6 +53,12 @@ TEST(SpeedLearning, OneStepSpikeAndSmallNoiseChangeNothing) {
   const std::vector<double> slow{1, 1, 1, 0.7, 1, 1, 1, 1};
   EXPECT_EQ(learn_rank_speeds(window(3, 8, 3, 0.74), slow), slow);
   EXPECT_EQ(learn_rank_speeds(window(3, 8, 3, 0.6), slow)[3], 0.6);
+  // A rank whose ratios scatter (median deviation 20% of their median) needs a change beyond that:
+  // 0.8 (1 over the median of 1, 1.25, 1.75) stays 1; a steady 0.8 moves.
+  auto noisy = window(3, 8, 3, 1.0);
+  noisy[0][3] = 1.0, noisy[1][3] = 1.25, noisy[2][3] = 1.75;
+  EXPECT_EQ(learn_rank_speeds(noisy, ones), ones);
+  EXPECT_EQ(learn_rank_speeds(window(3, 8, 3, 0.8), ones)[3], 0.8);
   // Too few steps in the window: nothing moves.
   EXPECT_EQ(learn_rank_speeds(window(2, 8, 3, 0.5), ones), ones);
 }
@@ -89,7 +95,7 @@ TEST(SpeedLearning, ResumeReplansTheRestWithTheLearnedSpeeds) {
   c.world_size = 4;
   const Planner pl(real_manifest(), c);
   PlanState st = pl.initial_state("balanced", 4, 0);
-  st.segments[0].second = 5;  // five steps done
+  st.segments[0].second = 5;                              // five steps done
   const auto alike = pl.resume(st, 4, "", {1, 1, 1, 1});  // all 1: the configured speeds
   const auto slow = pl.resume(st, 4, "", {1, 1, 0.5, 1});
   EXPECT_TRUE(alike.state.segment_speeds.empty());

@@ -26,9 +26,9 @@ std::vector<std::vector<double>> relative_ratios(const std::vector<std::vector<d
   std::vector<double> row;
   for (size_t t = 0; t < window.size(); ++t) {
     if (window[t].size() != W)
-      throw InputError("rank speed window", "step " + std::to_string(t) + " holds " +
-                                                std::to_string(window[t].size()) +
-                                                " ratios, not one per rank (" + std::to_string(W) + ")");
+      throw InputError("rank speed window",
+                       "step " + std::to_string(t) + " holds " + std::to_string(window[t].size()) +
+                           " ratios, not one per rank (" + std::to_string(W) + ")");
     row.clear();
     for (double v : window[t])
       if (usable(v)) row.push_back(v);
@@ -53,10 +53,16 @@ std::vector<double> learn_rank_speeds(const std::vector<std::vector<double>>& wi
   std::vector<double> out = current;
   for (size_t r = 0; r < W; ++r) {
     if (rel[r].size() < std::max<size_t>(params.min_steps, 1)) continue;
-    double c = std::clamp(1.0 / median(rel[r]), params.lowest, params.highest);
+    const double m = median(rel[r]);
+    // A rank whose ratios scatter (a loaded host) needs a change beyond their scatter: the
+    // median absolute deviation over the median, 0 for a steady straggler or a lone spike.
+    std::vector<double> dev;
+    for (double x : rel[r]) dev.push_back(std::fabs(x - m));
+    const double tol = std::max(params.tolerance, median(dev) / m);
+    double c = std::clamp(1.0 / m, params.lowest, params.highest);
     c = std::round(c * 100.0) / 100.0;
-    if (std::fabs(c / current[r] - 1.0) <= params.tolerance) continue;  // hysteresis
-    out[r] = std::fabs(c - 1.0) <= params.tolerance ? 1.0 : c;
+    if (std::fabs(c / current[r] - 1.0) <= tol) continue;  // hysteresis
+    out[r] = std::fabs(c - 1.0) <= tol ? 1.0 : c;
   }
   return out;
 }
