@@ -128,6 +128,10 @@ def epoch(mode, manifest, args, rank, world, stated, scale, work):
         if mode == "learned":
             s.observe_step(st.step, secs)
     wall = time.perf_counter() - t0
+    # Every rank learned the same factors at the same steps from the same gathered times.
+    mine = json.dumps(s.adaptations, sort_keys=True, default=str)
+    if len(set(dist_gather(mine))) != 1:
+        raise RuntimeError(f"{mode}: the ranks' adaptations differ (their plans would too): {mine}")
     return {"idle": idle_per_rank(times), "samples_per_s": samples / wall, "steps": len(times),
             "adaptations": [{k: a[k] for k in ("step", "ranks")} for a in s.adaptations if "ranks" in a]}
 

@@ -9,8 +9,8 @@
 // many steps). Hysteresis: a factor moves only when the estimate differs from it by more than
 // `tolerance` (or, where larger, the rank's scatter in the window: the median absolute deviation
 // of its relative ratios over their median), and an estimate within that of 1 is 1 (a rank that
-// recovers gets its work back exactly). Pure arithmetic on its inputs: every rank reaches the same factors from the same
-// gathered times, with no communication of its own.
+// recovers gets its work back exactly). Pure arithmetic on its inputs: every rank reaches the
+// same factors from the same gathered times, with no communication of its own.
 #include <cstddef>
 #include <vector>
 
