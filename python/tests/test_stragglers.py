@@ -22,19 +22,28 @@ def make(rank=0, **kw):
 
 
 def rank_seconds(s, t, speeds):
-    """Predicted seconds of every rank in step t (of the current plan) at the given speeds."""
+    """Per rank, the predicted seconds of each of its micro-batches in step t (of the current
+    plan) at the given speeds."""
     planner = s._planner(s._budget_world)
-    return [sum(planner.micro_batch_seconds(mb) for mb in s._plan.rank_step(t, r)) / speeds[r] for r in range(W)]
+    return [[planner.micro_batch_seconds(mb) / speeds[r] for mb in s._plan.rank_step(t, r)] for r in range(W)]
 
 
-def idle(times):
-    """The computational imbalance rate of [step][rank] seconds: 1 - sum mean / sum max."""
-    return 1 - sum(sum(row) / len(row) for row in times) / sum(max(row) for row in times)
+def idle(steps, sync="step"):
+    """The computational imbalance rate, 1 - sum of mean work / sum of step times, of
+    [step][rank][micro-batch] seconds: a step takes its slowest rank's sum in step sync, the sum
+    over its lockstep slots of the slowest rank's micro-batch in micro sync."""
+    work = sum(sum(map(sum, step)) / len(step) for step in steps)
+    if sync == "micro":
+        span = sum(sum(max(mbs[k] if k < len(mbs) else 0.0 for mbs in step) for k in range(max(map(len, step))))
+                   for step in steps)
+    else:
+        span = sum(max(map(sum, step)) for step in steps)
+    return 1 - work / span
 
 
 def run(samplers, speed_at, spike=None, stop_after=None):
-    """Runs the samplers (ranks) through one epoch in lockstep; returns the [step][rank] seconds
-    and, per step, the factors in effect. speed_at(step) -> true speed per rank; spike =
+    """Runs the samplers (ranks) through one epoch in lockstep; returns the [step][rank][micro-
+    batch] seconds and, per step, the factors in effect. speed_at(step) -> true speed per rank; spike =
     (step, rank, factor) multiplies that one rank-step's time."""
     lead = samplers[0]
     loops = [s.steps() for s in samplers]
@@ -46,10 +55,11 @@ def run(samplers, speed_at, spike=None, stop_after=None):
         t = g - lead._steps_before
         for s in samplers[1:]:
             assert [s._plan.rank_step(t, r) for r in range(W)] == [lead._plan.rank_step(t, r) for r in range(W)]
-        secs = rank_seconds(lead, t, speed_at(g))
+        mbs = rank_seconds(lead, t, speed_at(g))
+        secs = [sum(m) for m in mbs]
         if spike and spike[0] == g:
             secs[spike[1]] *= spike[2]
-        times.append(secs)
+        times.append(mbs)
         factors.append(lead.learned_speeds)
         for s in samplers:
             s.observe_step(g, secs)
@@ -58,9 +68,11 @@ def run(samplers, speed_at, spike=None, stop_after=None):
     return times, factors
 
 
-def test_a_straggler_mid_epoch_is_found_within_two_refits_and_idle_falls_to_the_stated_plans():
+@pytest.mark.parametrize("sync,packing", [("step", "off"), ("step", "on"), ("micro", "on")])
+def test_a_straggler_mid_epoch_is_found_within_two_refits_and_idle_falls_to_the_stated_plans(sync, packing):
     every = 3
-    learner = [make(rank=r, adapt_every=every, adapt="speeds") for r in (0, 3, 7)]
+    plan = dict(sync=sync, packing=packing)
+    learner = [make(rank=r, adapt_every=every, adapt="speeds", **plan) for r in (0, 3, 7)]
     onset = learner[0].num_steps // 3
 
     def straggler(g):
@@ -78,15 +90,15 @@ def test_a_straggler_mid_epoch_is_found_within_two_refits_and_idle_falls_to_the_
     assert all(final["speeds"][r] == 1.0 for r in range(W) if r != SLOW_RANK)
     assert SLOW_RANK in first["ranks"]
     settled = next(g for g, f in enumerate(factors) if abs(f[SLOW_RANK] - SLOW) <= 0.02)
-    learned_idle = idle(times[settled:])
+    learned_idle = idle(times[settled:], sync)
 
-    stated = make(rank_speeds={SLOW_RANK: SLOW})
+    stated = make(rank_speeds={SLOW_RANK: SLOW}, **plan)
     stated_times, _ = run([stated], lambda g: [SLOW if r == SLOW_RANK else 1.0 for r in range(W)])
-    stated_idle = idle(stated_times[settled:])
-    blind = make()
+    stated_idle = idle(stated_times[settled:], sync)
+    blind = make(**plan)
     blind_times, _ = run([blind], straggler)
-    blind_idle = idle(blind_times[settled:])
-    print(f"\nstraggler rank {SLOW_RANK} at {SLOW}x from step {onset} of {learner[0].num_steps}, refits every {every}: "
+    blind_idle = idle(blind_times[settled:], sync)
+    print(f"\n{sync} sync, packing {packing}: straggler rank {SLOW_RANK} at {SLOW}x from step {onset} of {learner[0].num_steps}, refits every {every}: "
           f"found at step {first['step']} (factor {first['ranks'][SLOW_RANK]}), settled at step {settled}; idle of "
           f"steps {settled}.. : learned {100 * learned_idle:.2f}%, stated-speed plan {100 * stated_idle:.2f}%, "
           f"uniform balanced {100 * blind_idle:.2f}%")

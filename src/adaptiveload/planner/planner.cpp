@@ -334,7 +334,7 @@ Plan Planner::run(const StrategyEntry& s, const PlanProblem& pr, bool may_pack) 
     Plan packed = by_speed(run_balanced_held(s, q), q);
     if (pr.pool_ids().size() > kBucketedCheckSamples) return packed;
     Plan bucketed = run(s, pr, false);
-    const Metrics mp = simulate(packed), mb = simulate(bucketed);
+    const Metrics mp = simulate_for(packed, pr), mb = simulate_for(bucketed, pr);
     // As between packed layouts: a plan that holds the global batch (its tokens, or samples,
     // per step within kMaxBatchDev) is kept unless the other is over kHoldCost faster.
     const bool held = keeps_global_batch(mp, pr.batch_kind), bucketed_held = keeps_global_batch(mb, pr.batch_kind);
@@ -359,13 +359,21 @@ Plan Planner::run(const StrategyEntry& s, const PlanProblem& pr, bool may_pack) 
 }
 
 Plan Planner::run_balanced_held(const StrategyEntry& s, const PlanProblem& pr) const {
-  return adaptiveload::run_balanced_held(group_search(pr.world_size), s, pr, [&] {
+  GroupSearch gs = group_search(pr.world_size);
+  gs.env.layout.rank_speed = pr.layout.rank_speed;  // the speeds this problem plans for
+  return adaptiveload::run_balanced_held(gs, s, pr, [&] {
     double best = 0;
     for (const StrategyEntry& other : strategies())
       if (!other.mixes_groups() && !other.packs() && !(other.needs_fixed_batch() && !fixed_error_.empty()))
-        best = std::max(best, simulate(run(other, pr)).throughput_samples_per_s);
+        best = std::max(best, simulate_for(run(other, pr), pr).throughput_samples_per_s);
     return best;
   });
+}
+
+Metrics Planner::simulate_for(const Plan& plan, const PlanProblem& pr) const {
+  SimEnv env = sim_env(plan.world_size);
+  env.layout.rank_speed = pr.layout.rank_speed;
+  return adaptiveload::simulate(plan, env);
 }
 
 Plan Planner::run_balanced_groups(const StrategyEntry& s, const PlanProblem& pr) const {

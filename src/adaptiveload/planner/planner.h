@@ -197,6 +197,9 @@ class Planner {
   void resolve_rank_devices();
   // balanced on unequal ranks: its plan dealt again by the ranks' speeds (rank_speeds.h).
   Plan by_speed(Plan plan, const PlanProblem& pr) const;
+  // simulate() at the speeds `pr` plans for: the configured ones, or with speeds learned
+  // online (Planner::resume's new_speeds) those, so the choices between plans see them.
+  Metrics simulate_for(const Plan& plan, const PlanProblem& pr) const;
   uint64_t fingerprint_ = 0;
   std::vector<std::pair<double, double>> comp_search_;
   std::string fixed_error_;
