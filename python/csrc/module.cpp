@@ -14,6 +14,7 @@ namespace py {
 
 void bind_planner(pybind11::module_& m);
 void bind_media(pybind11::module_& m);
+void bind_adaptation(pybind11::module_& m);
 
 }  // namespace py
 }  // namespace adaptiveload
@@ -37,6 +38,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   al::py::bind_planner(m);
   al::py::bind_media(m);
+  al::py::bind_adaptation(m);
   // The op's input checks, for the fake kernel (adaptiveload/_fake.py) on concrete shapes:
   // the same errors on fake and meta tensors as on real ones. No data is touched.
   m.def(

@@ -99,9 +99,13 @@ pb::dict state_to_dict(const PlanState& s) {
   d["layout"] = s.layout;
   pb::list segs;
   // (world_size, steps_done, cost): cost "" unless online adaptation set one.
-  for (size_t i = 0; i < s.segments.size(); ++i)
+  pb::list speeds;  // per segment its learned speed factors, [] where none
+  for (size_t i = 0; i < s.segments.size(); ++i) {
     segs.append(pb::make_tuple(s.segments[i].first, s.segments[i].second, s.cost_of(i)));
+    speeds.append(pb::cast(s.speeds_of(i)));
+  }
   d["segments"] = segs;
+  d["speeds"] = speeds;
   return d;
 }
 
@@ -446,18 +450,23 @@ void bind_planner(pb::module_& m) {
           "State JSON at the start of an epoch.")
       .def(
           "resume",
-          [](const Planner& self, const std::string& state_json, int world_size, const std::string& new_cost) {
+          [](const Planner& self, const std::string& state_json, int world_size, const std::string& new_cost,
+             const std::vector<double>& new_speeds) {
             PlanState st = state_from_json(state_json);
             Planner::Resumed r;
             {
               pb::gil_scoped_release release;
-              r = self.resume(st, world_size, new_cost);
+              r = self.resume(st, world_size, new_cost, new_speeds);
             }
             return pb::make_tuple(std::move(r.plan), r.first_step, state_to_json(r.state));
           },
           pb::arg("state_json"), pb::arg("world_size"), pb::arg("new_cost") = "",
+          pb::arg("new_speeds") = std::vector<double>{},
           "(plan, first_step, state_json): the plan that continues `state` on `world_size` ranks; with "
-          "`new_cost` (a cost object from fit_observations), the rest of the epoch is re-planned with it.");
+          "`new_cost` (a cost object from fit_observations) and / or `new_speeds` (learned speed factors, "
+          "one per rank, learn_rank_speeds), the rest of the epoch is re-planned with them.")
+      .def("configured_speeds", &Planner::configured_speeds, pb::arg("world_size") = 0,
+           "Each rank's configured speed (devices=, rank_speeds=), 1 for alike ranks.");
 
   // The registry and the option ranges, for the Python side's checks and messages: one list
   // in the core (strategy/strategy_registry.cpp, planner/option_ranges.cpp), read here.
@@ -611,14 +620,14 @@ void bind_planner(pb::module_& m) {
   m.def(
       "dump_state",
       [](const std::string& strategy, uint64_t fingerprint, uint64_t seed, int64_t epoch, const pb::list& segments,
-         const std::string& sync, int layout) {
+         const std::string& sync, int layout, const std::vector<std::vector<double>>& speeds) {
         PlanState s;
         if (!parse_sync(sync, s.sync)) throw std::invalid_argument("sync must be " + sync_names("'"));
         if (layout < 1 || layout > PlanState::kLayout)
           throw std::invalid_argument("layout must be 1 to " + std::to_string(PlanState::kLayout));
         s.layout = layout;
         s.strategy = strategy, s.fingerprint = fingerprint, s.seed = seed, s.epoch = epoch;
-        bool any_cost = false;
+        bool any_cost = false, any_speeds = false;
         for (const pb::handle& h : segments) {
           pb::tuple t = pb::tuple(pb::reinterpret_borrow<pb::object>(h));
           if (t.size() != 2 && t.size() != 3) throw std::invalid_argument("a segment is (world_size, steps[, cost])");
@@ -627,13 +636,24 @@ void bind_planner(pb::module_& m) {
           any_cost = any_cost || !cost.empty();
           s.segment_costs.push_back(cost.empty() ? cost : canonical_cost_json(cost));
         }
+        if (!speeds.empty() && speeds.size() != s.segments.size())
+          throw std::invalid_argument("speeds are one list per segment");
+        for (const auto& f : speeds) {
+          s.segment_speeds.push_back(canonical_speeds(f));
+          any_speeds = any_speeds || !s.segment_speeds.back().empty();
+        }
         if (!any_cost) s.segment_costs.clear();
+        if (!any_speeds) s.segment_speeds.clear();
+        for (size_t i = 0; i < s.segment_speeds.size(); ++i)
+          if (!s.segment_speeds[i].empty() && s.segment_speeds[i].size() != size_t(s.segments[i].first))
+            throw std::invalid_argument("a segment's speeds are one factor per rank of its world size");
         return state_to_json(s);
       },
       pb::arg("strategy"), pb::arg("fingerprint"), pb::arg("seed"), pb::arg("epoch"),
       pb::arg("segments"), pb::arg("sync") = "step", pb::arg("layout") = int(PlanState::kLayout),
+      pb::arg("speeds") = std::vector<std::vector<double>>{},
       "The core's state JSON for these fields (layout: as parse_state gives it; 1 for a state saved before "
-      "the evened layouts).");
+      "the evened layouts; speeds: per segment its learned speed factors, [] where none).");
 }
 
 }  // namespace py

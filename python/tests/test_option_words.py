@@ -80,6 +80,7 @@ CASES = [
     ("seed", dict(rows=IMAGES, seed=-1), ["seed"]),
     ("comp_budget", dict(rows=IMAGES, comp_budget=-1), ["comp_budget"]),
     ("adapt_every", dict(rows=IMAGES, adapt_every=0), ["adapt_every"]),
+    ("adapt", dict(rows=IMAGES, adapt="sometimes"), ["adapt must be one of"]),
     ("sync", dict(rows=IMAGES, sync="sometimes"), ["sync"]),
     ("sharding", dict(rows=IMAGES, sharding="zero"), ["sharding"]),
     ("on_oversize", dict(rows=IMAGES, on_oversize="drop"), ["on_oversize"]),

@@ -2,7 +2,7 @@
 at, and the iterators that walk it (iter(sampler), steps(), schedule()).
 
 A mixin of AdaptiveBatchSampler. It owns the attributes _planners, epoch, _budget_world,
-_plan, _counts, _fingerprint, _layout, _segments, _steps_before, _step, _offset, _restart,
+_plan, _counts, _fingerprint, _layout, _segments, _speeds, _steps_before, _step, _offset, _restart,
 _next_epoch, _generation and _moved; the constructor sets the options it reads (rank,
 world_size, strategy, _options, _manifest) and the observations _apply resets.
 """
@@ -51,9 +51,9 @@ class _Cursor:
                 warnings.warn(f"AdaptiveBatchSampler: {text}", stacklevel=3)
         self._apply(epoch, self.world_size, plan, first_step, st, 0, reason)
 
-    def _prepare(self, planner: "_C.Planner", state_json: str, new_cost: str = "") -> tuple:
+    def _prepare(self, planner: "_C.Planner", state_json: str, new_cost: str = "", new_speeds=()) -> tuple:
         """(plan, first_step, parsed state) continuing `state_json`; changes nothing."""
-        plan, first_step, new_json = planner.resume(state_json, self.world_size, new_cost)
+        plan, first_step, new_json = planner.resume(state_json, self.world_size, new_cost, list(new_speeds))
         return plan, int(first_step), _C.parse_state(new_json)
 
     def _apply(self, epoch: int, budget_world: int, plan: "_C.Plan", first_step: int, st: Dict[str, Any],
@@ -65,6 +65,7 @@ class _Cursor:
         if reason:
             self._invalidate(reason)
             self._observations, self._observed_steps, self._observed_since = [], set(), 0
+            self._speed_ratios = []
         self.epoch = epoch
         self._budget_world = budget_world
         self._plan = plan
@@ -72,6 +73,7 @@ class _Cursor:
         self._fingerprint = st["fingerprint"]
         self._layout = st["layout"]  # how the epoch was laid out (1: a state saved before evened layouts)
         self._segments = [list(s) for s in st["segments"]]
+        self._speeds = [list(f) for f in st["speeds"]]  # per segment its learned speed factors
         self._steps_before = sum(s[1] for s in self._segments[:-1])
         self._step = first_step
         self._offset = int(offset)

@@ -11,8 +11,8 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 
 from .. import _checks
-from ._ranges import (COST_MODELS, GLOBAL_BATCH_FORMS, MAX_COMP_BUDGET, MAX_INT64, MAX_MEM_BUDGET, MAX_SEED,
-                      MAX_SP_SIZE, MAX_WORLD_SIZE, ON_BAD_ROW, ON_DUPLICATE, ON_OVERSIZE, PACKINGS, SHARDINGS,
+from ._ranges import (ADAPT_KINDS, COST_MODELS, GLOBAL_BATCH_FORMS, MAX_COMP_BUDGET, MAX_INT64, MAX_MEM_BUDGET,
+                      MAX_SEED, MAX_SP_SIZE, MAX_WORLD_SIZE, ON_BAD_ROW, ON_DUPLICATE, ON_OVERSIZE, PACKINGS, SHARDINGS,
                       SP_POLICIES,
                       SYNCS, strategies, words)
 
@@ -29,6 +29,7 @@ class Options:
     strategy: str
     drop_last: bool
     adapt_every: Optional[int]
+    adapt: str
     on_bad_row: str
     on_duplicate: str
     planner: Dict[str, Any]  # _C.PlannerConfig fields (world_size set per planner)
@@ -94,7 +95,8 @@ def _rank_speeds_text(speeds, name: str) -> str:
 
 def check_options(*, model, device, strategy, world_size, rank, seed, drop_last, mem_budget, comp_budget, grid,
                   on_bad_row, checkpointing, profile, cost_model, on_oversize, adapt_every, sharding, sync,
-                  global_batch, sp, sp_sizes, on_duplicate, packing="off", devices=None, rank_speeds=None) -> Options:
+                  global_batch, sp, sp_sizes, on_duplicate, packing="off", devices=None, rank_speeds=None,
+                  adapt="all") -> Options:
     """AdaptiveBatchSampler's keyword arguments (see its docstring) -> Options, or the
     TypeError / ValueError / FileNotFoundError of the first bad one."""
     where = WHERE
@@ -137,6 +139,7 @@ def check_options(*, model, device, strategy, world_size, rank, seed, drop_last,
     if adapt_every is not None:
         adapt_every = _checks.integer(adapt_every, where + "adapt_every", 1, MAX_INT64,
                                       " (steps between refits, or None = off)")
+    _checks.choice(adapt, where + "adapt", ADAPT_KINDS)
     planner = dict(
         model=_checks.name_or_path(model, where + "model", "model preset"),
         device=_checks.name_or_path(device, where + "device", "device preset"),
@@ -158,4 +161,4 @@ def check_options(*, model, device, strategy, world_size, rank, seed, drop_last,
         devices=_devices_text(devices, where + "devices"),
         rank_speed=_rank_speeds_text(rank_speeds, where + "rank_speeds"),
     )
-    return Options(world_size, rank, seed, strategy, drop_last, adapt_every, on_bad_row, on_duplicate, planner)
+    return Options(world_size, rank, seed, strategy, drop_last, adapt_every, adapt, on_bad_row, on_duplicate, planner)

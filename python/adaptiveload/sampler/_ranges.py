@@ -27,6 +27,9 @@ PACKINGS = tuple(_RANGES["packing"]["choices"])
 # besides these, --sp takes a group size.
 GLOBAL_BATCH_FORMS = ("auto", "free", "steps:N", "samples:N", "tokens:N")
 SP_POLICIES = ("auto", "min", "per-sample", "off")
+# What online adaptation (adapt_every) refits: the cost model, the ranks' speed factors, or both.
+# A sampler-only option (the planner takes its results, not the word).
+ADAPT_KINDS = ("all", "cost", "speeds")
 
 
 def strategies() -> tuple:

@@ -73,6 +73,10 @@ class AdaptiveBatchSampler(_Cursor, _Adaptation, _State, _Introspection, Sampler
       cost model to the measured per-rank step times and re-plan the rest of the epoch with
       it. Every rank must observe the same times for the same steps (all-gathered; see
       gather_step_time), so every rank applies the same update at the same step.
+    adapt: what the refit learns: 'all' (default), 'cost' (the cost model only) or 'speeds' (a
+      speed factor per rank only: stragglers, docs/planner.md "Stragglers found online"). Speed
+      factors move only when a rank is slower or faster than the others over several steps; each
+      change is listed in `adaptations` (its step and {rank: factor}) and saved in state_dict().
     Every argument is checked before anything is planned: TypeError / ValueError naming it.
     """
 
@@ -105,6 +109,7 @@ class AdaptiveBatchSampler(_Cursor, _Adaptation, _State, _Introspection, Sampler
         packing: Any = "off",
         devices: Any = None,
         rank_speeds: Any = None,
+        adapt: str = "all",
     ):
         # Sampler.__init__ takes data_source in torch 1.x and nothing in 2.x; it stores
         # nothing either way, so it is not called.
@@ -115,15 +120,16 @@ class AdaptiveBatchSampler(_Cursor, _Adaptation, _State, _Introspection, Sampler
             checkpointing=checkpointing, profile=profile, cost_model=cost_model, on_oversize=on_oversize,
             adapt_every=adapt_every, sharding=sharding, sync=sync, global_batch=global_batch, sp=sp,
             sp_sizes=sp_sizes, on_duplicate=on_duplicate, packing=packing, devices=devices,
-            rank_speeds=rank_speeds)
+            rank_speeds=rank_speeds, adapt=adapt)
         self.world_size, self.rank, self.seed = o.world_size, o.rank, o.seed
         self.strategy, self.drop_last = o.strategy, o.drop_last
         self._options = o.planner
-        self.adapt_every = o.adapt_every
+        self.adapt_every, self.adapt = o.adapt_every, o.adapt
         # ([(tokens, batch) or a pack's [(tokens, batch), ...], ...], seconds) per rank-step
         self._observations: List[tuple] = []
         self._observed_steps: set = set()  # global steps of the epoch observed so far
         self._observed_since = 0  # steps observed since the last re-plan
+        self._speed_ratios: List[List[float]] = []  # per observed step, per rank: measured / predicted
         self.adaptations: List[Dict[str, Any]] = []  # {"step": ..., fit summary} per re-plan
         self._manifest = load_manifest(manifest, o.on_bad_row)
         # Rows repeating an earlier path train twice an epoch: said (warn), left out (skip) or

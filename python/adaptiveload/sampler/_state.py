@@ -44,7 +44,7 @@ class _State:
         else:
             segs[-1][1] = self._step
         core = _C.dump_state(self.strategy, self._fingerprint, self.seed, self.epoch, [tuple(s) for s in segs],
-                             self.sync, self._layout)
+                             self.sync, self._layout, self._speeds)
         return {
             "format": STATE_FORMAT,
             "version": STATE_VERSION,

@@ -17,6 +17,21 @@ const std::string& PlanState::cost_of(size_t segment) const {
   return segment < segment_costs.size() ? segment_costs[segment] : none;
 }
 
+const std::vector<double>& PlanState::speeds_of(size_t segment) const {
+  static const std::vector<double> none;
+  return segment < segment_speeds.size() ? segment_speeds[segment] : none;
+}
+
+std::vector<double> canonical_speeds(const std::vector<double>& speeds) {
+  bool all_one = true;
+  for (double f : speeds) {
+    if (!std::isfinite(f) || f <= 0 || f > 100)
+      throw InputError("segment speeds", "each learned speed factor must be finite and in (0, 100]");
+    all_one = all_one && f == 1.0;
+  }
+  return all_one ? std::vector<double>{} : speeds;
+}
+
 std::string canonical_cost_json(const std::string& text) {
   nlohmann::json j;
   try {
@@ -77,8 +92,36 @@ std::string state_to_json(const PlanState& s) {
       j["segments"].push_back({w, steps, nlohmann::json::parse(s.cost_of(i))});
     }
   }
+  bool any_speeds = false;
+  for (const auto& v : s.segment_speeds) any_speeds = any_speeds || !v.empty();
+  if (any_speeds) j["speeds"] = s.segment_speeds;  // absent: none learned (as before)
   return j.dump();
 }
+
+namespace {
+
+// "speeds": per segment [] or one factor per rank of its world size.
+std::vector<std::vector<double>> read_speeds(const nlohmann::json& j, const PlanState& s) {
+  const std::string where = "sampler state";
+  const nlohmann::json& v = j["speeds"];
+  if (!v.is_array() || v.size() != s.segments.size())
+    throw InputError(where, "'speeds' must be a list with one entry per segment");
+  std::vector<std::vector<double>> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    std::vector<double> f;
+    if (!v[i].is_array() || (!v[i].empty() && v[i].size() != size_t(s.segments[i].first)))
+      throw InputError(where, "'speeds' of segment " + std::to_string(i) +
+                                  " must be [] or one factor per rank of its world size");
+    for (const auto& x : v[i]) {
+      if (!x.is_number()) throw InputError(where, "'speeds' holds a value that is not a number");
+      f.push_back(x.get<double>());
+    }
+    out.push_back(canonical_speeds(f));
+  }
+  return out;
+}
+
+}  // namespace
 
 PlanState state_from_json(const std::string& text) {
   const std::string where = "sampler state";
@@ -140,6 +183,7 @@ PlanState state_from_json(const std::string& text) {
     any_cost = any_cost || seg.size() == 3;
   }
   if (!any_cost) s.segment_costs.clear();
+  if (j.contains("speeds")) s.segment_speeds = read_speeds(j, s);
   return s;
 }
 

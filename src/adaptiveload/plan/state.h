@@ -36,7 +36,17 @@ struct PlanState {
   // or "" for the configured model. Empty or the same length as `segments`.
   std::vector<std::string> segment_costs;
   const std::string& cost_of(size_t segment) const;
+  // Per segment, the rank speed factors online adaptation learned (cost/speed_learning.h), one
+  // per rank of the segment's world size, multiplying the configured speeds; empty where none
+  // was learned (every factor 1). Empty or the same length as `segments`; JSON "speeds", written
+  // only when some segment has factors, so other states read and write as before.
+  std::vector<std::vector<double>> segment_speeds;
+  const std::vector<double>& speeds_of(size_t segment) const;
 };
+
+// Learned factors as a segment keeps them: empty when every factor is 1 (the configured speeds).
+// Throws InputError unless each factor is finite and in (0, 100].
+std::vector<double> canonical_speeds(const std::vector<double>& speeds);
 
 // Checks a cost object of segment_costs; throws InputError naming the problem.
 std::string canonical_cost_json(const std::string& text);

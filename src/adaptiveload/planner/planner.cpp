@@ -321,7 +321,11 @@ Plan Planner::run(const StrategyEntry& s, const PlanProblem& pr, bool may_pack) 
   if (!s.serves(pr.layout.sync))
     throw ConfigError("strategy '" + std::string(s.name) + "' does not plan for " + sync_name(pr.layout.sync) +
                       " sync mode");
-  return drive(s, pr, context(pr.world_size, may_pack));
+  PlanContext ctx = context(pr.world_size, may_pack);
+  // The choices between plans simulate at the speeds this problem plans for: the configured
+  // ones, or with speeds learned online (Planner::resume's new_speeds) those.
+  ctx.search.env.layout.rank_speed = pr.layout.rank_speed;
+  return drive(s, pr, ctx);
 }
 
 Plan Planner::plan_fixed_group(const std::string& strategy, int g, int world_size) const {

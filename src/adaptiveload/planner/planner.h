@@ -137,8 +137,14 @@ class Planner {
     PlanState state;
   };
   // `new_cost` (online adaptation): a compact cost object (see PlanState::segment_costs) to
-  // plan the rest of the epoch with from here on, as a new segment.
-  Resumed resume(const PlanState& state, int world_size, const std::string& new_cost = "") const;
+  // plan the rest of the epoch with from here on, as a new segment. `new_speeds`: speed factors
+  // learned online (cost/speed_learning.h), one per rank, multiplying the configured speeds from
+  // here on (all 1: back to the configured speeds); empty keeps the latest (PlanState::
+  // segment_speeds). Throws InputError unless it holds one factor per rank, each in (0, 100].
+  Resumed resume(const PlanState& state, int world_size, const std::string& new_cost = "",
+                 const std::vector<double>& new_speeds = {}) const;
+  // The configured speed of each rank (--devices, --rank-speed), 1 for alike ranks.
+  std::vector<double> configured_speeds(int world_size) const;
   // State at the start of `epoch` on `world_size` ranks (0 / -1: the configured ones).
   PlanState initial_state(const std::string& strategy, int world_size = 0, int64_t epoch = -1) const;
 

@@ -20,7 +20,8 @@ PlanState Planner::initial_state(const std::string& strategy, int world_size, in
   return s;
 }
 
-Planner::Resumed Planner::resume(const PlanState& state, int world_size, const std::string& new_cost) const {
+Planner::Resumed Planner::resume(const PlanState& state, int world_size, const std::string& new_cost,
+                                 const std::vector<double>& new_speeds) const {
   if (state.sync != sync_)
     throw InputError("sampler state",
                      "was saved for a " + std::string(sync_name(state.sync)) + "-sync plan (" +
@@ -34,6 +35,11 @@ Planner::Resumed Planner::resume(const PlanState& state, int world_size, const s
                                           std::to_string(cfg_.seed) + "; resume with the same seed");
   if (!state.segment_costs.empty() && state.segment_costs.size() != state.segments.size())
     throw InputError("sampler state", "segment costs do not match its segments");
+  if (!state.segment_speeds.empty() && state.segment_speeds.size() != state.segments.size())
+    throw InputError("sampler state", "segment speeds do not match its segments");
+  if (!new_speeds.empty() && new_speeds.size() != size_t(world_size))
+    throw InputError("learned rank speeds", "hold " + std::to_string(new_speeds.size()) + " factors, not one per rank (" +
+                                                std::to_string(world_size) + ")");
   const StrategyEntry& strat = find_strategy(state.strategy);
   if (world_size < 1 || world_size > kMaxWorldSize)
     throw ConfigError("world size is " + std::to_string(world_size) + "; it must be in 1.." +
@@ -47,9 +53,17 @@ Planner::Resumed Planner::resume(const PlanState& state, int world_size, const s
   };
   // A segment planned with an adapted cost model deals by that model; budgets stay the
   // configured ones (they are part of the fingerprint).
-  auto plan_segment = [&](int w, uint64_t seg, const std::string& cost) {
+  // Learned speed factors (online adaptation) multiply each rank's configured speed.
+  auto plan_segment = [&](int w, uint64_t seg, const std::string& cost, const std::vector<double>& speeds) {
     PlanProblem pr = problem(w, state.epoch, seg, remaining_pool());
     pr.layout_release = state.layout;  // a state of an earlier release resumes as it was planned
+    if (!speeds.empty()) {
+      if (speeds.size() != size_t(w))
+        throw InputError("sampler state", "segment " + std::to_string(seg) + " has learned speeds for " +
+                                              std::to_string(speeds.size()) + " ranks, not its " + std::to_string(w));
+      pr.layout.rank_speed.resize(size_t(w), 1.0);
+      for (size_t r = 0; r < size_t(w); ++r) pr.layout.rank_speed[r] *= speeds[r];
+    }
     std::unique_ptr<CostModel> adapted;
     if (!cost.empty()) {
       adapted = adapted_cost(cost);
@@ -71,12 +85,12 @@ Planner::Resumed Planner::resume(const PlanState& state, int world_size, const s
   out.state = state;
   for (size_t seg = 0; seg < state.segments.size(); ++seg) {
     auto [w, steps_done] = state.segments[seg];
-    Plan p = plan_segment(w, seg, state.cost_of(seg));
+    Plan p = plan_segment(w, seg, state.cost_of(seg), state.speeds_of(seg));
     if (size_t(steps_done) > p.num_steps())
       throw InputError("sampler state", "records " + std::to_string(steps_done) + " steps done but the plan has " +
                                             std::to_string(p.num_steps()));
     const bool last = seg + 1 == state.segments.size();
-    if (last && w == world_size && new_cost.empty()) {
+    if (last && w == world_size && new_cost.empty() && new_speeds.empty()) {
       out.plan = std::move(p);
       out.first_step = size_t(steps_done);
       return out;
@@ -91,14 +105,26 @@ Planner::Resumed Planner::resume(const PlanState& state, int world_size, const s
   const uint64_t seg = state.segments.size();
   // The new segment keeps the latest adapted model unless a newer one is given.
   std::string cost = new_cost.empty() ? state.cost_of(seg - 1) : canonical_cost_json(new_cost);
-  out.plan = plan_segment(world_size, seg, cost);
+  // Learned speeds likewise, for the same ranks: on another world size they are learned anew.
+  std::vector<double> speeds = canonical_speeds(new_speeds);
+  if (new_speeds.empty() && world_size == state.segments.back().first) speeds = state.speeds_of(seg - 1);
+  out.plan = plan_segment(world_size, seg, cost, speeds);
   out.first_step = 0;
   out.state.segments.emplace_back(world_size, 0);
   if (!cost.empty() || !out.state.segment_costs.empty()) {
     out.state.segment_costs.resize(out.state.segments.size() - 1);
     out.state.segment_costs.push_back(cost);
   }
+  if (!speeds.empty() || !out.state.segment_speeds.empty()) {
+    out.state.segment_speeds.resize(out.state.segments.size() - 1);
+    out.state.segment_speeds.push_back(speeds);
+  }
   return out;
+}
+
+std::vector<double> Planner::configured_speeds(int world_size) const {
+  const int W = world_size > 0 ? world_size : cfg_.world_size;
+  return ranks_.empty() ? std::vector<double>(size_t(W), 1.0) : layout(W).rank_speed;
 }
 
 }  // namespace adaptiveload
