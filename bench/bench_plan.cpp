@@ -1,7 +1,8 @@
 // bench_plan: planning time and peak memory at scale (issue 2's target: 10 million samples,
 // 1024 ranks, under 5 s and under 64 bytes of resident memory per sample, on one core).
 //
-//   ./build/bench/bench_plan [--samples N] [--ranks W] [--strategy NAME|all] [--sync step|micro|both]
+//   ./build/bench/bench_plan [--samples N] [--ranks W] [--strategy NAME|all] [--sync
+//   step|micro|both]
 //                            [--model NAME] [--grid NAME] [--sp auto|min|per-sample|off|G]
 //
 // --model wan2.1-14b --grid wan-long: a fifth of the 720p clips at 1080p and clips up to 121
@@ -119,9 +120,8 @@ int main(int argc, char** argv) {
       printf("%s", kUsage);
       return 0;
     }
-    const bool known =
-        arg == "--samples" || arg == "--ranks" || arg == "--strategy" || arg == "--sync" || arg == "--model" || arg == "--grid" ||
-        arg == "--sp";
+    const bool known = arg == "--samples" || arg == "--ranks" || arg == "--strategy" ||
+                       arg == "--sync" || arg == "--model" || arg == "--grid" || arg == "--sp";
     if (!known || i + 1 >= argc) {
       fprintf(stderr, "bench_plan: %s '%s'\n%s", known ? "missing value after" : "unknown argument",
               arg.c_str(), kUsage);
@@ -160,8 +160,8 @@ int main(int argc, char** argv) {
   }
   printf("bench_plan: %llu synthetic samples, %d ranks, %s on h200, one core per strategy\n",
          static_cast<unsigned long long>(n), W, model_name.c_str());
-  printf("%-13s %6s %9s %9s %11s %10s %9s %9s %10s\n", "strategy", "sync", "setup s", "plan s", "peak MB", "B/sample",
-         "steps", "mb", "imbalance");
+  printf("%-13s %6s %9s %9s %11s %10s %9s %9s %10s\n", "strategy", "sync", "setup s", "plan s",
+         "peak MB", "B/sample", "steps", "mb", "imbalance");
   int failures = 0;
   std::vector<std::string> modes{sync};
   if (sync == "both") {
@@ -169,62 +169,68 @@ int main(int argc, char** argv) {
     for (const SyncModeName& m : kSyncModes) modes.push_back(m.name);
   }
   for (const std::string& mode : modes)
-  for (const auto& s : strategies()) {
-    if (only != "all" && only != s.name) continue;
-    int fd[2];
-    if (pipe(fd) != 0) return 1;
-    pid_t pid = fork();
-    if (pid == 0) {
-      pin_to_cpu0();
-      const long base_kb = rss_kb();
+    for (const auto& s : strategies()) {
+      if (only != "all" && only != s.name) continue;
+      int fd[2];
+      if (pipe(fd) != 0) return 1;
+      pid_t pid = fork();
+      if (pid == 0) {
+        pin_to_cpu0();
+        const long base_kb = rss_kb();
+        Result r;
+        PlannerConfig cfg;
+        cfg.world_size = W;
+        cfg.sync = mode;
+        cfg.model = model_name;
+        cfg.grid = grid_name;
+        cfg.sp = sp_mode;
+        cfg.comp_budget =
+            8e6;  // fixed M_comp (binds on 720p clips): the automatic search plans dual 32 times
+        ModelPreset model = load_model(cfg.model);
+        BucketGrid grid = load_grid(cfg.grid.empty() ? model.default_grid : cfg.grid);
+        Bucketing bk = synthetic(n, model, grid);
+        auto t0 = std::chrono::steady_clock::now();
+        Planner planner(std::move(bk), cfg);
+        auto t1 = std::chrono::steady_clock::now();
+        Plan plan = planner.plan(s.name);
+        auto t2 = std::chrono::steady_clock::now();
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        r.setup_s = std::chrono::duration<double>(t1 - t0).count();
+        r.plan_s = std::chrono::duration<double>(t2 - t1).count();
+        r.peak_kb = ru.ru_maxrss - base_kb;
+        r.steps = plan.num_steps();
+        r.micro_batches = plan.micro_batches.size();
+        const Metrics m = planner.simulate(plan);
+        r.imbalance = m.imbalance;
+        r.group_min = m.group_min, r.group_max = m.group_max;
+        if (write(fd[1], &r, sizeof r) != sizeof r) _exit(1);
+        _exit(0);
+      }
+      close(fd[1]);
       Result r;
-      PlannerConfig cfg;
-      cfg.world_size = W;
-      cfg.sync = mode;
-      cfg.model = model_name;
-      cfg.grid = grid_name;
-      cfg.sp = sp_mode;
-      cfg.comp_budget = 8e6;  // fixed M_comp (binds on 720p clips): the automatic search plans dual 32 times
-      ModelPreset model = load_model(cfg.model);
-      BucketGrid grid = load_grid(cfg.grid.empty() ? model.default_grid : cfg.grid);
-      Bucketing bk = synthetic(n, model, grid);
-      auto t0 = std::chrono::steady_clock::now();
-      Planner planner(std::move(bk), cfg);
-      auto t1 = std::chrono::steady_clock::now();
-      Plan plan = planner.plan(s.name);
-      auto t2 = std::chrono::steady_clock::now();
-      struct rusage ru;
-      getrusage(RUSAGE_SELF, &ru);
-      r.setup_s = std::chrono::duration<double>(t1 - t0).count();
-      r.plan_s = std::chrono::duration<double>(t2 - t1).count();
-      r.peak_kb = ru.ru_maxrss - base_kb;
-      r.steps = plan.num_steps();
-      r.micro_batches = plan.micro_batches.size();
-      const Metrics m = planner.simulate(plan);
-      r.imbalance = m.imbalance;
-      r.group_min = m.group_min, r.group_max = m.group_max;
-      if (write(fd[1], &r, sizeof r) != sizeof r) _exit(1);
-      _exit(0);
+      bool ok = read(fd[0], &r, sizeof r) == sizeof r;
+      close(fd[0]);
+      int status = 0;
+      waitpid(pid, &status, 0);
+      if (!ok || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        printf("%-13s %6s FAILED (child status %d)\n", s.name, mode.c_str(), status);
+        ++failures;
+        continue;
+      }
+      const double bytes_per_sample = double(r.peak_kb) * 1024.0 / double(n);
+      printf("%-13s %6s %9.3f %9.3f %11.1f %10.1f %9llu %9llu %9.2f%% g %d-%d\n", s.name,
+             mode.c_str(), r.setup_s, r.plan_s, r.peak_kb / 1024.0, bytes_per_sample,
+             static_cast<unsigned long long>(r.steps),
+             static_cast<unsigned long long>(r.micro_batches), 100 * r.imbalance, r.group_min,
+             r.group_max);
+      printf(
+          "{\"bench\":\"plan\",\"sync\":\"%s\",\"strategy\":\"%s\",\"samples\":%llu,\"ranks\":%d,"
+          "\"setup_s\":%.4f,\"plan_s\":%.4f,"
+          "\"peak_bytes_per_sample\":%.2f,\"steps\":%llu,\"imbalance\":%.5f,\"target_s\":5,"
+          "\"target_bytes\":64}\n",
+          mode.c_str(), s.name, static_cast<unsigned long long>(n), W, r.setup_s, r.plan_s,
+          bytes_per_sample, static_cast<unsigned long long>(r.steps), r.imbalance);
     }
-    close(fd[1]);
-    Result r;
-    bool ok = read(fd[0], &r, sizeof r) == sizeof r;
-    close(fd[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    if (!ok || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      printf("%-13s %6s FAILED (child status %d)\n", s.name, mode.c_str(), status);
-      ++failures;
-      continue;
-    }
-    const double bytes_per_sample = double(r.peak_kb) * 1024.0 / double(n);
-    printf("%-13s %6s %9.3f %9.3f %11.1f %10.1f %9llu %9llu %9.2f%% g %d-%d\n", s.name, mode.c_str(), r.setup_s, r.plan_s, r.peak_kb / 1024.0,
-           bytes_per_sample, static_cast<unsigned long long>(r.steps), static_cast<unsigned long long>(r.micro_batches),
-           100 * r.imbalance, r.group_min, r.group_max);
-    printf("{\"bench\":\"plan\",\"sync\":\"%s\",\"strategy\":\"%s\",\"samples\":%llu,\"ranks\":%d,\"setup_s\":%.4f,\"plan_s\":%.4f,"
-           "\"peak_bytes_per_sample\":%.2f,\"steps\":%llu,\"imbalance\":%.5f,\"target_s\":5,\"target_bytes\":64}\n",
-           mode.c_str(), s.name, static_cast<unsigned long long>(n), W, r.setup_s, r.plan_s, bytes_per_sample,
-           static_cast<unsigned long long>(r.steps), r.imbalance);
-  }
   return failures ? 1 : 0;
 }

@@ -45,7 +45,8 @@ std::vector<Template> templates() {
   std::vector<Template> out;
   for (const char* f : {"/taichi_hd.csv", "/coco2017_val_images.csv"}) {
     Manifest m;
-    m.load(std::string(AL_DATA_DIR) + f, BadRowPolicy::kError);  // a missing file is an error, not other data
+    m.load(std::string(AL_DATA_DIR) + f,
+           BadRowPolicy::kError);  // a missing file is an error, not other data
     for (int64_t r = 0; r < m.total_rows(); ++r) {
       const ClipInfo c = m.clip(r);
       out.push_back({c.num_frames, c.height, c.width, c.fps});
@@ -55,7 +56,8 @@ std::vector<Template> templates() {
 }
 
 // Writes `rows` rows as CSV or JSONL (json.dumps style) into `path`; deterministic.
-void generate(const std::string& path, uint64_t rows, bool jsonl, const std::vector<Template>& tpl) {
+void generate(const std::string& path, uint64_t rows, bool jsonl,
+              const std::vector<Template>& tpl) {
   FILE* f = fopen((path + ".tmp").c_str(), "wb");
   if (!f) {
     perror(path.c_str());
@@ -148,8 +150,8 @@ std::string self_dir() {
 // bench_plan's JSON line for one strategy: {plan_s + setup_s, peak_bytes_per_sample}.
 bool in_memory(const std::string& bench_plan, uint64_t rows, int ranks, const std::string& strategy,
                const std::string& log, double& seconds, double& bytes) {
-  Run r = run_pinned({bench_plan, "--samples", std::to_string(rows), "--ranks", std::to_string(ranks),
-                      "--strategy", strategy},
+  Run r = run_pinned({bench_plan, "--samples", std::to_string(rows), "--ranks",
+                      std::to_string(ranks), "--strategy", strategy},
                      log);
   if (!WIFEXITED(r.status) || WEXITSTATUS(r.status) != 0) return false;
   FILE* f = fopen(log.c_str(), "r");
@@ -160,7 +162,8 @@ bool in_memory(const std::string& bench_plan, uint64_t rows, int ranks, const st
     const char* j = strstr(line, "{\"bench\":\"plan\"");
     if (!j) continue;
     double setup = 0, plan = 0;
-    const char *s = strstr(j, "\"setup_s\":"), *p = strstr(j, "\"plan_s\":"), *b = strstr(j, "\"peak_bytes_per_sample\":");
+    const char *s = strstr(j, "\"setup_s\":"), *p = strstr(j, "\"plan_s\":"),
+               *b = strstr(j, "\"peak_bytes_per_sample\":");
     if (!s || !p || !b) continue;
     setup = atof(s + 10), plan = atof(p + 9), bytes = atof(b + 24);
     seconds = setup + plan;
@@ -212,7 +215,8 @@ int main(int argc, char** argv) {
     } else if (a == "--reps" || a == "--ranks") {
       (a == "--reps" ? reps : ranks) = atoi(v.c_str());
       if ((a == "--reps" ? reps : ranks) < 1) {
-        fprintf(stderr, "bench_plan_e2e: %s needs a positive integer, got '%s'\n", a.c_str(), v.c_str());
+        fprintf(stderr, "bench_plan_e2e: %s needs a positive integer, got '%s'\n", a.c_str(),
+                v.c_str());
         return 2;
       }
     } else {
@@ -234,10 +238,13 @@ int main(int argc, char** argv) {
   }
   mkdir(dir.c_str(), 0755);
   const std::vector<Template> tpl = templates();
-  printf("bench_plan_e2e: `adaptiveload plan -s %s --packing %s --out` on one core, %s ranks, median of %d\n",
-         strategy.c_str(), packing.c_str(), ranks ? std::to_string(ranks).c_str() : "default (8)", reps);
-  printf("%-6s %10s %9s %9s %9s %10s | %12s %12s\n", "format", "rows", "file MB", "seconds", "peak MB", "B/row+file",
-         "in-mem s", "in-mem B/row");
+  printf(
+      "bench_plan_e2e: `adaptiveload plan -s %s --packing %s --out` on one core, %s ranks, median "
+      "of %d\n",
+      strategy.c_str(), packing.c_str(), ranks ? std::to_string(ranks).c_str() : "default (8)",
+      reps);
+  printf("%-6s %10s %9s %9s %9s %10s | %12s %12s\n", "format", "rows", "file MB", "seconds",
+         "peak MB", "B/row+file", "in-mem s", "in-mem B/row");
   int failures = 0;
   for (const auto& rs : rows_list) {
     const uint64_t rows = std::strtoull(rs.c_str(), nullptr, 10);
@@ -247,7 +254,8 @@ int main(int argc, char** argv) {
     }
     double mem_s = -1, mem_b = -1;
     if (packing == "off" && access(bench_plan.c_str(), X_OK) == 0 &&
-        !in_memory(bench_plan, rows, ranks ? ranks : 8, strategy, dir + "/bench_plan.log", mem_s, mem_b))
+        !in_memory(bench_plan, rows, ranks ? ranks : 8, strategy, dir + "/bench_plan.log", mem_s,
+                   mem_b))
       mem_s = mem_b = -1;
     for (const auto& fmt : formats) {
       const std::string file = dir + "/synthetic_" + rs + "." + fmt;
@@ -257,15 +265,16 @@ int main(int argc, char** argv) {
         generate(file, rows, fmt == "jsonl", tpl);
         stat(file.c_str(), &st);
       }
-      std::vector<std::string> args = {cli, "plan", "-m", file, "-s", strategy, "--out", file + ".plan.jsonl", "-q"};
+      std::vector<std::string> args = {
+          cli, "plan", "-m", file, "-s", strategy, "--out", file + ".plan.jsonl", "-q"};
       if (ranks) args.insert(args.end(), {"-w", std::to_string(ranks)});
       if (packing == "on") args.insert(args.end(), {"--packing", "on"});
       std::vector<Run> runs;
       for (int k = 0; k < reps; ++k) {
         Run r = run_pinned(args, file + ".log");
         if (!WIFEXITED(r.status) || WEXITSTATUS(r.status) != 0) {
-          printf("%-6s %10llu FAILED (status %d; see %s.log)\n", fmt.c_str(), static_cast<unsigned long long>(rows),
-                 r.status, file.c_str());
+          printf("%-6s %10llu FAILED (status %d; see %s.log)\n", fmt.c_str(),
+                 static_cast<unsigned long long>(rows), r.status, file.c_str());
           ++failures;
           runs.clear();
           break;
@@ -273,17 +282,23 @@ int main(int argc, char** argv) {
         runs.push_back(r);
       }
       if (runs.empty()) continue;
-      std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.seconds < b.seconds; });
+      std::sort(runs.begin(), runs.end(),
+                [](const Run& a, const Run& b) { return a.seconds < b.seconds; });
       const Run& r = runs[runs.size() / 2];
       const double file_b = double(st.st_size), peak_b = double(r.peak_kb) * 1024.0;
       const double per_row = (peak_b - file_b) / double(rows);
       printf("%-6s %10llu %9.1f %9.3f %9.1f %10.1f | %12.3f %12.1f\n", fmt.c_str(),
-             static_cast<unsigned long long>(rows), file_b / 1e6, r.seconds, peak_b / 1e6, per_row, mem_s, mem_b);
-      printf("{\"bench\":\"plan_e2e\",\"format\":\"%s\",\"rows\":%llu,\"strategy\":\"%s\",\"packing\":\"%s\",\"ranks\":%d,"
-             "\"file_bytes\":%.0f,\"seconds\":%.4f,\"peak_bytes\":%.0f,\"peak_bytes_per_row_beyond_file\":%.2f,"
-             "\"in_memory_s\":%.4f,\"in_memory_bytes_per_sample\":%.2f,\"target_s\":5,\"target_bytes\":64}\n",
-             fmt.c_str(), static_cast<unsigned long long>(rows), strategy.c_str(), packing.c_str(), ranks ? ranks : 8, file_b, r.seconds,
-             peak_b, per_row, mem_s, mem_b);
+             static_cast<unsigned long long>(rows), file_b / 1e6, r.seconds, peak_b / 1e6, per_row,
+             mem_s, mem_b);
+      printf(
+          "{\"bench\":\"plan_e2e\",\"format\":\"%s\",\"rows\":%llu,\"strategy\":\"%s\",\"packing\":"
+          "\"%s\",\"ranks\":%d,"
+          "\"file_bytes\":%.0f,\"seconds\":%.4f,\"peak_bytes\":%.0f,\"peak_bytes_per_row_beyond_"
+          "file\":%.2f,"
+          "\"in_memory_s\":%.4f,\"in_memory_bytes_per_sample\":%.2f,\"target_s\":5,\"target_"
+          "bytes\":64}\n",
+          fmt.c_str(), static_cast<unsigned long long>(rows), strategy.c_str(), packing.c_str(),
+          ranks ? ranks : 8, file_b, r.seconds, peak_b, per_row, mem_s, mem_b);
       fflush(stdout);
     }
   }

@@ -187,7 +187,8 @@ def price_plan(planner, plan, pr: Pricer) -> Tally:
                 fixed += sec - work
                 useful += 0.0 if pad else work
             if abs(x - times[s][r]) > 1e-9 * max(1.0, x):
-                raise AssertionError(f"{plan.strategy}: step {s} rank {r}: {x} s priced here, {times[s][r]} s simulated")
+                raise AssertionError(f"{plan.strategy}: step {s} rank {r}: {x} s priced here, "
+                                     f"{times[s][r]} s simulated")
             ranks.append(x)
         t.add_step([ranks], useful, fixed, plan.step_info(s)[0], pr.allreduce)
     return t
@@ -225,7 +226,7 @@ def run_hybrid_cp(cls, steps: List[List[int]], tokens: Dict[int, int], max_seqle
                     cp[i] = cp.get(i, 0) + 1
             t.wide += sum(1 for g in cp.values() if g > 1)
             times = []
-            for rank, ids in enumerate(group):
+            for _rank, ids in enumerate(group):
                 wide = [i for i in ids if cp[i] > 1]
                 alone = [i for i in ids if cp[i] == 1]
                 mbs = [([i], cp[i]) for i in wide]
@@ -312,7 +313,8 @@ def main(argv=None) -> int:
                          "(our M_mem), longest (the longest sample: CP 1 for all), half (half of it: the "
                          "longest clips on CP 2); hybrid_cp packed's packs stay within M_mem tokens")
     ap.add_argument("--our-steps", action="store_true",
-                    help="also give Megatron's schedulers the steps of our packed plan (the same samples in every step)")
+                    help="also give Megatron's schedulers the steps of our packed plan "
+                         "(the same samples in every step)")
     args = ap.parse_args(argv)
 
     hybrid_cls, dpb_cls = load_megatron(args.megatron)
@@ -378,9 +380,11 @@ def main(argv=None) -> int:
                     r["vs_best_megatron"] = r["samples_per_s"] / best_m
                 lines.append(json.dumps(r, sort_keys=True))
             table.append((n, res))
-        print(f"\nW={world}, step sync, {args.model} on {args.device}, M_mem={mem} tokens, Megatron {MEGATRON_COMMIT[:12]}")
-        print(f"{'N/rank':>6} | {'scheduler':<{NAME}} | {'samples/s':>9} | {'useful':>6} | {'fixed':>6} | {'idle':>6} | "
-              f"{'steps':>5} | {'batch dev':>9} | {'CP>1':>4} | {'max_seqlen':>10} | {'vs best Megatron':>16}")
+        print(f"\nW={world}, step sync, {args.model} on {args.device}, M_mem={mem} tokens, "
+              f"Megatron {MEGATRON_COMMIT[:12]}")
+        print(f"{'N/rank':>6} | {'scheduler':<{NAME}} | {'samples/s':>9} | {'useful':>6} | {'fixed':>6} | "
+              f"{'idle':>6} | {'steps':>5} | {'batch dev':>9} | {'CP>1':>4} | {'max_seqlen':>10} | "
+              f"{'vs best Megatron':>16}")
         for n, res in table:
             for r in res:
                 if "error" in r:
@@ -388,7 +392,8 @@ def main(argv=None) -> int:
                     continue
                 print(f"{n:>6} | {r['scheduler']:<{NAME}} | {r['samples_per_s']:9.4f} | {100 * r['useful']:5.1f}% | "
                       f"{100 * r['fixed']:5.2f}% | {100 * r['idle']:5.2f}% | {r['steps']:>5} | "
-                      f"{100 * r['batch_dev']:8.1f}% | {r['cp_gt1_samples']:>4} | {r.get('max_seqlen', '-'):>10} | {r['vs_best_megatron']:15.3f}x")
+                      f"{100 * r['batch_dev']:8.1f}% | {r['cp_gt1_samples']:>4} | {r.get('max_seqlen', '-'):>10} | "
+                      f"{r['vs_best_megatron']:15.3f}x")
     print()
     for line in lines:
         print(line)

@@ -144,7 +144,8 @@ int run_calibrate(CalibrateCommand& c) {
     return rc;
   }
   std::vector<Measurement> pts, held;
-  for (const Measurement& m : read_measurements(c.measurements)) (m.held_out ? held : pts).push_back(m);
+  for (const Measurement& m : read_measurements(c.measurements))
+    (m.held_out ? held : pts).push_back(m);
   CalibrationFit f = fit_calibration(pts);
   const HeldOutErrors h = held_out_errors(f, held);
   std::ofstream o(c.out);
@@ -158,8 +159,10 @@ int run_calibrate(CalibrateCommand& c) {
   printf("fit error of the micro-batch time: median %.1f%%, max %.1f%%\n", 100 * f.median_rel_error,
          100 * f.max_rel_error);
   if (h.points)
-    printf("held-out error (%zu measurements marked held_out, not fitted): median %.1f%%, max %.1f%%\n", h.points,
-           100 * h.median_rel_error, 100 * h.max_rel_error);
+    printf(
+        "held-out error (%zu measurements marked held_out, not fitted): median %.1f%%, max "
+        "%.1f%%\n",
+        h.points, 100 * h.median_rel_error, 100 * h.max_rel_error);
   printf("best single exponent (the paper's B x S^p): p = %.3f, error median %.1f%%, max %.1f%%\n",
          f.power_p, 100 * f.power_median_rel_error, 100 * f.power_max_rel_error);
   if (f.has_memory)
@@ -193,10 +196,11 @@ std::shared_ptr<Command> add_calibrate_command(CLI::App& app) {
       ->add_option("--device", c->device,
                    "Device the measurements are of (recorded in the profile)")
       ->capture_default_str();
-  c->app->add_option("args", c->passthrough,
-                     "Further options for the measuring script (after --); `-- --loader media|cache "
-                     "--loader-manifest PATH` measures the DataLoader instead of the model and writes a "
-                     "loader profile (--loader-out) for `plan --loader-profile FILE --loader-workers N`");
+  c->app->add_option(
+      "args", c->passthrough,
+      "Further options for the measuring script (after --); `-- --loader media|cache "
+      "--loader-manifest PATH` measures the DataLoader instead of the model and writes a "
+      "loader profile (--loader-out) for `plan --loader-profile FILE --loader-workers N`");
   CalibrateCommand* p = c.get();
   c->run = [p] { return run_calibrate(*p); };
   return c;

@@ -34,8 +34,8 @@ int run_plan(const PlanOptions& o, const Manifest& manifest, const std::string& 
     write_plan_jsonl(c.plans.front(), f);
     if (!f) throw InputError(out_path, "write failed (disk full?)");
     if (!o.quiet)
-      (o.json ? std::cerr : std::cout) << "wrote " << c.plans.front().num_steps() << " steps of '" << names.front()
-                                       << "' to " << out_path << "\n";
+      (o.json ? std::cerr : std::cout) << "wrote " << c.plans.front().num_steps() << " steps of '"
+                                       << names.front() << "' to " << out_path << "\n";
   }
   return 0;
 }
@@ -60,22 +60,26 @@ Manifest load_manifests(const PlanOptions& o) {
 
 Manifest demo_manifest(BadRowPolicy policy) {
   Manifest manifest;
-  for (const char* name : kDemoManifests) manifest.load_text(*find_resource(name), std::string("built-in:") + name, policy);
+  for (const char* name : kDemoManifests)
+    manifest.load_text(*find_resource(name), std::string("built-in:") + name, policy);
   return manifest;
 }
 
 std::shared_ptr<Command> add_plan_command(CLI::App& app) {
   auto c = std::make_shared<PlanCommand>();
-  c->app = app.add_subcommand("plan", "Plan a manifest with one or all strategies and compare them");
+  c->app =
+      app.add_subcommand("plan", "Plan a manifest with one or all strategies and compare them");
   c->opts.add_to(*c->app, true);
-  c->app->add_option("--out,-o", c->out,
-                     "Write the plan as JSONL (one line per global step: each rank's micro-batches as lists of "
-                     "manifest row ids); needs a single --strategy");
+  c->app->add_option(
+      "--out,-o", c->out,
+      "Write the plan as JSONL (one line per global step: each rank's micro-batches as lists of "
+      "manifest row ids); needs a single --strategy");
   PlanCommand* p = c.get();
   c->validate = [p] {
     p->opts.finish();
     if (!p->out.empty() && p->opts.strategy_names().size() != 1)
-      throw CLI::ValidationError("--out", "needs a single --strategy (" + strategy_names(", ", " or ") + ")");
+      throw CLI::ValidationError(
+          "--out", "needs a single --strategy (" + strategy_names(", ", " or ") + ")");
   };
   c->run = [p] {
     check_outputs({{"--out", p->out}}, p->opts.input_files());  // before a manifest is read
@@ -86,8 +90,9 @@ std::shared_ptr<Command> add_plan_command(CLI::App& app) {
 
 std::shared_ptr<Command> add_demo_command(CLI::App& app) {
   auto c = std::make_shared<PlanCommand>();
-  c->app = app.add_subcommand(
-      "demo", "Compare all strategies on the built-in mixed set (3,334 Taichi-HD clips + 5,000 COCO images)");
+  c->app = app.add_subcommand("demo",
+                              "Compare all strategies on the built-in mixed set (3,334 Taichi-HD "
+                              "clips + 5,000 COCO images)");
   c->opts.add_to(*c->app, false);
   PlanCommand* p = c.get();
   c->validate = [p] { p->opts.finish(); };

@@ -1,6 +1,7 @@
 // adaptiveload: plan video-DiT training batches and compare batching strategies.
 //   adaptiveload demo                     built-in mixed image + video set, Wan 2.1 1.3B, 8 x H200
-//   adaptiveload plan --manifest FILE     the same comparison for your manifest; --out writes a plan
+//   adaptiveload plan --manifest FILE     the same comparison for your manifest; --out writes a
+//   plan
 // Exit codes: 0 success, 1 bad input data (manifest, profile, state), 2 bad arguments or
 // configuration (one line on stderr saying what and where).
 #include <CLI/CLI.hpp>
@@ -13,19 +14,17 @@ using namespace adaptiveload;
 using namespace adaptiveload::cli;
 
 int main(int argc, char** argv) {
-  CLI::App app{"AdaptiveLoad: compute-balanced batches for video diffusion transformer training.\n"
-               "Plans per-rank batches under a memory and a compute budget and simulates how each batching "
-               "strategy loads the cluster (imbalance, throughput, memory, bucket diversity)."};
+  CLI::App app{
+      "AdaptiveLoad: compute-balanced batches for video diffusion transformer training.\n"
+      "Plans per-rank batches under a memory and a compute budget and simulates how each batching "
+      "strategy loads the cluster (imbalance, throughput, memory, bucket diversity)."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "adaptiveload 0.1.0");
 
   // One line per subcommand.
   std::vector<std::shared_ptr<Command>> commands = {
-      add_demo_command(app),
-      add_plan_command(app),
-      add_scan_command(app),
-      add_report_command(app),
-      add_calibrate_command(app),
+      add_demo_command(app),   add_plan_command(app),      add_scan_command(app),
+      add_report_command(app), add_calibrate_command(app),
   };
 
   Command* chosen = nullptr;
@@ -44,7 +43,8 @@ int main(int argc, char** argv) {
     std::string sub;
     for (auto& c : commands)
       if (c->app->parsed()) sub = " " + c->app->get_name();
-    std::cerr << "adaptiveload" << sub << ": error: " << e.what() << " (see 'adaptiveload" << sub << " --help')\n";
+    std::cerr << "adaptiveload" << sub << ": error: " << e.what() << " (see 'adaptiveload" << sub
+              << " --help')\n";
     return 2;
   }
   if (!chosen) return 2;

@@ -1,10 +1,9 @@
-#include "adaptiveload/util/format.h"
 #include "plan_options.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <algorithm>
 #include <iomanip>
 #include <map>
 #include <sstream>
@@ -14,12 +13,15 @@
 #include "adaptiveload/cost/cost_model.h"
 #include "adaptiveload/report/metric_columns.h"
 #include "adaptiveload/strategy/strategy.h"
+#include "adaptiveload/util/format.h"
 
 namespace adaptiveload::cli {
 namespace {
 
 bool mixes_groups(const StrategyEntry& s) { return s.mixes_groups(); }
-bool runs_one_group(const StrategyEntry& s) { return !s.mixes_groups() && !s.packs(); }  // packers: none
+bool runs_one_group(const StrategyEntry& s) {
+  return !s.mixes_groups() && !s.packs();
+}  // packers: none
 
 // A positive finite number up to `max`, or 'auto' (0).
 double parse_auto(const std::string& v, const char* option, double max) {
@@ -36,7 +38,8 @@ double parse_auto(const std::string& v, const char* option, double max) {
 
 // A whole number in 0..max written in plain digits: no sign, no wrap-around, no clamping
 // (--seed: 0 <= seed < 2^64, as the Python sampler; --epoch).
-uint64_t parse_whole(const std::string& v, const char* option, uint64_t max, const std::string& range) {
+uint64_t parse_whole(const std::string& v, const char* option, uint64_t max,
+                     const std::string& range) {
   uint64_t x = 0;
   const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
   if (digits) {
@@ -53,7 +56,8 @@ CLI::IsMember choices(const char* name) { return CLI::IsMember(option_range(name
 std::string cost_model_list() {
   const std::vector<std::string> names = cost_model_names();
   std::string out;
-  for (size_t i = 0; i < names.size(); ++i) out += (i == 0 ? "" : i + 1 == names.size() ? ", or " : ", ") + names[i];
+  for (size_t i = 0; i < names.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == names.size() ? ", or " : ", ") + names[i];
   return out;
 }
 
@@ -72,8 +76,11 @@ nlohmann::json loader_json(const LoaderCheck& c) {
            std::isfinite(c.max_ratio) ? nlohmann::json(c.max_ratio) : nlohmann::json()},
           {"slow_rank_steps", c.slow_rank_steps},
           {"rank_steps", c.rank_steps},
-          {"worst", {{"step", c.worst_step}, {"rank", c.worst_rank}, {"load_s", c.worst_load_s},
-                     {"train_s", c.worst_train_s}}},
+          {"worst",
+           {{"step", c.worst_step},
+            {"rank", c.worst_rank},
+            {"load_s", c.worst_load_s},
+            {"train_s", c.worst_train_s}}},
           {"load_s_max_rank", c.load_s_max_rank}};
 }
 
@@ -88,9 +95,12 @@ std::string names_of(const std::string& kind) {
 void PlanOptions::add_to(CLI::App& app, bool with_manifest) {
   if (with_manifest) {
     app.add_option("--manifest,-m", manifests,
-                   "Manifest file(s), CSV or JSONL with columns path,num_frames,height,width,fps (fps empty for "
-                   "images), or a latent cache folder (python -m adaptiveload.cache, or musubi-tuner's): its "
-                   "rows plan at their cached shapes. Several are planned together; row ids continue across "
+                   "Manifest file(s), CSV or JSONL with columns path,num_frames,height,width,fps "
+                   "(fps empty for "
+                   "images), or a latent cache folder (python -m adaptiveload.cache, or "
+                   "musubi-tuner's): its "
+                   "rows plan at their cached shapes. Several are planned together; row ids "
+                   "continue across "
                    "them in the order given.")
         ->required()
         ->check(CLI::ExistingPath);
@@ -110,115 +120,157 @@ void PlanOptions::add_to(CLI::App& app, bool with_manifest) {
       ->capture_default_str()
       ->check(CLI::Range(1, kMaxWorldSize));
   app.add_option("--devices", config.devices,
-                 "Ranks that are not alike: a device preset per rank in rank order, as runs (h200:8,h100:8) or a "
-                 "list; each rank's memory and speed from its preset; budgets from the device of least memory");
+                 "Ranks that are not alike: a device preset per rank in rank order, as runs "
+                 "(h200:8,h100:8) or a "
+                 "list; each rank's memory and speed from its preset; budgets from the device of "
+                 "least memory");
   app.add_option("--rank-speed", config.rank_speed,
-                 "Known speed factors of ranks, rank=factor (e.g. 5=0.7,12=0.9: rank 5 runs at 0.7x its device)");
-  app.add_option("--strategy,-s", strategy, "Strategy: " + adaptiveload::strategy_names() + ", or all")
+                 "Known speed factors of ranks, rank=factor (e.g. 5=0.7,12=0.9: rank 5 runs at "
+                 "0.7x its device)");
+  app.add_option("--strategy,-s", strategy,
+                 "Strategy: " + adaptiveload::strategy_names() + ", or all")
       ->capture_default_str();
   app.add_option("--seed", seed, "Random seed of the plan, 0 <= seed < 2^64")
       ->capture_default_str();
   app.add_option("--epoch", epoch, "Epoch to plan, 0 <= epoch < 2^63")->capture_default_str();
   app.add_option("--mem-budget", mem_budget,
-                 "M_mem in tokens per micro-batch (B x S <= M_mem), or 'auto': the largest for which every bucket's "
+                 "M_mem in tokens per micro-batch (B x S <= M_mem), or 'auto': the largest for "
+                 "which every bucket's "
                  "batch fits device memory")
       ->capture_default_str();
-  app.add_option("--comp-budget", comp_budget,
-                 "M_comp of the dual constraint (B x S^p <= M_comp), or 'auto': chosen by simulating dual")
+  app.add_option(
+         "--comp-budget", comp_budget,
+         "M_comp of the dual constraint (B x S^p <= M_comp), or 'auto': chosen by simulating dual")
       ->capture_default_str();
-  app.add_option("--p", p, "Exponent p of the compute constraint, or 'auto': fitted to the cost model")
+  app.add_option("--p", p,
+                 "Exponent p of the compute constraint, or 'auto': fitted to the cost model")
       ->capture_default_str();
   app.add_option("--step-budget", step_budget,
-                 "balanced: most seconds of work per rank per step, or 'auto': the slowest micro-batch the memory budget admits (the longest step equal_tokens runs)")
+                 "balanced: most seconds of work per rank per step, or 'auto': the slowest "
+                 "micro-batch the memory budget admits (the longest step equal_tokens runs)")
       ->capture_default_str();
   app.add_option("--cost-model", config.cost_model, "Cost model: " + cost_model_list())
       ->capture_default_str()
       ->check(choices("cost_model"));
-  app.add_option("--profile", config.profile, "Profile file from `adaptiveload calibrate` (implies --cost-model profile)")
+  app.add_option("--profile", config.profile,
+                 "Profile file from `adaptiveload calibrate` (implies --cost-model profile)")
       ->check(CLI::ExistingFile);
   app.add_option("--checkpointing", checkpointing, "Full activation checkpointing (on/off)")
       ->capture_default_str()
       ->check(choices("checkpointing"));
   app.add_option("--sharding", config.sharding,
-                 "Model state per GPU: none (DDP), fsdp (fully sharded over the ranks), or auto (fsdp when the "
+                 "Model state per GPU: none (DDP), fsdp (fully sharded over the ranks), or auto "
+                 "(fsdp when the "
                  "unsharded state would take over half the memory)")
       ->capture_default_str()
       ->check(choices("sharding"));
-  app.add_option("--sync", config.sync,
-                 "Synchronisation of the training engine: step (DDP, ZeRO-1: one gradient all-reduce per step; "
-                 "ranks may run different numbers of micro-batches), micro (FSDP, FSDP2, HSDP, ZeRO-2/3: "
-                 "collectives in every micro-batch, so every rank runs the same number of micro-batches per "
-                 "step), or auto: micro when the model state is sharded (--sharding), else step")
+  app.add_option(
+         "--sync", config.sync,
+         "Synchronisation of the training engine: step (DDP, ZeRO-1: one gradient all-reduce per "
+         "step; "
+         "ranks may run different numbers of micro-batches), micro (FSDP, FSDP2, HSDP, ZeRO-2/3: "
+         "collectives in every micro-batch, so every rank runs the same number of micro-batches "
+         "per "
+         "step), or auto: micro when the model state is sharded (--sharding), else step")
       ->capture_default_str()
       ->check(choices("sync"));
-  app.add_option("--global-batch", config.global_batch,
-                 "Global batch the plan keeps: auto (the step count of a bucket loader with the same memory "
-                 "budget, i.e. equal_tokens on -w ranks), steps:N (N global steps per epoch), samples:N or "
-                 "tokens:N (per global step, over all ranks), or free (balanced picks its own step count and "
-                 "the other strategies run one micro-batch per rank per step). Every strategy is planned for "
-                 "the same global batch; a bucket loader with more batches than that accumulates gradients")
+  app.add_option(
+         "--global-batch", config.global_batch,
+         "Global batch the plan keeps: auto (the step count of a bucket loader with the same "
+         "memory "
+         "budget, i.e. equal_tokens on -w ranks), steps:N (N global steps per epoch), samples:N or "
+         "tokens:N (per global step, over all ranks), or free (balanced picks its own step count "
+         "and "
+         "the other strategies run one micro-batch per rank per step). Every strategy is planned "
+         "for "
+         "the same global batch; a bucket loader with more batches than that accumulates gradients")
       ->capture_default_str();
   app.add_option("--overlap", config.collective_overlap,
-                 "micro sync: share (0..1) of each micro-batch's collectives (parameter all-gather, gradient "
+                 "micro sync: share (0..1) of each micro-batch's collectives (parameter "
+                 "all-gather, gradient "
                  "reduce-scatter) that overlaps its compute")
       ->capture_default_str()
-      ->check(CLI::Range(option_range("collective_overlap").lo, option_range("collective_overlap").hi));
+      ->check(
+          CLI::Range(option_range("collective_overlap").lo, option_range("collective_overlap").hi));
   app.add_option("--reshard-after-forward", reshard,
                  "micro sync with sharded parameters: all-gather them again in backward (FSDP2's "
                  "reshard_after_forward, ZeRO-3), on/off")
       ->capture_default_str()
       ->check(choices("reshard_after_forward"));
-  app.add_option("--sp", config.sp,
-                 "Sequence parallelism (Ulysses): auto (a sample that does not fit one GPU runs on a group of "
-                 "GPUs: the smallest it fits, or a larger one where balanced's simulation says that shortens "
-                 "the epoch; no groups when every sample fits), min (always the smallest it fits), per-sample "
-                 "(groups tried even when every sample fits one GPU), off (one GPU per sample; a sample that "
-                 "does not fit is oversize), or a group size G "
-                 "for every sample (one fixed size, as a trainer's sp_size). Only balanced mixes group sizes; "
-                 "the other strategies run every sample on the largest group any sample needs. With groups in "
-                 "use (a sample needs one, or per-sample) the table adds balanced on each fixed group size "
-                 "(balanced g=G) for comparison. Groups and --packing on exclude each other")
+  app.add_option(
+         "--sp", config.sp,
+         "Sequence parallelism (Ulysses): auto (a sample that does not fit one GPU runs on a group "
+         "of "
+         "GPUs: the smallest it fits, or a larger one where balanced's simulation says that "
+         "shortens "
+         "the epoch; no groups when every sample fits), min (always the smallest it fits), "
+         "per-sample "
+         "(groups tried even when every sample fits one GPU), off (one GPU per sample; a sample "
+         "that "
+         "does not fit is oversize), or a group size G "
+         "for every sample (one fixed size, as a trainer's sp_size). Only balanced mixes group "
+         "sizes; "
+         "the other strategies run every sample on the largest group any sample needs. With groups "
+         "in "
+         "use (a sample needs one, or per-sample) the table adds balanced on each fixed group size "
+         "(balanced g=G) for comparison. Groups and --packing on exclude each other")
       ->capture_default_str();
   app.add_option("--sp-sizes", config.sp_sizes,
-                 "Allowed sequence-parallel group sizes, powers of two; one is used only where it divides the "
-                 "world size and the model's heads and fits in a node (the device preset's node_size). Groups "
+                 "Allowed sequence-parallel group sizes, powers of two; one is used only where it "
+                 "divides the "
+                 "world size and the model's heads and fits in a node (the device preset's "
+                 "node_size). Groups "
                  "are aligned blocks of consecutive ranks")
       ->capture_default_str();
   app.add_option("--packing", config.packing,
-                 "Packed micro-batches: off (every micro-batch holds samples of one bucket) or on (balanced "
-                 "packs samples of any buckets into one micro-batch, a varlen sequence in which each sample "
-                 "attends only to itself, within the memory budget's tokens; the table adds the greedy packer "
-                 "greedy_pack and bucketed balanced beside it). Every sample still runs on one GPU: packing where "
-                 "sequence-parallel groups are in use (--sp G, samples that do not fit one GPU, or balanced under "
+                 "Packed micro-batches: off (every micro-batch holds samples of one bucket) or on "
+                 "(balanced "
+                 "packs samples of any buckets into one micro-batch, a varlen sequence in which "
+                 "each sample "
+                 "attends only to itself, within the memory budget's tokens; the table adds the "
+                 "greedy packer "
+                 "greedy_pack and bucketed balanced beside it). Every sample still runs on one "
+                 "GPU: packing where "
+                 "sequence-parallel groups are in use (--sp G, samples that do not fit one GPU, or "
+                 "balanced under "
                  "--sp per-sample) is refused")
       ->capture_default_str()
       ->check(choices("packing"));
   app.add_option("--fixed-config", config.fixed_config,
                  "JSON of per-bucket batch sizes for `fixed`: {\"<tier>\": {\"<frames>\": B}}")
       ->check(CLI::ExistingFile);
-  app.add_option("--end-policy", end_policy,
-                 "A final step that cannot give every rank work: pad (repeat samples, flagged) or drop")
+  app.add_option(
+         "--end-policy", end_policy,
+         "A final step that cannot give every rank work: pad (repeat samples, flagged) or drop")
       ->capture_default_str()
       ->check(choices("end_policy"));
-  app.add_option("--on-bad-row", on_bad_row, "Bad manifest rows: error (stop) or skip (count and report)")
+  app.add_option("--on-bad-row", on_bad_row,
+                 "Bad manifest rows: error (stop) or skip (count and report)")
       ->capture_default_str()
       ->check(choices("on_bad_row"));
   app.add_option("--on-duplicate", on_duplicate,
-                 "Rows that repeat an earlier row's path (a clip listed twice, a manifest given twice): warn "
+                 "Rows that repeat an earlier row's path (a clip listed twice, a manifest given "
+                 "twice): warn "
                  "(keep them, say so), skip (keep the first of each path) or error")
       ->capture_default_str()
       ->check(choices("on_duplicate"));
-  app.add_option("--on-oversize", on_oversize, "A sample too big for memory alone: error or skip (count and report)")
+  app.add_option("--on-oversize", on_oversize,
+                 "A sample too big for memory alone: error or skip (count and report)")
       ->capture_default_str()
       ->check(choices("on_oversize"));
   app.add_option("--loader-profile", loader_profile,
-                 "Loader profile (JSON) from `adaptiveload calibrate --loader ...` or python/bench/bench_loader.py: "
-                 "seconds a DataLoader worker takes to decode or read a sample, by bucket. With --loader-workers, "
-                 "the table adds a 'load' column (the largest ratio of a rank's load time in a step to its train "
-                 "time), --json a 'loader' object per strategy, and a warning says when a rank's share of a step "
+                 "Loader profile (JSON) from `adaptiveload calibrate --loader ...` or "
+                 "python/bench/bench_loader.py: "
+                 "seconds a DataLoader worker takes to decode or read a sample, by bucket. With "
+                 "--loader-workers, "
+                 "the table adds a 'load' column (the largest ratio of a rank's load time in a "
+                 "step to its train "
+                 "time), --json a 'loader' object per strategy, and a warning says when a rank's "
+                 "share of a step "
                  "would take longer to load than to train")
       ->check(CLI::ExistingFile);
-  app.add_option("--loader-workers", loader_workers, "DataLoader workers per rank for --loader-profile's check")
+  app.add_option("--loader-workers", loader_workers,
+                 "DataLoader workers per rank for --loader-profile's check")
       ->check(CLI::Range(1, kMaxLoaderWorkers));
   app.add_flag("--json", json, "Print one JSON object on stdout instead of the table");
   app.add_flag("--quiet,-q", quiet, "Print only the table or JSON");
@@ -234,8 +286,10 @@ void PlanOptions::finish() {
   config.comp_budget = parse_auto(comp_budget, "--comp-budget", kMaxCompBudget);
   config.p = parse_auto(p, "--p", kMaxP);
   config.step_budget_s = parse_auto(step_budget, "--step-budget", kMaxSampleSeconds);
-  config.seed = parse_whole(seed, "--seed", kMaxSeed, "0 .. " + std::to_string(kMaxSeed) + " (0 <= seed < 2^64)");
-  config.epoch = int64_t(parse_whole(epoch, "--epoch", uint64_t(kMaxEpoch), "0 .. " + std::to_string(kMaxEpoch)));
+  config.seed = parse_whole(seed, "--seed", kMaxSeed,
+                            "0 .. " + std::to_string(kMaxSeed) + " (0 <= seed < 2^64)");
+  config.epoch = int64_t(
+      parse_whole(epoch, "--epoch", uint64_t(kMaxEpoch), "0 .. " + std::to_string(kMaxEpoch)));
   config.checkpointing = checkpointing == "on";
   config.reshard_after_forward = reshard == "on";
   config.end_policy = end_policy == "drop" ? EndPolicy::kDrop : EndPolicy::kPad;
@@ -245,9 +299,11 @@ void PlanOptions::finish() {
     throw CLI::ValidationError("--cost-model", "'profile' needs --profile FILE");
   strategy_names();  // validates --strategy
   if (!loader_profile.empty() && loader_workers == 0)
-    throw CLI::ValidationError("--loader-profile", "needs --loader-workers N (DataLoader workers per rank)");
+    throw CLI::ValidationError("--loader-profile",
+                               "needs --loader-workers N (DataLoader workers per rank)");
   if (loader_profile.empty() && loader_workers > 0)
-    throw CLI::ValidationError("--loader-workers", "needs --loader-profile FILE (the measured loader rates)");
+    throw CLI::ValidationError("--loader-workers",
+                               "needs --loader-profile FILE (the measured loader rates)");
 }
 
 std::vector<std::string> PlanOptions::strategy_names() const {
@@ -271,8 +327,11 @@ std::vector<NamedFile> PlanOptions::input_files() const {
   std::vector<NamedFile> in;
   for (const auto& m : manifests) in.push_back({"--manifest", m});
   // Preset names are not files; a path that exists is read (same_existing_file).
-  for (const auto& [flag, path] : {std::pair{"--profile", config.profile}, {"--fixed-config", config.fixed_config},
-                                   {"--model", config.model}, {"--device", config.device}, {"--grid", config.grid},
+  for (const auto& [flag, path] : {std::pair{"--profile", config.profile},
+                                   {"--fixed-config", config.fixed_config},
+                                   {"--model", config.model},
+                                   {"--device", config.device},
+                                   {"--grid", config.grid},
                                    {"--loader-profile", loader_profile}})
     in.push_back({flag, path});
   return in;
@@ -294,7 +353,8 @@ Comparison compare(const Planner& planner, const std::vector<std::string>& names
   // With packing, each strategy that packs when asked (balanced) also bucketed, beside its packs.
   if (names.size() > 1 && planner.packing()) {
     for (const std::string& n : names) {
-      if (!find_strategy(n).packs_when_asked() || !planner.cannot_plan(find_strategy(n)).empty()) continue;
+      if (!find_strategy(n).packs_when_asked() || !planner.cannot_plan(find_strategy(n)).empty())
+        continue;
       Plan p = planner.plan_bucketed(n);
       Metrics m = planner.simulate(p);
       m.name = n + " bucketed";
@@ -329,24 +389,29 @@ Comparison compare(const Planner& planner, const PlanOptions& o) {
   if (o.loader_profile.empty()) return c;
   c.loader_profile = read_loader_profile(o.loader_profile);
   for (const Plan& p : c.plans)
-    c.loader.push_back(check_loader(p, planner.sim_env(p.world_size), c.loader_profile, o.loader_workers));
+    c.loader.push_back(
+        check_loader(p, planner.sim_env(p.world_size), c.loader_profile, o.loader_workers));
   return c;
 }
 
 void print_input_report(const Planner& planner, const Manifest& manifest, std::ostream& out) {
   const Bucketing& bk = planner.bucketing();
   for (const auto& f : manifest.files())
-    out << "manifest " << f.path << ": " << thousands(f.rows) << " rows (row ids " << f.first_row << ".."
-        << f.first_row + f.rows - 1 << ")\n";
+    out << "manifest " << f.path << ": " << thousands(f.rows) << " rows (row ids " << f.first_row
+        << ".." << f.first_row + f.rows - 1 << ")\n";
   if (!manifest.bad_rows().empty()) {
     out << "skipped " << manifest.bad_rows().size() << " bad row(s):\n";
-    for (size_t i = 0; i < manifest.bad_rows().size() && i < 5; ++i) out << "  " << manifest.bad_rows()[i].message() << "\n";
-    if (manifest.bad_rows().size() > 5) out << "  ... and " << manifest.bad_rows().size() - 5 << " more\n";
+    for (size_t i = 0; i < manifest.bad_rows().size() && i < 5; ++i)
+      out << "  " << manifest.bad_rows()[i].message() << "\n";
+    if (manifest.bad_rows().size() > 5)
+      out << "  ... and " << manifest.bad_rows().size() - 5 << " more\n";
   }
   if (!bk.unfit.empty()) {
-    out << bk.unfit.size() << " sample(s) fit no bucket of grid '" << planner.grid().name << "' and are not planned:\n";
+    out << bk.unfit.size() << " sample(s) fit no bucket of grid '" << planner.grid().name
+        << "' and are not planned:\n";
     for (size_t i = 0; i < bk.unfit.size() && i < 5; ++i)
-      out << "  row " << bk.unfit[i].row << " (" << manifest.where(bk.unfit[i].row) << "): " << bk.unfit[i].reason << "\n";
+      out << "  row " << bk.unfit[i].row << " (" << manifest.where(bk.unfit[i].row)
+          << "): " << bk.unfit[i].reason << "\n";
     if (bk.unfit.size() > 5) out << "  ... and " << bk.unfit.size() - 5 << " more\n";
   }
   if (!planner.oversize().empty()) {
@@ -356,42 +421,52 @@ void print_input_report(const Planner& planner, const Manifest& manifest, std::o
   }
 }
 
-void print_table(const Planner& planner, const Manifest& manifest, const Comparison& c, std::ostream& out) {
+void print_table(const Planner& planner, const Manifest& manifest, const Comparison& c,
+                 std::ostream& out) {
   const Bucketing& bk = planner.bucketing();
   const auto& cfg = planner.config();
-  out << "AdaptiveLoad plan: " << thousands(bk.usable - int64_t(planner.oversize().size())) << " samples in "
-      << bk.buckets.size() << " buckets (" << thousands(manifest.total_rows()) << " rows, " << bk.bad << " bad, "
-      << bk.unfit.size() << " unfit, " << planner.oversize().size() << " oversize"
+  out << "AdaptiveLoad plan: " << thousands(bk.usable - int64_t(planner.oversize().size()))
+      << " samples in " << bk.buckets.size() << " buckets (" << thousands(manifest.total_rows())
+      << " rows, " << bk.bad << " bad, " << bk.unfit.size() << " unfit, "
+      << planner.oversize().size() << " oversize"
       << (bk.duplicates > 0 ? ", " + thousands(bk.duplicates) + " repeats left out" : "") << ")\n";
-  out << "model " << planner.model().name << ", " << cfg.world_size << " x " << planner.device().name << ", cost model "
-      << planner.cost().name() << ", checkpointing " << (cfg.checkpointing ? "on" : "off")
-      << ", " << (planner.sharded() ? "fsdp" : "ddp") << ", " << sync_name(planner.sync()) << " sync"
-      << (planner.options().sync ? "" : " (auto)") << (planner.packing() ? ", packing on" : "") << ", seed " << cfg.seed
-      << ", epoch " << cfg.epoch << "\n";
+  out << "model " << planner.model().name << ", " << cfg.world_size << " x "
+      << planner.device().name << ", cost model " << planner.cost().name() << ", checkpointing "
+      << (cfg.checkpointing ? "on" : "off") << ", " << (planner.sharded() ? "fsdp" : "ddp") << ", "
+      << sync_name(planner.sync()) << " sync" << (planner.options().sync ? "" : " (auto)")
+      << (planner.packing() ? ", packing on" : "") << ", seed " << cfg.seed << ", epoch "
+      << cfg.epoch << "\n";
   out << "global batch: " << planner.global_batch_text() << "\n";
   if (!planner.ranks().empty())
-    out << "ranks: " << planner.ranks().summary() << "; speeds relative to " << planner.device().name
+    out << "ranks: " << planner.ranks().summary() << "; speeds relative to "
+        << planner.device().name
         << ", whose memory sizes every strategy's batches (balanced deals each rank its share)\n";
   if (planner.groups_in_use()) {
     // Samples per group size (per-sample groups), and what the other strategies run on.
     std::map<int, int64_t> per_g;
     for (size_t b = 0; b < bk.buckets.size(); ++b)
-      if (bk.bucket_counts[b] > 0) per_g[planner.bucket_groups().empty() ? 1 : planner.bucket_groups()[b]] += bk.bucket_counts[b];
-    out << "sequence parallelism (" << sp_policy_text(planner.options()) << ", sizes " << cfg.sp_sizes << "): samples on g GPUs:";
+      if (bk.bucket_counts[b] > 0)
+        per_g[planner.bucket_groups().empty() ? 1 : planner.bucket_groups()[b]] +=
+            bk.bucket_counts[b];
+    out << "sequence parallelism (" << sp_policy_text(planner.options()) << ", sizes "
+        << cfg.sp_sizes << "): samples on g GPUs:";
     for (const auto& [g, n] : per_g) out << " g=" << g << " " << thousands(n);
     const std::string mixing = strategy_names("/", "/", mixes_groups);
-    out << "; " << mixing << " mixes them, " << strategy_names("/", "/", runs_one_group) << " run all on g="
-        << planner.max_group() << ", " << mixing << " g=G: every sample on G\n";
+    out << "; " << mixing << " mixes them, " << strategy_names("/", "/", runs_one_group)
+        << " run all on g=" << planner.max_group() << ", " << mixing << " g=G: every sample on G\n";
   }
   out << "budgets: M_mem " << thousands(planner.mem_budget_tokens()) << " tokens"
-      << (cfg.mem_budget_tokens ? "" : " (auto)") << ", M_comp " << fmt("%.4g", planner.comp_budget()) << " (B x S^"
-      << fmt("%.3f", planner.p()) << (cfg.comp_budget > 0 ? "" : ", auto") << "), step budget "
-      << fmt("%.3f", planner.step_budget_s()) << " s" << (cfg.step_budget_s > 0 ? "" : " (auto)") << "\n\n";
+      << (cfg.mem_budget_tokens ? "" : " (auto)") << ", M_comp "
+      << fmt("%.4g", planner.comp_budget()) << " (B x S^" << fmt("%.3f", planner.p())
+      << (cfg.comp_budget > 0 ? "" : ", auto") << "), step budget "
+      << fmt("%.3f", planner.step_budget_s()) << " s" << (cfg.step_budget_s > 0 ? "" : " (auto)")
+      << "\n\n";
   // Speedups compare strategies on the same samples: one that dropped samples trained fewer,
   // so its samples/s is over a different set and it gets no speedup (marked '*').
   const double base = speedup_base(c.metrics);
   bool any_dropped = false;
-  // The name column fits the longest name ("balanced bucketed" with --packing on), 13 wide at least.
+  // The name column fits the longest name ("balanced bucketed" with --packing on), 13 wide at
+  // least.
   size_t name_width = 13;
   for (const auto& m : c.metrics) name_width = std::max(name_width, m.name.size() + 1);
   out << std::left << std::setw(int(name_width)) << "strategy" << std::right;
@@ -424,15 +499,18 @@ void print_table(const Planner& planner, const Manifest& manifest, const Compari
          "global step (mean); mb/rank: micro-batches per rank per step (gradient accumulation).\n"
          "fixed: share of GPU time in per-micro-batch fixed costs (overhead and small-batch "
          "inefficiency); useful: share of GPU time in trained samples' work at full efficiency; "
-         "tok dev: largest deviation of a step's tokens from their mean; sync: share of the epoch in synchronisation the compute does not hide "
+         "tok dev: largest deviation of a step's tokens from their mean; sync: share of the epoch "
+         "in synchronisation the compute does not hide "
          "(step: one gradient all-reduce per step; micro: every micro-batch's all-gathers and "
-         "reduce-scatter beyond what overlaps); g: sequence-parallel group sizes (GPUs per sample) used.\n"
+         "reduce-scatter beyond what overlaps); g: sequence-parallel group sizes (GPUs per sample) "
+         "used.\n"
          "padded: repeated samples added at the epoch's end so every rank has work (--end-policy "
          "pad); dropped: "
          "samples left out of the epoch for that reason (--end-policy drop).\n";
   if (!c.loader.empty())
-    out << "load: the largest ratio over steps and ranks of the seconds a rank's " << c.loader.front().workers
-        << " DataLoader worker(s) take to load its share of a step (" << c.loader_profile.path
+    out << "load: the largest ratio over steps and ranks of the seconds a rank's "
+        << c.loader.front().workers << " DataLoader worker(s) take to load its share of a step ("
+        << c.loader_profile.path
         << ") to the seconds it trains it; '!' marks a loader that would not keep up (over 1).\n";
   if (any_dropped)
     out << "*: samples dropped (--end-policy drop): a strategy that drops trains fewer samples "
@@ -452,13 +530,16 @@ void print_drop_warnings(const Planner& planner, const Comparison& c, std::ostre
   for (const auto& w : c.warnings)
     for (const std::string& line : w) out << "warning: " << line << "\n";
   for (size_t i = 0; i < c.loader.size(); ++i) {
-    const std::string w = loader_warning(c.metrics[i].name, c.loader[i], c.loader_profile, "--loader-workers");
+    const std::string w =
+        loader_warning(c.metrics[i].name, c.loader[i], c.loader_profile, "--loader-workers");
     if (!w.empty()) out << "warning: " << w << "\n";
   }
-  for (const auto& [name, why] : c.left_out) out << "note: '" << name << "' is not in the comparison: " << why << "\n";
+  for (const auto& [name, why] : c.left_out)
+    out << "note: '" << name << "' is not in the comparison: " << why << "\n";
 }
 
-nlohmann::json comparison_json(const Planner& planner, const Manifest& manifest, const Comparison& c) {
+nlohmann::json comparison_json(const Planner& planner, const Manifest& manifest,
+                               const Comparison& c) {
   using json = nlohmann::json;
   json out;
   out["strategies"] = json::array();
@@ -466,29 +547,38 @@ nlohmann::json comparison_json(const Planner& planner, const Manifest& manifest,
     const Metrics& m = c.metrics[i];
     json row = json::object();
     for (const MetricField& f : metric_fields())
-      std::visit([&](auto read) {
-        if constexpr (std::is_pointer_v<decltype(read)>)
-          row[f.key] = read(m);
-        else
-          row[f.key] = m.*read;
-      }, f.read);
+      std::visit(
+          [&](auto read) {
+            if constexpr (std::is_pointer_v<decltype(read)>)
+              row[f.key] = read(m);
+            else
+              row[f.key] = m.*read;
+          },
+          f.read);
     row["warnings"] = i < c.warnings.size() ? c.warnings[i] : std::vector<std::string>();
     if (i < c.loader.size()) row["loader"] = loader_json(c.loader[i]);
     out["strategies"].push_back(std::move(row));
   }
   out["left_out"] = json::array();
-  for (const auto& [name, why] : c.left_out) out["left_out"].push_back({{"name", name}, {"reason", why}});
+  for (const auto& [name, why] : c.left_out)
+    out["left_out"].push_back({{"name", name}, {"reason", why}});
   const auto& cfg = planner.config();
   const Bucketing& bk = planner.bucketing();
   json files = json::array();
-  for (const auto& f : manifest.files()) files.push_back({{"path", f.path}, {"rows", f.rows}, {"first_row", f.first_row}});
+  for (const auto& f : manifest.files())
+    files.push_back({{"path", f.path}, {"rows", f.rows}, {"first_row", f.first_row}});
   json buckets = json::array();
   for (size_t b = 0; b < bk.buckets.size(); ++b) {
     const Bucket& x = bk.buckets[b];
-    buckets.push_back({{"name", x.name()}, {"frames", x.frames}, {"height", x.height}, {"width", x.width},
-                       {"tokens", x.tokens}, {"samples", bk.bucket_counts[b]},
-                       {"sp_group", planner.bucket_groups().empty() ? 1 : int(planner.bucket_groups()[b])},
-                       {"sample_time_s", planner.cost().sample_time(x)}});
+    buckets.push_back(
+        {{"name", x.name()},
+         {"frames", x.frames},
+         {"height", x.height},
+         {"width", x.width},
+         {"tokens", x.tokens},
+         {"samples", bk.bucket_counts[b]},
+         {"sp_group", planner.bucket_groups().empty() ? 1 : int(planner.bucket_groups()[b])},
+         {"sample_time_s", planner.cost().sample_time(x)}});
   }
   char fp[17];
   snprintf(fp, sizeof fp, "%016llx", static_cast<unsigned long long>(planner.fingerprint()));
@@ -523,7 +613,7 @@ nlohmann::json comparison_json(const Planner& planner, const Manifest& manifest,
                    {"fingerprint", fp},
                    {"buckets", buckets}};
   if (planner.packing()) out["inputs"]["packing"] = "on";  // absent: off
-  if (!c.loader.empty()) {  // absent: no loader check
+  if (!c.loader.empty()) {                                 // absent: no loader check
     out["inputs"]["loader_profile"] = c.loader_profile.path;
     out["inputs"]["loader_source"] = c.loader_profile.source;
     out["inputs"]["loader_workers"] = c.loader.front().workers;
@@ -531,7 +621,9 @@ nlohmann::json comparison_json(const Planner& planner, const Manifest& manifest,
   if (!planner.ranks().empty()) {  // absent: alike ranks
     nlohmann::json ranks = nlohmann::json::array();
     for (size_t r = 0; r < planner.ranks().device.size(); ++r)
-      ranks.push_back({{"rank", r}, {"device", planner.ranks().device[r].name}, {"speed", planner.ranks().speed[r]},
+      ranks.push_back({{"rank", r},
+                       {"device", planner.ranks().device[r].name},
+                       {"speed", planner.ranks().speed[r]},
                        {"memory_bytes", planner.ranks().device[r].memory_bytes}});
     out["inputs"]["ranks"] = ranks;
   }

@@ -32,7 +32,9 @@ struct PlanOptions {
   void add_to(CLI::App& app, bool with_manifest);
   // Turns the strings into config values; throws CLI::ValidationError naming the option.
   void finish();
-  BadRowPolicy bad_row_policy() const { return on_bad_row == "skip" ? BadRowPolicy::kSkip : BadRowPolicy::kError; }
+  BadRowPolicy bad_row_policy() const {
+    return on_bad_row == "skip" ? BadRowPolicy::kSkip : BadRowPolicy::kError;
+  }
   std::vector<std::string> strategy_names() const;
   // The files the options read (manifests, --profile, --fixed-config, preset files), named by
   // their flags, for the output check (output_files.h).
@@ -43,7 +45,8 @@ struct PlanOptions {
 struct Comparison {
   std::vector<Plan> plans;
   std::vector<Metrics> metrics;
-  std::vector<std::vector<std::string>> warnings;  // per plan: the targets it misses (Planner::warnings)
+  std::vector<std::vector<std::string>>
+      warnings;  // per plan: the targets it misses (Planner::warnings)
   std::vector<std::pair<std::string, std::string>> left_out;  // (strategy, why) not in a comparison
   // With --loader-profile: the profile and, per plan, whether its loader keeps up; else empty.
   LoaderProfile loader_profile;
@@ -59,8 +62,10 @@ Manifest load_manifests(const PlanOptions& o);
 Manifest demo_manifest(BadRowPolicy policy);
 
 // Human table and JSON object of a comparison; `inputs` describes manifests and budgets.
-void print_table(const Planner& planner, const Manifest& manifest, const Comparison& c, std::ostream& out);
-nlohmann::json comparison_json(const Planner& planner, const Manifest& manifest, const Comparison& c);
+void print_table(const Planner& planner, const Manifest& manifest, const Comparison& c,
+                 std::ostream& out);
+nlohmann::json comparison_json(const Planner& planner, const Manifest& manifest,
+                               const Comparison& c);
 // A warning per strategy that drops more than kDropWarnFraction of the planned samples
 // (drop_warning, planner.h), and each target a plan misses (Comparison::warnings).
 void print_drop_warnings(const Planner& planner, const Comparison& c, std::ostream& out);

@@ -48,7 +48,8 @@ class DeviceMirror {
   // x alone starts that many elements past one instead (operands that disagree).
   explicit DeviceMirror(const AdalnParams& hp, bool bwd, int shift = 0, int x_shift = -1)
       : dp(hp), shift_(shift) {
-    const size_t es = dtype_size(hp.x_dtype), em = dtype_size(hp.mod_dtype), ew = dtype_size(hp.weight_dtype);
+    const size_t es = dtype_size(hp.x_dtype), em = dtype_size(hp.mod_dtype),
+                 ew = dtype_size(hp.weight_dtype);
     const int64_t mod_rows = hp.per_token ? hp.rows : hp.batch;
     const int64_t N = hp.rows, D = hp.dim;
     shift_ = x_shift >= 0 ? x_shift : shift;
@@ -86,7 +87,8 @@ class DeviceMirror {
 
   void copy_back() {
     cuda_ok(cudaDeviceSynchronize(), "kernel");
-    for (const Out& o : outs_) cuda_ok(cudaMemcpy(o.host, o.dev, o.bytes, cudaMemcpyDeviceToHost), "copy back");
+    for (const Out& o : outs_)
+      cuda_ok(cudaMemcpy(o.host, o.dev, o.bytes, cudaMemcpyDeviceToHost), "copy back");
   }
 
  private:

@@ -237,8 +237,8 @@ __global__ void __launch_bounds__(kMaxTeam) adaln_bwd_seg_kernel(const Args a) {
         dx_out(vp0);
 #pragma unroll
         for (int e = 0; e < kEpv; ++e) acc1[e] += g0[e], acc2[e] += g0[e] * xh[e];
-        // Vectors past the first (D > 4096: one team a block, its rows in order): their sums
-        // are the piece's workspace rows, written by its first row, then added to.
+          // Vectors past the first (D > 4096: one team a block, its rows in order): their sums
+          // are the piece's workspace rows, written by its first row, then added to.
 #pragma unroll 1
         for (int64_t v = lane + ts; v < nvec; v += ts) {
           float xv[kEpv], gv[kEpv];

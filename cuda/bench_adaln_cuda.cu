@@ -76,7 +76,8 @@ double median_ms(F&& f, int reps) {
 }
 
 __global__ void fill_kernel(unsigned short* p, int64_t n, unsigned seed, bool f32) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
     unsigned z = unsigned(i) * 2654435761u + seed;
     z ^= z >> 15;
     const float v = float(z & 0xffff) / 65536.f * 2.f - 1.f;
@@ -84,7 +85,8 @@ __global__ void fill_kernel(unsigned short* p, int64_t n, unsigned seed, bool f3
       reinterpret_cast<float*>(p)[i] = v;
     } else {
       unsigned u = __float_as_uint(v);
-      p[i] = (unsigned short)(u >> 16);  // a bf16 / valid-ish f16 bit pattern; values do not matter for timing
+      p[i] = (unsigned short)(u >> 16);  // a bf16 / valid-ish f16 bit pattern; values do not matter
+                                         // for timing
     }
   }
 }
@@ -94,10 +96,12 @@ void fill(void* p, DType t, int64_t n, unsigned seed) {
   if (t == DType::F16) {
     // f16 from the top bits of a float would make many infs: use small uniform values
     std::vector<unsigned short> h(size_t(std::min<int64_t>(n, 1 << 20)));
-    for (size_t i = 0; i < h.size(); ++i) h[i] = (unsigned short)(0x3000 + ((i * 2654435761u + seed) % 0x0c00));
+    for (size_t i = 0; i < h.size(); ++i)
+      h[i] = (unsigned short)(0x3000 + ((i * 2654435761u + seed) % 0x0c00));
     for (int64_t off = 0; off < n; off += int64_t(h.size()))
       cuda_ok(cudaMemcpy(static_cast<unsigned short*>(p) + off, h.data(),
-                         size_t(std::min<int64_t>(int64_t(h.size()), n - off)) * 2, cudaMemcpyHostToDevice),
+                         size_t(std::min<int64_t>(int64_t(h.size()), n - off)) * 2,
+                         cudaMemcpyHostToDevice),
               "fill");
     return;
   }
@@ -121,7 +125,8 @@ bool run_checks() {
         c.weight = c.bias = D == 1500;
         const auto f = adaln_check::check_adaln_fwd(c, cuda_testing::run_fwd_cuda);
         const auto b = adaln_check::check_adaln_bwd(c, cuda_testing::run_bwd_cuda);
-        std::printf("check %-40s fwd %s  bwd %s\n", c.name().c_str(), f.ok ? "ok" : "FAIL", b.ok ? "ok" : "FAIL");
+        std::printf("check %-40s fwd %s  bwd %s\n", c.name().c_str(), f.ok ? "ok" : "FAIL",
+                    b.ok ? "ok" : "FAIL");
         if (!f.ok) std::printf("%s", f.report.c_str());
         if (!b.ok) std::printf("%s", b.report.c_str());
         ok = ok && f.ok && b.ok;
@@ -140,7 +145,9 @@ int main(int argc, char** argv) {
   bool check = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    auto val = [&](const char* k) { return a.rfind(k, 0) == 0 ? a.substr(std::strlen(k)) : std::string(); };
+    auto val = [&](const char* k) {
+      return a.rfind(k, 0) == 0 ? a.substr(std::strlen(k)) : std::string();
+    };
     if (a == "--quick") {
       shapes = {"wan1.3b-480p"};
       batches = {1};
@@ -161,7 +168,8 @@ int main(int argc, char** argv) {
     } else if (!val("--max-gb=").empty()) {
       max_gb = std::atof(val("--max-gb=").c_str());
     } else {
-      std::fprintf(stderr, "unknown argument %s (see the header of bench_adaln_cuda.cu)\n", a.c_str());
+      std::fprintf(stderr, "unknown argument %s (see the header of bench_adaln_cuda.cu)\n",
+                   a.c_str());
       return 2;
     }
   }
@@ -178,8 +186,8 @@ int main(int argc, char** argv) {
     std::printf("CHECK FAILED\n");
     return 1;
   }
-  std::printf("# %-13s %2s %8s %5s %-4s %-3s %9s %8s %9s %6s\n", "shape", "B", "rows", "D", "type", "mod", "ms", "GB/s",
-              "copyGB/s", "frac");
+  std::printf("# %-13s %2s %8s %5s %-4s %-3s %9s %8s %9s %6s\n", "shape", "B", "rows", "D", "type",
+              "mod", "ms", "GB/s", "copyGB/s", "frac");
   std::vector<std::string> json;
   for (const std::string& sname : shapes) {
     const Shape* sh = nullptr;
@@ -198,8 +206,9 @@ int main(int argc, char** argv) {
           const bool bwd = mode == "bwd";
           const double need_gb = double(tbytes) * (bwd ? 3 : 2) / (1 << 30);
           if (need_gb > max_gb) {
-            std::printf("  %-13s %2lld %8lld %5lld %-4s %-3s skipped: needs %.1f GiB\n", sh->name, (long long)B,
-                        (long long)N, (long long)D, dn.c_str(), mode.c_str(), need_gb);
+            std::printf("  %-13s %2lld %8lld %5lld %-4s %-3s skipped: needs %.1f GiB\n", sh->name,
+                        (long long)B, (long long)N, (long long)D, dn.c_str(), mode.c_str(),
+                        need_gb);
             continue;
           }
           void *x, *out, *dy = nullptr, *scale, *shift, *ds = nullptr, *dt = nullptr, *ws = nullptr;
@@ -228,8 +237,8 @@ int main(int argc, char** argv) {
           p.rstd = rstd;
           adaln_set_contiguous_strides(p);
           adaln_fwd_cuda(p, nullptr);
-          const double copy_ms =
-              median_ms([&] { cudaMemcpyAsync(out, x, tbytes, cudaMemcpyDeviceToDevice, nullptr); }, reps);
+          const double copy_ms = median_ms(
+              [&] { cudaMemcpyAsync(out, x, tbytes, cudaMemcpyDeviceToDevice, nullptr); }, reps);
           const double copy_gbps = 2.0 * double(tbytes) / (copy_ms * 1e6);
           double ms;
           size_t moved;
@@ -252,18 +261,22 @@ int main(int argc, char** argv) {
             moved = 3 * tbytes;
           }
           const double gbps = double(moved) / (ms * 1e6), frac = gbps / copy_gbps;
-          std::printf("  %-13s %2lld %8lld %5lld %-4s %-3s %9.4f %8.1f %9.1f %5.0f%%\n", sh->name, (long long)B,
-                      (long long)N, (long long)D, dn.c_str(), mode.c_str(), ms, gbps, copy_gbps, 100 * frac);
+          std::printf("  %-13s %2lld %8lld %5lld %-4s %-3s %9.4f %8.1f %9.1f %5.0f%%\n", sh->name,
+                      (long long)B, (long long)N, (long long)D, dn.c_str(), mode.c_str(), ms, gbps,
+                      copy_gbps, 100 * frac);
           std::fflush(stdout);
           char line[512];
-          std::snprintf(line, sizeof line,
-                        "{\"bench\":\"adaln_cuda\",\"gpu\":\"%s\",\"shape\":\"%s\",\"B\":%lld,\"rows\":%lld,\"D\":%lld,"
-                        "\"dtype\":\"%s\",\"mod_dtype\":\"f32\",\"mode\":\"%s\",\"ms\":%.5f,\"gbps\":%.2f,"
-                        "\"copy_gbps\":%.2f,\"frac_copy\":%.4f,\"workspace_bytes\":%zu,\"reps\":%d}",
-                        prop.name, sh->name, (long long)B, (long long)N, (long long)D, dn.c_str(), mode.c_str(), ms,
-                        gbps, copy_gbps, frac, p.workspace_bytes, reps);
+          std::snprintf(
+              line, sizeof line,
+              "{\"bench\":\"adaln_cuda\",\"gpu\":\"%s\",\"shape\":\"%s\",\"B\":%lld,\"rows\":%lld,"
+              "\"D\":%lld,"
+              "\"dtype\":\"%s\",\"mod_dtype\":\"f32\",\"mode\":\"%s\",\"ms\":%.5f,\"gbps\":%.2f,"
+              "\"copy_gbps\":%.2f,\"frac_copy\":%.4f,\"workspace_bytes\":%zu,\"reps\":%d}",
+              prop.name, sh->name, (long long)B, (long long)N, (long long)D, dn.c_str(),
+              mode.c_str(), ms, gbps, copy_gbps, frac, p.workspace_bytes, reps);
           json.push_back(line);
-          for (void* q : {x, out, dy, scale, shift, ds, dt, ws, static_cast<void*>(mean), static_cast<void*>(rstd)})
+          for (void* q : {x, out, dy, scale, shift, ds, dt, ws, static_cast<void*>(mean),
+                          static_cast<void*>(rstd)})
             if (q) cudaFree(q);
         }
       }

@@ -365,12 +365,11 @@ void test_few_sms() {
   };
   // D = 1024 and 512 with 16-byte rows: the forward's prefetch of the team's next row
   // (the vector path) over many rows a team.
-  const std::vector<F> full = {{3, 1, 24, 16411},  {7, 1, 24, 16411}, {4, 3, 7, 12289},
-                               {11, 2, 300, 1500}, {1, 5, 100, 64},   {9, 1, 2000, 8},
-                               {5, 1, 600, 1024},  {7, 2, 200, 512},  {4, 3, 50, 6000},
-                               {6, 1, 70, 8192}};
-  const std::vector<F> small = {{3, 1, 10, 16411}, {11, 2, 40, 1500}, {5, 1, 200, 1024},
-                                {4, 3, 20, 6000}};
+  const std::vector<F> full = {
+      {3, 1, 24, 16411}, {7, 1, 24, 16411}, {4, 3, 7, 12289}, {11, 2, 300, 1500}, {1, 5, 100, 64},
+      {9, 1, 2000, 8},   {5, 1, 600, 1024}, {7, 2, 200, 512}, {4, 3, 50, 6000},   {6, 1, 70, 8192}};
+  const std::vector<F> small = {
+      {3, 1, 10, 16411}, {11, 2, 40, 1500}, {5, 1, 200, 1024}, {4, 3, 20, 6000}};
   uint64_t seed = 1500;
   for (const F& t : g_small ? small : full) {
     const AdalnCase c = shaped(cs[t.combo % cs.size()], t.B, t.L, t.D, seed++);

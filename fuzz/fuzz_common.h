@@ -2,22 +2,23 @@
 // Shared helpers of the libFuzzer targets (fuzz/README.md). A target may let only the
 // library's documented exceptions (InputError, ConfigError) escape into `expected(...)`;
 // any other exception, a crash, a sanitizer report or a failed AL_FUZZ_CHECK is a bug.
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <string>
-#include <unistd.h>
 
 #include "adaptiveload/util/error.h"
 
-#define AL_FUZZ_CHECK(cond, msg)                                                          \
-  do {                                                                                    \
-    if (!(cond)) {                                                                        \
-      std::fprintf(stderr, "AL_FUZZ_CHECK failed at %s:%d: %s: %s\n", __FILE__, __LINE__, \
-                   #cond, std::string(msg).c_str());                                      \
-      std::abort();                                                                       \
-    }                                                                                     \
+#define AL_FUZZ_CHECK(cond, msg)                                                                 \
+  do {                                                                                           \
+    if (!(cond)) {                                                                               \
+      std::fprintf(stderr, "AL_FUZZ_CHECK failed at %s:%d: %s: %s\n", __FILE__, __LINE__, #cond, \
+                   std::string(msg).c_str());                                                    \
+      std::abort();                                                                              \
+    }                                                                                            \
   } while (0)
 
 namespace adaptiveload::fuzz {

@@ -24,7 +24,8 @@ bool same_plan(const Plan& a, const Plan& b) {
   if (a.micro_batches.size() != b.micro_batches.size()) return false;
   for (size_t i = 0; i < a.micro_batches.size(); ++i) {
     const MicroBatch &x = a.micro_batches[i], &y = b.micro_batches[i];
-    if (x.begin != y.begin || x.count != y.count || x.bucket != y.bucket || x.padded != y.padded) return false;
+    if (x.begin != y.begin || x.count != y.count || x.bucket != y.bucket || x.padded != y.padded)
+      return false;
   }
   return true;
 }
@@ -58,8 +59,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (kind < 100) {
       csv += ".jpg,1," + std::to_string(h) + "," + std::to_string(w) + ",\n";
     } else {
-      csv += ".mp4," + std::to_string(1 + in.below(700)) + "," + std::to_string(h) + "," + std::to_string(w) + "," +
-             kFps[kind % 8] + "\n";
+      csv += ".mp4," + std::to_string(1 + in.below(700)) + "," + std::to_string(h) + "," +
+             std::to_string(w) + "," + kFps[kind % 8] + "\n";
     }
   }
   Manifest m;
@@ -85,7 +86,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!expected([&] { check_resume_coverage(pl, st, w2); })) return 0;
   Planner::Resumed r2 = pl.resume(st, w2);
   PlanState st2 = r2.state;
-  st2.segments.back().second = r2.plan.num_steps() ? int64_t(in.below(uint32_t(r2.plan.num_steps()) + 1)) : 0;
+  st2.segments.back().second =
+      r2.plan.num_steps() ? int64_t(in.below(uint32_t(r2.plan.num_steps()) + 1)) : 0;
   const int w3 = 1 + int(in.below(64));
   expected([&] { check_resume_coverage(pl, st2, w3); });
   return 0;

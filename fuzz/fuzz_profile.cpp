@@ -18,7 +18,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Bucket b;
       b.tokens = s;
       const double t = c.sample_time(b);
-      AL_FUZZ_CHECK(!std::isnan(t) && t >= 0, "profile gives time " + std::to_string(t) + " for S=" + std::to_string(s));
+      AL_FUZZ_CHECK(!std::isnan(t) && t >= 0,
+                    "profile gives time " + std::to_string(t) + " for S=" + std::to_string(s));
     }
     AL_FUZZ_CHECK(std::isfinite(c.overhead_s) && c.overhead_s >= 0, "bad overhead");
     if (c.has_memory()) {
@@ -28,7 +29,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   });
   expected([&] {
     for (const Measurement& m : read_measurements(path)) {
-      AL_FUZZ_CHECK(m.tokens > 0 && m.batch > 0 && m.time_s > 0, "accepted a non-positive measurement");
+      AL_FUZZ_CHECK(m.tokens > 0 && m.batch > 0 && m.time_s > 0,
+                    "accepted a non-positive measurement");
     }
   });
   return 0;

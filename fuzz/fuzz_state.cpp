@@ -32,11 +32,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!expected([&] { st = state_from_json(text); })) return 0;
   // Only a state of this format and version is accepted (not one whose fields convert to it).
   const auto j = nlohmann::json::parse(text);
-  AL_FUZZ_CHECK(j.at("format") == "adaptiveload-state" && j.at("version") == 1, "accepted another format or version");
+  AL_FUZZ_CHECK(j.at("format") == "adaptiveload-state" && j.at("version") == 1,
+                "accepted another format or version");
   // A parsed state round-trips exactly.
   PlanState back = state_from_json(state_to_json(st));
-  AL_FUZZ_CHECK(back.strategy == st.strategy && back.fingerprint == st.fingerprint && back.seed == st.seed &&
-                    back.epoch == st.epoch && back.segments == st.segments && back.segment_costs == st.segment_costs &&
+  AL_FUZZ_CHECK(back.strategy == st.strategy && back.fingerprint == st.fingerprint &&
+                    back.seed == st.seed && back.epoch == st.epoch &&
+                    back.segments == st.segments && back.segment_costs == st.segment_costs &&
                     back.layout == st.layout && back.sync == st.sync,
                 "state does not round-trip");
   // World sizes up to 2^20 are valid; planning a million ranks per segment is a load test

@@ -29,18 +29,23 @@ inline void check_manifest_text(std::string_view text, const std::string& name) 
     const ClipInfo& c = lenient.clip(r);
     AL_FUZZ_CHECK(!lenient.path(r).empty(), "usable row with an empty path");
     AL_FUZZ_CHECK(c.num_frames >= 1 && c.num_frames <= 10'000'000, "num_frames out of limits");
-    AL_FUZZ_CHECK(c.height >= 1 && c.height <= 65'536 && c.width >= 1 && c.width <= 65'536, "size out of limits");
+    AL_FUZZ_CHECK(c.height >= 1 && c.height <= 65'536 && c.width >= 1 && c.width <= 65'536,
+                  "size out of limits");
     AL_FUZZ_CHECK(std::isfinite(c.fps) && c.fps >= 0 && c.fps <= 1000, "fps out of limits");
     AL_FUZZ_CHECK(c.num_frames == 1 || c.fps > 0, "a video without fps");
   }
-  AL_FUZZ_CHECK(usable + int64_t(lenient.bad_rows().size()) == lenient.total_rows(), "rows neither usable nor bad");
+  AL_FUZZ_CHECK(usable + int64_t(lenient.bad_rows().size()) == lenient.total_rows(),
+                "rows neither usable nor bad");
   for (const BadRow& b : lenient.bad_rows()) (void)b.message();
-  AL_FUZZ_CHECK(strict_ok == lenient.bad_rows().empty(), "kError and kSkip disagree on whether a row is bad");
+  AL_FUZZ_CHECK(strict_ok == lenient.bad_rows().empty(),
+                "kError and kSkip disagree on whether a row is bad");
   if (strict_ok) {
-    AL_FUZZ_CHECK(strict.total_rows() == lenient.total_rows(), "kError and kSkip read different row counts");
+    AL_FUZZ_CHECK(strict.total_rows() == lenient.total_rows(),
+                  "kError and kSkip read different row counts");
     for (int64_t r = 0; r < strict.total_rows(); ++r) {
       AL_FUZZ_CHECK(strict.path(r) == lenient.path(r), "paths differ between policies");
-      AL_FUZZ_CHECK(strict.clip(r).num_frames == lenient.clip(r).num_frames, "frames differ between policies");
+      AL_FUZZ_CHECK(strict.clip(r).num_frames == lenient.clip(r).num_frames,
+                    "frames differ between policies");
     }
   }
 }

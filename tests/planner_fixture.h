@@ -25,7 +25,8 @@ inline std::string jsonl(const Plan& p, size_t first = 0) {
 }
 
 // Ids a plan trains (padded repeats excluded), sorted.
-inline std::vector<uint32_t> trained_ids(const Plan& p, size_t first_step = 0, size_t end_step = SIZE_MAX) {
+inline std::vector<uint32_t> trained_ids(const Plan& p, size_t first_step = 0,
+                                         size_t end_step = SIZE_MAX) {
   std::vector<uint32_t> ids;
   end_step = std::min(end_step, p.num_steps());
   if (first_step >= end_step) return ids;
@@ -35,7 +36,8 @@ inline std::vector<uint32_t> trained_ids(const Plan& p, size_t first_step = 0, s
   for (size_t i = first_step * W; i < end_step * W; ++i)
     for (uint64_t m = p.rank_begin[i]; m < p.rank_begin[i + 1]; ++m) {
       const MicroBatch& mb = p.micro_batches[m];
-      if (!mb.padded && (i % W) % size_t(p.group(m)) == 0) ids.insert(ids.end(), p.ids(mb), p.ids(mb) + mb.count);
+      if (!mb.padded && (i % W) % size_t(p.group(m)) == 0)
+        ids.insert(ids.end(), p.ids(mb), p.ids(mb) + mb.count);
     }
   std::sort(ids.begin(), ids.end());
   return ids;
@@ -63,7 +65,8 @@ inline void expect_plan_contract(const Planner& pl, const Plan& p, const std::st
   const auto& buckets = pl.bucketing().buckets;
   const double usable = pl.usable_memory_bytes();
   for (size_t i = 0; i + 1 < p.rank_begin.size(); ++i)
-    ASSERT_LT(p.rank_begin[i], p.rank_begin[i + 1]) << ctx << ": rank " << i % W << " idle in step " << i / W;
+    ASSERT_LT(p.rank_begin[i], p.rank_begin[i + 1])
+        << ctx << ": rank " << i % W << " idle in step " << i / W;
   for (size_t m = 0; m < p.micro_batches.size(); ++m) {
     const MicroBatch& mb = p.micro_batches[m];
     if (mb.bucket == kPackedBucket) {
@@ -71,7 +74,8 @@ inline void expect_plan_contract(const Planner& pl, const Plan& p, const std::st
       ASSERT_TRUE(p.packed) << ctx << ": a pack in a plan not marked packed";
       ASSERT_EQ(p.group(m), 1) << ctx << ": a pack on a sequence-parallel group";
       MicroShape shape;
-      for (uint32_t k = 0; k < mb.count; ++k) shape.add(buckets[pl.bucketing().sample_bucket[p.ids(mb)[k]]]);
+      for (uint32_t k = 0; k < mb.count; ++k)
+        shape.add(buckets[pl.bucketing().sample_bucket[p.ids(mb)[k]]]);
       ASSERT_GT(shape.parts().size(), 1u) << ctx << ": a pack of one bucket keeps its bucket";
       EXPECT_LE(shape.tokens(), pl.mem_budget_tokens()) << ctx << ": pack over M_mem";
       EXPECT_LE(pl.memory().bytes(shape), usable) << ctx << ": pack over device memory";
@@ -83,17 +87,20 @@ inline void expect_plan_contract(const Planner& pl, const Plan& p, const std::st
     const int64_t per_gpu = (b.tokens + g - 1) / g;
     ASSERT_GT(mb.count, 0u) << ctx;
     for (uint32_t k = 0; k < mb.count; ++k)
-      ASSERT_EQ(pl.bucketing().sample_bucket[p.ids(mb)[k]], mb.bucket) << ctx << ": sample in the wrong bucket";
+      ASSERT_EQ(pl.bucketing().sample_bucket[p.ids(mb)[k]], mb.bucket)
+          << ctx << ": sample in the wrong bucket";
     // `fixed` follows its table (capped at device memory), not the token budget.
     if (p.strategy != "fixed") {
       EXPECT_LE(int64_t(mb.count) * per_gpu, pl.mem_budget_tokens())
           << ctx << ": B x S / g over M_mem in " << b.name();
     }
-    EXPECT_LE(pl.memory().bytes(mb.count, per_gpu), usable) << ctx << ": micro-batch over device memory";
+    EXPECT_LE(pl.memory().bytes(mb.count, per_gpu), usable)
+        << ctx << ": micro-batch over device memory";
     // dual obeys M_comp; balanced's whole-batch candidates may use the memory budget's sizes
     // (its dealing balances them), so it is held to M_mem and memory above.
     if (p.strategy == "dual" && mb.count > 1 && g == 1) {
-      EXPECT_LE(double(mb.count) * std::pow(double(b.tokens), pl.p()), pl.comp_budget() * (1 + 1e-12))
+      EXPECT_LE(double(mb.count) * std::pow(double(b.tokens), pl.p()),
+                pl.comp_budget() * (1 + 1e-12))
           << ctx << ": B x S^p over M_comp in " << b.name();
     }
   }

@@ -13,7 +13,8 @@
 namespace adaptiveload::test {
 
 // A fitted profile in the test's temporary folder, with "field": value when value is not empty.
-inline std::string write_profile(const std::string& name, const std::string& field, const std::string& value) {
+inline std::string write_profile(const std::string& name, const std::string& field,
+                                 const std::string& value) {
   const std::string path = ::testing::TempDir() + name;
   std::ofstream(path) << R"({"format":"adaptiveload-profile","version":1,
     "cost":{"a":2e-6,"b":4e-10,"c0":1e-3,"overhead_s":0.01,"half_efficiency_tokens":256})"

@@ -95,8 +95,16 @@ void finite_difference_case(bool per_token, int64_t B, int64_t L, int64_t D) {
   AdalnProblem pr(c);
   adaln_fwd_ref(pr.params());
   adaln_bwd_ref(pr.params());
-  Fd f{B, L, D, per_token, to_vec(pr.x), to_vec(pr.scale), to_vec(pr.shift),
-       to_vec(pr.weight), to_vec(pr.bias), to_vec(pr.dy)};
+  Fd f{B,
+       L,
+       D,
+       per_token,
+       to_vec(pr.x),
+       to_vec(pr.scale),
+       to_vec(pr.shift),
+       to_vec(pr.weight),
+       to_vec(pr.bias),
+       to_vec(pr.dy)};
   expect_grad(f, f.x, pr.dx, "dx");
   expect_grad(f, f.s, pr.dscale, "dscale");
   expect_grad(f, f.t, pr.dshift, "dshift");
@@ -110,7 +118,8 @@ TEST(adaln_finite_diff, SingleElementRow) { finite_difference_case(false, 1, 3, 
 
 // --- NaN / Inf --------------------------------------------------------------------------
 
-void nan_case(const char* which, double bad, void (*fwd)(const AdalnParams&), void (*bwd)(const AdalnParams&)) {
+void nan_case(const char* which, double bad, void (*fwd)(const AdalnParams&),
+              void (*bwd)(const AdalnParams&)) {
   for (int64_t D : {1, 7, 64, 1500}) {
     AdalnCase c;
     c.batch = 1;
@@ -142,12 +151,17 @@ TEST(adaln_non_finite, NanInRowGivesNanRowCpu) {
 TEST(adaln_non_finite, InfInRowGivesNanRowCpu) {
   nan_case("inf", std::numeric_limits<double>::infinity(), adaln_fwd_cpu, adaln_bwd_cpu);
 }
-TEST(adaln_non_finite, NanInRowGivesNanRowRef) { nan_case("nan", std::nan(""), adaln_fwd_ref, adaln_bwd_ref); }
+TEST(adaln_non_finite, NanInRowGivesNanRowRef) {
+  nan_case("nan", std::nan(""), adaln_fwd_ref, adaln_bwd_ref);
+}
 
 // --- empty tensors ----------------------------------------------------------------------
 
 TEST(adaln_empty, NoRowsDoesNothingAndZeroesReductions) {
-  for (auto [B, L, tok] : {std::tuple<int64_t, int64_t, bool>{0, 5, false}, {2, 0, false}, {0, 0, true}, {3, 0, true}}) {
+  for (auto [B, L, tok] : {std::tuple<int64_t, int64_t, bool>{0, 5, false},
+                           {2, 0, false},
+                           {0, 0, true},
+                           {3, 0, true}}) {
     AdalnCase c;
     c.batch = B;
     c.L = L;
@@ -186,7 +200,8 @@ std::vector<unsigned char> bwd_bytes(const AdalnCase& c, int threads) {
   adaln_bwd_cpu(pr.params());
   omp_set_num_threads(before);
   std::vector<unsigned char> out;
-  for (const Buffer* b : {&pr.y, &pr.mean, &pr.rstd, &pr.dx, &pr.dscale, &pr.dshift, &pr.dweight, &pr.dbias})
+  for (const Buffer* b :
+       {&pr.y, &pr.mean, &pr.rstd, &pr.dx, &pr.dscale, &pr.dshift, &pr.dweight, &pr.dbias})
     out.insert(out.end(), b->bytes.begin(), b->bytes.end());
   return out;
 }
@@ -289,7 +304,8 @@ TEST(adaln_half_types, Bf16RoundsToNearestEvenAndKeepsNan) {
   EXPECT_EQ(float_to_bf16(bits_to_float(0x3f808001u)), 0x3f81);
   EXPECT_EQ(float_to_bf16(bits_to_float(0x7f7fffffu)), 0x7f80);  // max float -> inf
   EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(std::nanf("")))));
-  EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(bits_to_float(0x7f800001u)))));  // low-payload sNaN
+  EXPECT_TRUE(
+      std::isnan(bf16_to_float(float_to_bf16(bits_to_float(0x7f800001u)))));  // low-payload sNaN
   EXPECT_TRUE(std::isinf(bf16_to_float(float_to_bf16(INFINITY))));
   for (uint32_t h = 0; h < 65536; ++h) {  // every bf16 round-trips
     const float f = bf16_to_float(uint16_t(h));
@@ -342,12 +358,14 @@ TEST(adaln_offsets, RowStridesPast2To32ElementsWork) {
   const int64_t D = 40, rows = 3, stride = (int64_t(1) << 31) + 64;
   const size_t bytes = size_t(stride * (rows - 1) + D) * 2;
   auto map = [&]() -> void* {
-    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     return p == MAP_FAILED ? nullptr : p;
   };
   void* xm = map();
   void* ym = map();
-  if (xm == nullptr || ym == nullptr) GTEST_SKIP() << "cannot reserve " << bytes << " bytes of address space";
+  if (xm == nullptr || ym == nullptr)
+    GTEST_SKIP() << "cannot reserve " << bytes << " bytes of address space";
   uint16_t* x = static_cast<uint16_t*>(xm);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < D; ++j) x[r * stride + j] = float_to_bf16(float(r + 1) * float(j % 5));
@@ -372,7 +390,8 @@ TEST(adaln_offsets, RowStridesPast2To32ElementsWork) {
   for (int64_t r = 0; r < rows; ++r) {
     EXPECT_NEAR(mean[r], 2.0 * (r + 1), 1e-5) << r;
     for (int64_t j = 0; j < D; ++j)
-      EXPECT_NEAR(bf16_to_float(y[r * stride + j]), (float(j % 5) - 2.f) / std::sqrt(2.f), 0.02) << r << "," << j;
+      EXPECT_NEAR(bf16_to_float(y[r * stride + j]), (float(j % 5) - 2.f) / std::sqrt(2.f), 0.02)
+          << r << "," << j;
   }
   munmap(xm, bytes);
   munmap(ym, bytes);

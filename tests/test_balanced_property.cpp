@@ -327,8 +327,10 @@ TEST(BalancedProperty, AtLeastAsFastAsTheBestOtherStrategyOnEveryMix) {
     if (c.ratio < 1.0 && c.ratio >= 1.0 - 1e-12) ++rounding;
   }
   if (rounding > 0)
-    std::printf("balanced property: %d configuration(s) equal to the best other within 1e-12 (summation order)\n",
-                rounding);
+    std::printf(
+        "balanced property: %d configuration(s) equal to the best other within 1e-12 (summation "
+        "order)\n",
+        rounding);
 
   std::vector<double> ratios;
   const Case* worst = &cases.front();
@@ -365,10 +367,11 @@ TEST(BalancedProperty, PackedAgainstTheBestOtherPackedOrBucketedStrategy) {
     for (const Engine& eng : kEngines) {
       for (const std::string& cost : kCostModels) {
         for (int W : {4, 8, 16}) {
-          const std::string where = mix.name + " W=" + std::to_string(W) + " " + cost + " " + eng.sync + " " +
-                                    eng.model;
+          const std::string where =
+              mix.name + " W=" + std::to_string(W) + " " + cost + " " + eng.sync + " " + eng.model;
           PlannerConfig cfg;
-          cfg.model = eng.model, cfg.sharding = eng.sharding, cfg.sync = eng.sync, cfg.cost_model = cost;
+          cfg.model = eng.model, cfg.sharding = eng.sharding, cfg.sync = eng.sync,
+          cfg.cost_model = cost;
           cfg.world_size = W, cfg.seed = 7, cfg.packing = "on";
           std::unique_ptr<Planner> pl;
           try {
@@ -376,10 +379,12 @@ TEST(BalancedProperty, PackedAgainstTheBestOtherPackedOrBucketedStrategy) {
           } catch (const ConfigError&) {
             continue;  // refused for memory, as counted by the test above
           }
-          if (!pl->cannot_plan(find_strategy("balanced")).empty()) continue;  // samples need SP groups
+          if (!pl->cannot_plan(find_strategy("balanced")).empty())
+            continue;  // samples need SP groups
           const Plan bp = pl->plan("balanced");
           expect_plan_contract(*pl, bp, where + " packed balanced");
-          if (lockstep_slots(pl->sync())) expect_equal_micro_batches(bp, where + " packed balanced");
+          if (lockstep_slots(pl->sync()))
+            expect_equal_micro_batches(bp, where + " packed balanced");
           const Metrics bm = pl->simulate(bp);
           const double bal = bm.throughput_samples_per_s;
           double best = 0, best_dev = 0;
@@ -395,21 +400,26 @@ TEST(BalancedProperty, PackedAgainstTheBestOtherPackedOrBucketedStrategy) {
           expect_plan_contract(*pl, gp, where + " greedy_pack");
           const double greedy = consider("greedy_pack", gp);
           consider("balanced bucketed", pl->plan_bucketed("balanced"));
-          EXPECT_GE(bal, greedy * (1 - 1e-12)) << where << ": packed balanced slower than the greedy packer";
+          EXPECT_GE(bal, greedy * (1 - 1e-12))
+              << where << ": packed balanced slower than the greedy packer";
           vs_greedy = std::min(vs_greedy, bal / greedy);
           const double ratio = bal / best;
           ++n, below += ratio < 1.0 - 1e-12;
           // Below 1 because packed balanced holds the global batch (tokens per step within
           // kMaxBatchDev) that the faster plan does not.
-          held += ratio < 1.0 - 1e-12 && bm.global_batch_tokens_max_dev <= kMaxBatchDev && best_dev > kMaxBatchDev;
+          held += ratio < 1.0 - 1e-12 && bm.global_batch_tokens_max_dev <= kMaxBatchDev &&
+                  best_dev > kMaxBatchDev;
           if (ratio < smallest) smallest = ratio, smallest_where = where, smallest_winner = winner;
         }
       }
     }
   }
   ASSERT_GT(n, 0u);
-  std::printf("packed balanced property: %zu configurations; smallest ratio to the best other %.4f at %s (best: %s); "
-              "%zu below 1 (%zu of them holding a global batch the faster plan does not); smallest ratio to "
-              "greedy_pack %.4f\n",
-              n, smallest, smallest_where.c_str(), smallest_winner.c_str(), below, held, vs_greedy);
+  std::printf(
+      "packed balanced property: %zu configurations; smallest ratio to the best other %.4f at %s "
+      "(best: %s); "
+      "%zu below 1 (%zu of them holding a global batch the faster plan does not); smallest ratio "
+      "to "
+      "greedy_pack %.4f\n",
+      n, smallest, smallest_where.c_str(), smallest_winner.c_str(), below, held, vs_greedy);
 }

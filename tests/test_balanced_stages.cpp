@@ -9,13 +9,12 @@
 #include <numeric>
 
 #include "adaptiveload/strategy/balanced/balanced.h"
-#include "adaptiveload/strategy/stages.h"
 #include "adaptiveload/strategy/balanced/step_layout.h"
+#include "adaptiveload/strategy/stages.h"
 #include "token_cost.h"
 
 namespace adaptiveload {
 namespace {
-
 
 // Bucket 0: 6 long clips (300,000 tokens, 2 to a micro-batch); bucket 1: 20 short clips
 // (30,000, up to 8); bucket 2: 60 images (1,000, up to 64). Sample ids are 100 * bucket + i.
@@ -40,7 +39,9 @@ struct Problem {
       pool.begin.push_back(pool.ids.size());
     }
   }
-  std::vector<uint64_t> starts() const { return std::vector<uint64_t>(pool.begin.begin(), pool.begin.end() - 1); }
+  std::vector<uint64_t> starts() const {
+    return std::vector<uint64_t>(pool.begin.begin(), pool.begin.end() - 1);
+  }
 };
 
 uint32_t total(const std::vector<uint32_t>& v) { return std::accumulate(v.begin(), v.end(), 0u); }
@@ -69,7 +70,8 @@ TEST(DealSteps, DealsEverySampleOnceAndLaysTheBinsOutAsSteps) {
   std::sort(sorted.begin(), sorted.end());
   for (uint32_t j = 0; j < K * W; ++j) EXPECT_EQ(sorted[j], j);
   EXPECT_EQ(total(d.counts.samples), 86u);
-  EXPECT_EQ(std::count(d.counts.samples.begin(), d.counts.samples.end(), 0u), 0);  // no rank-step idle
+  EXPECT_EQ(std::count(d.counts.samples.begin(), d.counts.samples.end(), 0u),
+            0);  // no rank-step idle
   EXPECT_EQ(d.ticks, epoch_ticks(d.counts, d.perm, int(W), 0));
 }
 

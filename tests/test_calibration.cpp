@@ -12,7 +12,8 @@ using namespace adaptiveload;
 
 namespace {
 // Measurements from a known model with +-2% multiplicative noise.
-std::vector<Measurement> synthetic(double a, double b, double c0, double ov, double nh, double noise) {
+std::vector<Measurement> synthetic(double a, double b, double c0, double ov, double nh,
+                                   double noise) {
   Rng rng(5, 5);
   std::vector<Measurement> pts;
   for (int64_t S : {1560, 4680, 9360, 18564, 32760, 48000, 75600})
@@ -150,7 +151,8 @@ TEST(Calibration, FitsObservationsOfPackedMicroBatches) {
         w += double(B) * t(double(S)), tokens += double(B) * double(S);
       }
       o.micro_batches.emplace_back(parts);
-      o.time_s += parts.size() == 1 ? ov + t(double(parts[0].first)) * (double(parts[0].second) + nh / double(parts[0].first))
+      o.time_s += parts.size() == 1 ? ov + t(double(parts[0].first)) * (double(parts[0].second) +
+                                                                        nh / double(parts[0].first))
                                     : ov + w * (1 + nh / tokens);
     }
     obs.push_back(o);

@@ -21,8 +21,8 @@ struct CliRun {
 CliRun run(const std::string& args) {
   // One stderr file per call: ctest runs tests of this binary in parallel processes.
   static int calls = 0;
-  const std::string err_file =
-      ::testing::TempDir() + "cli_stderr_" + std::to_string(getpid()) + "_" + std::to_string(calls++) + ".txt";
+  const std::string err_file = ::testing::TempDir() + "cli_stderr_" + std::to_string(getpid()) +
+                               "_" + std::to_string(calls++) + ".txt";
   const adaptiveload::test::CommandResult res =
       adaptiveload::test::run_command(std::string(AL_CLI_PATH) + " " + args + " 2>" + err_file);
   CliRun r;
@@ -59,9 +59,10 @@ TEST(Cli, PlanJsonHasTheDocumentedFields) {
   auto j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["strategies"].size(), 4u);
   for (const auto& s : j["strategies"]) {
-    for (const char* k : {"name", "imbalance", "imbalance_step_mean", "imbalance_step_maxmin",
-                          "throughput_samples_per_s", "throughput_tokens_per_s", "peak_memory_utilization_mean",
-                          "peak_memory_utilization_max", "diversity", "steps", "samples", "dropped"})
+    for (const char* k :
+         {"name", "imbalance", "imbalance_step_mean", "imbalance_step_maxmin",
+          "throughput_samples_per_s", "throughput_tokens_per_s", "peak_memory_utilization_mean",
+          "peak_memory_utilization_max", "diversity", "steps", "samples", "dropped"})
       EXPECT_TRUE(s.contains(k)) << k;
   }
   EXPECT_EQ(j["inputs"]["rows"], 8334);
@@ -119,8 +120,10 @@ TEST(Cli, PackingOnAddsThePackersAndMarksThePlan) {
   const auto j = nlohmann::json::parse(on.out);
   EXPECT_EQ(j["inputs"]["packing"], "on");
   std::map<std::string, double> sps;
-  for (const auto& s : j["strategies"]) sps[s["name"].get<std::string>()] = s["throughput_samples_per_s"];
-  for (const char* name : {"equal_tokens", "fixed", "dual", "balanced", "greedy_pack", "balanced bucketed"})
+  for (const auto& s : j["strategies"])
+    sps[s["name"].get<std::string>()] = s["throughput_samples_per_s"];
+  for (const char* name :
+       {"equal_tokens", "fixed", "dual", "balanced", "greedy_pack", "balanced bucketed"})
     EXPECT_EQ(sps.count(name), 1u) << name;
   // Packed balanced at least as fast as the greedy packer on the real manifests.
   EXPECT_GE(sps["balanced"], sps["greedy_pack"]);
@@ -142,7 +145,8 @@ TEST(Cli, PackingOnAddsThePackersAndMarksThePlan) {
   EXPECT_EQ(rows, 6u) << table.out;
   // The plan says it is packed; a pack mixes buckets; every sample once.
   const std::string out = ::testing::TempDir() + "packed.jsonl";
-  CliRun w = run("plan -m " + kTaichi + " -m " + kCoco + " --packing on -s balanced -w 4 --out " + out + " -q");
+  CliRun w = run("plan -m " + kTaichi + " -m " + kCoco + " --packing on -s balanced -w 4 --out " +
+                 out + " -q");
   ASSERT_EQ(w.code, 0) << w.err;
   std::ifstream f(out);
   std::string line;
@@ -180,9 +184,10 @@ TEST(Cli, PackingOnAddsThePackersAndMarksThePlan) {
 }
 
 TEST(Cli, BadArgumentsExitTwoWithOneLine) {
-  for (const std::string& args : std::vector<std::string>{"plan", "plan --manifest /nonexistent.csv", "plan -m " + kTaichi + " --world-size 0",
-                                 "plan -m " + kTaichi + " --strategy nope", "plan -m " + kTaichi + " --mem-budget lots",
-                                 "plan -m " + kTaichi + " --out x.jsonl", "frobnicate", "demo --device tpu"}) {
+  for (const std::string& args : std::vector<std::string>{
+           "plan", "plan --manifest /nonexistent.csv", "plan -m " + kTaichi + " --world-size 0",
+           "plan -m " + kTaichi + " --strategy nope", "plan -m " + kTaichi + " --mem-budget lots",
+           "plan -m " + kTaichi + " --out x.jsonl", "frobnicate", "demo --device tpu"}) {
     CliRun r = run(args);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
@@ -191,10 +196,14 @@ TEST(Cli, BadArgumentsExitTwoWithOneLine) {
 }
 
 TEST(Cli, BadRowsStopOrAreSkippedAndReported) {
-  const std::string m = write_temp("bad.csv", "path,num_frames,height,width,fps\na.mp4,100,720,1280,30\nb.mp4,lots,720,1280,30\n");
+  const std::string m = write_temp(
+      "bad.csv",
+      "path,num_frames,height,width,fps\na.mp4,100,720,1280,30\nb.mp4,lots,720,1280,30\n");
   CliRun r = run("plan -m " + m);
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.err.find("bad.csv:3: field 'num_frames': 'lots' is not an integer"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("bad.csv:3: field 'num_frames': 'lots' is not an integer"),
+            std::string::npos)
+      << r.err;
   r = run("plan -m " + m + " --on-bad-row=skip");
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("skipped 1 bad row(s)"), std::string::npos) << r.out;
@@ -207,8 +216,8 @@ TEST(Cli, HelpForEverySubcommand) {
     EXPECT_NE(r.out.find("Usage"), std::string::npos) << sub;
   }
   CliRun r = run("plan --help");
-  for (const char* opt : {"--manifest", "--world-size", "--strategy", "--mem-budget", "--comp-budget", "--out", "--json",
-                          "--on-bad-row", "--end-policy"})
+  for (const char* opt : {"--manifest", "--world-size", "--strategy", "--mem-budget",
+                          "--comp-budget", "--out", "--json", "--on-bad-row", "--end-policy"})
     EXPECT_NE(r.out.find(opt), std::string::npos) << opt;
 }
 
@@ -226,7 +235,8 @@ TEST(Cli, CalibrateFitsMeasurementsAndPlanUsesTheProfile) {
   CliRun r = run("calibrate --measurements " + m + " --out " + prof + " --device h200");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("best single exponent"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("fit error of the micro-batch time: median 0.0%"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fit error of the micro-batch time: median 0.0%"), std::string::npos)
+      << r.out;
   r = run("plan -m " + kTaichi + " --profile " + prof + " -q");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("cost model profile"), std::string::npos) << r.out;
@@ -241,8 +251,9 @@ TEST(Cli, CalibrateReportsHeldOutMeasurementsWithoutFittingThem) {
   // exact and reports the bad line's error as the held-out max.
   auto line = [](int S, int B, double scale, bool held) {
     const double t = 1.75e-5 * S + 1.94e-9 * double(S) * S + 1.3e-3;
-    return "{\"tokens\":" + std::to_string(S) + ",\"batch\":" + std::to_string(B) + ",\"time_s\":" +
-           std::to_string(scale * (3e-3 + t * (B + 2048.0 / S))) + (held ? ",\"held_out\":true" : "") + "}\n";
+    return "{\"tokens\":" + std::to_string(S) + ",\"batch\":" + std::to_string(B) +
+           ",\"time_s\":" + std::to_string(scale * (3e-3 + t * (B + 2048.0 / S))) +
+           (held ? ",\"held_out\":true" : "") + "}\n";
   };
   std::string pts;
   for (int S : {1560, 9360, 32760, 75600})
@@ -253,9 +264,13 @@ TEST(Cli, CalibrateReportsHeldOutMeasurementsWithoutFittingThem) {
   CliRun r = run("calibrate --measurements " + m + " --out " + prof);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("fitted 8 measurements"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("fit error of the micro-batch time: median 0.0%, max 0.0%"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("held-out error (2 measurements marked held_out, not fitted): median 16.7%, max 33.3%"),
+  EXPECT_NE(r.out.find("fit error of the micro-batch time: median 0.0%, max 0.0%"),
             std::string::npos)
+      << r.out;
+  EXPECT_NE(
+      r.out.find(
+          "held-out error (2 measurements marked held_out, not fitted): median 16.7%, max 33.3%"),
+      std::string::npos)
       << r.out;
   const std::string profile = adaptiveload::test::read_text(prof);
   EXPECT_NE(profile.find("\"held_out_points\": 2"), std::string::npos) << profile;

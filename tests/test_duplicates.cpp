@@ -17,8 +17,9 @@ const char* kHeader = "path,num_frames,height,width,fps\n";
 }  // namespace
 
 TEST(Duplicates, FindsEachRepeatOnceWithItsFirstRow) {
-  Manifest m = text(std::string(kHeader) + "a.mp4,81,480,832,16\nb.jpg,1,480,640,\na.mp4,81,480,832,16\n" +
-                    "c.jpg,1,480,640,\nb.jpg,1,480,640,\na.mp4,17,480,832,16\n,1,4,4,\n");
+  Manifest m =
+      text(std::string(kHeader) + "a.mp4,81,480,832,16\nb.jpg,1,480,640,\na.mp4,81,480,832,16\n" +
+           "c.jpg,1,480,640,\nb.jpg,1,480,640,\na.mp4,17,480,832,16\n,1,4,4,\n");
   const std::vector<DuplicateRow> d = find_duplicates(m);
   ASSERT_EQ(d.size(), 3u);
   EXPECT_EQ(d[0].row, 2);
@@ -27,11 +28,14 @@ TEST(Duplicates, FindsEachRepeatOnceWithItsFirstRow) {
   EXPECT_EQ(d[1].first, 1);
   EXPECT_EQ(d[2].row, 5);  // the same path with other numbers is the same clip
   EXPECT_EQ(d[2].first, 0);
-  EXPECT_TRUE(find_duplicates(text(std::string(kHeader) + "a.mp4,81,480,832,16\nA.mp4,81,480,832,16\n")).empty());
+  EXPECT_TRUE(
+      find_duplicates(text(std::string(kHeader) + "a.mp4,81,480,832,16\nA.mp4,81,480,832,16\n"))
+          .empty());
 }
 
 TEST(Duplicates, SkipKeepsTheFirstOfEachPathAndTheBucketingCountsThem) {
-  Manifest m = text(std::string(kHeader) + "a.mp4,81,480,832,16\nb.jpg,1,480,640,\na.mp4,81,480,832,16\n");
+  Manifest m =
+      text(std::string(kHeader) + "a.mp4,81,480,832,16\nb.jpg,1,480,640,\na.mp4,81,480,832,16\n");
   const auto d = apply_duplicate_policy(m, DuplicatePolicy::kSkip);
   ASSERT_EQ(d.size(), 1u);
   EXPECT_TRUE(m.usable(0));
@@ -45,7 +49,8 @@ TEST(Duplicates, SkipKeepsTheFirstOfEachPathAndTheBucketingCountsThem) {
 }
 
 TEST(Duplicates, ErrorNamesBothRowsAndWarnKeepsEveryRow) {
-  Manifest m = text(std::string(kHeader) + "a.mp4,81,480,832,16\nb.jpg,1,480,640,\na.mp4,81,480,832,16\n");
+  Manifest m =
+      text(std::string(kHeader) + "a.mp4,81,480,832,16\nb.jpg,1,480,640,\na.mp4,81,480,832,16\n");
   try {
     apply_duplicate_policy(m, DuplicatePolicy::kError);
     FAIL() << "a repeated path must be refused under kError";

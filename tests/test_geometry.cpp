@@ -56,14 +56,14 @@ TEST(Geometry, ClipsGoToTheLargestBucketWithoutUpscaling) {
   Manifest m;
   m.load_text(
       "path,num_frames,height,width,fps\n"
-      "a.mp4,300,720,1280,30\n"   // 0: 720p 16:9, 10 s -> 81 frames
+      "a.mp4,300,720,1280,30\n"     // 0: 720p 16:9, 10 s -> 81 frames
       "b.mp4,128,720,1280,29.97\n"  // 1: 68 frames at 16 fps -> 65
-      "c.mp4,300,480,640,30\n"    // 2: 4:3, too small for 480p's 544x720 -> 360p 416x544
-      "d.jpg,1,427,640,\n"        // 3: 3:2 image -> nearest 4:3 -> 360p
-      "e.mp4,300,1440,810,30\n"   // 4: portrait -> 720p 9:16
-      "f.mp4,3,720,1280,30\n"     // 5: too short for any video bucket
-      "g.jpg,1,100,100,\n"        // 6: too small for every tier
-      "h.mp4,300,1080,1920,25\n",  // 7: 1080p -> 720p
+      "c.mp4,300,480,640,30\n"      // 2: 4:3, too small for 480p's 544x720 -> 360p 416x544
+      "d.jpg,1,427,640,\n"          // 3: 3:2 image -> nearest 4:3 -> 360p
+      "e.mp4,300,1440,810,30\n"     // 4: portrait -> 720p 9:16
+      "f.mp4,3,720,1280,30\n"       // 5: too short for any video bucket
+      "g.jpg,1,100,100,\n"          // 6: too small for every tier
+      "h.mp4,300,1080,1920,25\n",   // 7: 1080p -> 720p
       "m.csv", BadRowPolicy::kError);
   ModelPreset wan = load_model("wan2.1-1.3b");
   Bucketing bk = assign_buckets(m, load_grid("wan"), wan);
@@ -85,13 +85,16 @@ TEST(Geometry, ClipsGoToTheLargestBucketWithoutUpscaling) {
 
 TEST(Geometry, BucketIdsDoNotDependOnRowOrder) {
   Manifest a, b;
-  a.load_text("path,num_frames,height,width,fps\nx,1,480,640,\ny,300,720,1280,30\n", "a.csv", BadRowPolicy::kError);
-  b.load_text("path,num_frames,height,width,fps\ny,300,720,1280,30\nx,1,480,640,\n", "b.csv", BadRowPolicy::kError);
+  a.load_text("path,num_frames,height,width,fps\nx,1,480,640,\ny,300,720,1280,30\n", "a.csv",
+              BadRowPolicy::kError);
+  b.load_text("path,num_frames,height,width,fps\ny,300,720,1280,30\nx,1,480,640,\n", "b.csv",
+              BadRowPolicy::kError);
   ModelPreset wan = load_model("wan2.1-1.3b");
   BucketGrid g = load_grid("wan");
   Bucketing ba = assign_buckets(a, g, wan), bb = assign_buckets(b, g, wan);
   ASSERT_EQ(ba.buckets.size(), bb.buckets.size());
-  for (size_t i = 0; i < ba.buckets.size(); ++i) EXPECT_EQ(ba.buckets[i].name(), bb.buckets[i].name());
+  for (size_t i = 0; i < ba.buckets.size(); ++i)
+    EXPECT_EQ(ba.buckets[i].name(), bb.buckets[i].name());
 }
 
 TEST(Cost, AttentionShareMatchesDesign) {
@@ -100,7 +103,8 @@ TEST(Cost, AttentionShareMatchesDesign) {
   auto share = [&](const Bucket& b) {
     double all = analytic_sample_flops(wan, b, false);
     // Attention core alone: 3.5 x 4 S^2 D per layer.
-    double attn = double(wan.layers) * 3.5 * 4.0 * double(b.tokens) * double(b.tokens) * double(wan.dim);
+    double attn =
+        double(wan.layers) * 3.5 * 4.0 * double(b.tokens) * double(b.tokens) * double(wan.dim);
     return attn / all;
   };
   EXPECT_NEAR(share(make_bucket(1, 480, 832, wan)), 0.10, 0.03);

@@ -25,8 +25,8 @@ Manifest real_subset(int64_t clips, int64_t images) {
   auto add = [&](int64_t row) {
     const ClipInfo c = all.clip(row);
     m.add_row(std::string(all.path(row)), std::to_string(c.num_frames), std::to_string(c.height),
-              std::to_string(c.width), c.fps > 0 ? fmt("%g", c.fps) : "", "subset.csv", m.total_rows() + 2,
-              BadRowPolicy::kError);
+              std::to_string(c.width), c.fps > 0 ? fmt("%g", c.fps) : "", "subset.csv",
+              m.total_rows() + 2, BadRowPolicy::kError);
   };
   for (int64_t r = 0; r < clips; ++r) add(r);
   for (int64_t r = 0; r < images; ++r) add(3334 + r);
@@ -34,7 +34,8 @@ Manifest real_subset(int64_t clips, int64_t images) {
 }
 
 bool mentions(const std::vector<std::string>& w, const std::string& s) {
-  return std::any_of(w.begin(), w.end(), [&](const std::string& x) { return x.find(s) != std::string::npos; });
+  return std::any_of(w.begin(), w.end(),
+                     [&](const std::string& x) { return x.find(s) != std::string::npos; });
 }
 
 // An image + video mix as a user generated it: 40% clips of 17-121 frames at 480p-720p-class
@@ -42,18 +43,19 @@ bool mentions(const std::vector<std::string>& w, const std::string& s) {
 Manifest user_mix(uint64_t seed, size_t n) {
   Rng rng(seed, 3);
   Manifest m;
-  const std::vector<std::pair<int, int>> clip_sizes = {{480, 832}, {720, 1280}, {480, 640},  {720, 960},
-                                                       {540, 960}, {832, 480},  {1280, 720}};
+  const std::vector<std::pair<int, int>> clip_sizes = {
+      {480, 832}, {720, 1280}, {480, 640}, {720, 960}, {540, 960}, {832, 480}, {1280, 720}};
   for (size_t i = 0; i < n; ++i) {
     const bool clip = rng.below(10) < 4;
     const std::string id = std::to_string(i);
     if (clip) {
       const auto [h, w] = clip_sizes[rng.below(uint32_t(clip_sizes.size()))];
-      m.add_row("v/" + id + ".mp4", std::to_string(17 + rng.below(105)), std::to_string(h), std::to_string(w), "16",
-                "mix.csv", int64_t(i) + 2, BadRowPolicy::kError);
+      m.add_row("v/" + id + ".mp4", std::to_string(17 + rng.below(105)), std::to_string(h),
+                std::to_string(w), "16", "mix.csv", int64_t(i) + 2, BadRowPolicy::kError);
     } else {
-      m.add_row("i/" + id + ".jpg", "1", std::to_string(256 + rng.below(1793)), std::to_string(256 + rng.below(1793)),
-                "", "mix.csv", int64_t(i) + 2, BadRowPolicy::kError);
+      m.add_row("i/" + id + ".jpg", "1", std::to_string(256 + rng.below(1793)),
+                std::to_string(256 + rng.below(1793)), "", "mix.csv", int64_t(i) + 2,
+                BadRowPolicy::kError);
     }
   }
   return m;
@@ -73,7 +75,8 @@ Spread spread(const Planner& pl, const Plan& p) {
   for (size_t t = 0; t < p.num_steps(); ++t) {
     s.tokens_dev = std::max(s.tokens_dev, std::abs(double(p.steps[t].tokens) - mean) / mean);
     bool image = false;
-    for (uint64_t m = p.rank_begin[t * size_t(p.world_size)]; m < p.rank_begin[(t + 1) * size_t(p.world_size)]; ++m)
+    for (uint64_t m = p.rank_begin[t * size_t(p.world_size)];
+         m < p.rank_begin[(t + 1) * size_t(p.world_size)]; ++m)
       image = image || pl.bucketing().buckets[p.micro_batches[m].bucket].frames == 1;
     no_image += !image;
   }
@@ -123,13 +126,15 @@ TEST(GlobalBatch, SamplesPerStepAreWhatSamplesNAsks) {
   EXPECT_NE(jsonl(a), jsonl(b)) << "samples:N must not plan as the same step count in tokens";
   uint32_t lo = UINT32_MAX, hi = 0;
   double n = 0;
-  for (const StepInfo& s : a.steps) lo = std::min(lo, s.samples), hi = std::max(hi, s.samples), n += s.samples;
+  for (const StepInfo& s : a.steps)
+    lo = std::min(lo, s.samples), hi = std::max(hi, s.samples), n += s.samples;
   const double mean = n / double(a.num_steps());
   const bool kept = double(hi) <= 1.1 * mean && double(lo) >= 0.9 * mean;
   EXPECT_TRUE(kept || mentions(ps.warnings(a), "samples per step range over"))
       << "samples per step " << lo << ".." << hi << " around " << mean << " and no warning";
-  printf("samples:64 on Taichi-HD + COCO, 8 ranks: balanced samples per step %u..%u (mean %.1f)%s\n", lo, hi, mean,
-         kept ? "" : " (warned)");
+  printf(
+      "samples:64 on Taichi-HD + COCO, 8 ranks: balanced samples per step %u..%u (mean %.1f)%s\n",
+      lo, hi, mean, kept ? "" : " (warned)");
 }
 
 TEST(GlobalBatch, StepSamplesCountTrainedSamplesAndPaddedBeside) {
@@ -154,7 +159,8 @@ TEST(GlobalBatch, StepSamplesCountTrainedSamplesAndPaddedBeside) {
 TEST(GlobalBatch, AnUnsortedFrameListPlansAsItsSortedTwin) {
   const std::string dir = ::testing::TempDir();
   std::string wan = read_text(AL_SOURCE_DIR "/presets/grids/wan.json");
-  const std::string sorted_frames = "[1, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45, 49, 53, 57, 61, 65, 69, 73, 77, 81]";
+  const std::string sorted_frames =
+      "[1, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45, 49, 53, 57, 61, 65, 69, 73, 77, 81]";
   ASSERT_NE(wan.find(sorted_frames), std::string::npos);
   auto write = [&](const std::string& name, const std::string& frames) {
     std::string g = wan;
@@ -166,8 +172,9 @@ TEST(GlobalBatch, AnUnsortedFrameListPlansAsItsSortedTwin) {
   const Manifest m = real_manifest();
   PlannerConfig a, b;
   a.grid = write("grid_sorted.json", sorted_frames);
-  b.grid = write("grid_unsorted.json",
-                 "[81, 1, 77, 5, 73, 9, 69, 13, 65, 17, 61, 21, 57, 25, 53, 29, 49, 33, 45, 37, 41, 81]");
+  b.grid = write(
+      "grid_unsorted.json",
+      "[81, 1, 77, 5, 73, 9, 69, 13, 65, 17, 61, 21, 57, 25, 53, 29, 49, 33, 45, 37, 41, 81]");
   Planner pa(m, a), pb(m, b);
   EXPECT_EQ(pa.bucketing().unfit.size(), 46u);
   EXPECT_EQ(pb.bucketing().unfit.size(), 46u);
@@ -194,7 +201,8 @@ TEST(GlobalBatch, BalancedKeepsTheBatchAndTheMixOnGeneratedMixes) {
         const Spread s = spread(pl, p);
         const auto w = pl.warnings(p);
         ++plans;
-        const std::string where = std::to_string(n) + " rows, seed " + std::to_string(seed) + ", W=" + std::to_string(W);
+        const std::string where =
+            std::to_string(n) + " rows, seed " + std::to_string(seed) + ", W=" + std::to_string(W);
         if (s.tokens_dev > kMaxBatchDev) {
           EXPECT_TRUE(mentions(w, "tokens per step range over")) << where;
         }
@@ -206,12 +214,15 @@ TEST(GlobalBatch, BalancedKeepsTheBatchAndTheMixOnGeneratedMixes) {
           EXPECT_LE(s.tokens_dev, kMaxBatchDev) << where;
           EXPECT_LE(s.imageless, kMaxUnmixed) << where;
         }
-        worst_dev = std::max(worst_dev, s.tokens_dev), worst_imageless = std::max(worst_imageless, s.imageless);
-        printf("%-30s steps %4zu  tokens/step max dev %5.1f%%  image-less steps %5.1f%%%s\n", where.c_str(),
-               p.num_steps(), 100 * s.tokens_dev, 100 * s.imageless, w.empty() ? "" : "  (warned)");
+        worst_dev = std::max(worst_dev, s.tokens_dev),
+        worst_imageless = std::max(worst_imageless, s.imageless);
+        printf("%-30s steps %4zu  tokens/step max dev %5.1f%%  image-less steps %5.1f%%%s\n",
+               where.c_str(), p.num_steps(), 100 * s.tokens_dev, 100 * s.imageless,
+               w.empty() ? "" : "  (warned)");
       }
     }
   }
-  printf("%zu plans, %zu warned; worst tokens/step deviation %.1f%%, worst image-less share %.1f%%\n", plans, warned,
-         100 * worst_dev, 100 * worst_imageless);
+  printf(
+      "%zu plans, %zu warned; worst tokens/step deviation %.1f%%, worst image-less share %.1f%%\n",
+      plans, warned, 100 * worst_dev, 100 * worst_imageless);
 }

@@ -11,7 +11,6 @@
 namespace adaptiveload {
 namespace {
 
-
 struct Problem {
   std::vector<Bucket> buckets;
   test::TokenCost cost{1e-3};  // 1 ms of overhead per micro-batch
@@ -56,7 +55,8 @@ TEST(GroupCuts, CutsEvenlyWithinTheCap) {
   EXPECT_EQ(items[2].count, 2u);
   EXPECT_EQ(items[1].begin, 5u);
   EXPECT_EQ(items[2].begin + items[2].count, 9u);
-  EXPECT_EQ(items[0].cost, to_ticks(group_microbatch_time(p.cost, 3, p.buckets[1], 1, p.pr.layout.sp)));
+  EXPECT_EQ(items[0].cost,
+            to_ticks(group_microbatch_time(p.cost, 3, p.buckets[1], 1, p.pr.layout.sp)));
   cut_bucket(items, c, p.pr, 0, 0, 2, 100);  // the cap (1) wins
   ASSERT_EQ(items.size(), 5u);
   EXPECT_EQ(items[3].count, 1u);

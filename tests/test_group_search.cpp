@@ -117,10 +117,12 @@ TEST(RunBalancedHeld, AFreeGlobalBatchKeepsTheHeldPlanWithoutAskingTheOthers) {
   p.pr.batch_kind = BatchKind::kFree;
   const StrategyEntry s{"one_each", "", &one_each};
   bool asked = false;
-  const Plan plan = run_balanced_held(p.gs, [&](const BalancedProblem& q) { return s.fn(q); }, BalancedProblem(p.pr), [&] {
-    asked = true;
-    return 0.0;
-  });
+  const Plan plan = run_balanced_held(
+      p.gs, [&](const BalancedProblem& q) { return s.fn(q); }, BalancedProblem(p.pr),
+      [&] {
+        asked = true;
+        return 0.0;
+      });
   EXPECT_FALSE(asked);
   EXPECT_EQ(plan.num_steps(), 3u);
 }

@@ -397,11 +397,13 @@ TEST(HardeningPresets, ProfileVersionIsComparedAsRead) {
   auto error_with = [&](const std::string& version) {
     PlannerConfig cfg;
     cfg.cost_model = "profile";
-    cfg.profile = write_temp("profile_version.json", R"({"format":"adaptiveload-profile","version":)" + version +
-                                                         R"(,"cost":{"a":1e-7,"b":1e-12,"c0":0.001}})");
+    cfg.profile = write_temp("profile_version.json",
+                             R"({"format":"adaptiveload-profile","version":)" + version +
+                                 R"(,"cost":{"a":1e-7,"b":1e-12,"c0":0.001}})");
     return error_of([&] { Planner pl(m, cfg); });
   };
-  for (const char* bad : {"1.5e74", "-1.5e74", "4294967297", "18446744073709551615", "1.5", "2", "0", "-1"})
+  for (const char* bad :
+       {"1.5e74", "-1.5e74", "4294967297", "18446744073709551615", "1.5", "2", "0", "-1"})
     EXPECT_NE(error_with(bad).find("unsupported profile version"), std::string::npos) << bad;
   EXPECT_NE(error_with("\"1\"").find("malformed profile"), std::string::npos);
   EXPECT_EQ(error_with("1"), "");

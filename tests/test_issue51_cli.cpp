@@ -211,7 +211,9 @@ TEST_F(Issue51, PackingWhereSamplesNeedGroupsBlamesTheSamplesWhateverTheSpOption
   // --sp per-sample or --sp 2 the cause is still the samples, and --sp auto would not help.
   write("long.csv", "path,num_frames,height,width,fps\nc.mp4,121,1080,1920,16\ni.jpg,1,512,512,\n");
   for (const std::string sp : {"auto", "per-sample", "2"}) {
-    CliRun r = run("plan -m long.csv -w 8 --model wan2.1-14b --grid wan-long -s balanced --packing on --sp " + sp);
+    CliRun r = run(
+        "plan -m long.csv -w 8 --model wan2.1-14b --grid wan-long -s balanced --packing on --sp " +
+        sp);
     EXPECT_EQ(r.code, 2) << sp << ": " << r.err;
     EXPECT_TRUE(has(r.err, "they do not fit one GPU")) << sp << ": " << r.err;
     EXPECT_FALSE(has(r.err, "asks for sequence-parallel groups")) << sp << ": " << r.err;

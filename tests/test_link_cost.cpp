@@ -39,9 +39,11 @@ TEST(LinkCost, MeasuredLinkPricesTheStepAllReduce) {
   EXPECT_NE(a.device().allreduce_bus_bytes_per_s, 2e8);
   const double ring = 2.0 * 3 / 4 * b.model().params * 4.0 / 2e8 + 2.0 * 3 * 4e-4;
   EXPECT_DOUBLE_EQ(b.sim_env(4).allreduce_s, ring);
-  EXPECT_DOUBLE_EQ(b.sim_env(4).allreduce_s, ring_allreduce_seconds(b.model().params * 4.0, 4, 2e8, 4e-4));
+  EXPECT_DOUBLE_EQ(b.sim_env(4).allreduce_s,
+                   ring_allreduce_seconds(b.model().params * 4.0, 4, 2e8, 4e-4));
   // At another world size (elastic resume), the same link on that ring.
-  EXPECT_DOUBLE_EQ(b.sim_env(8).allreduce_s, ring_allreduce_seconds(b.model().params * 4.0, 8, 2e8, 4e-4));
+  EXPECT_DOUBLE_EQ(b.sim_env(8).allreduce_s,
+                   ring_allreduce_seconds(b.model().params * 4.0, 8, 2e8, 4e-4));
   EXPECT_NE(a.fingerprint(), b.fingerprint()) << "a state must not resume under another link";
   // With the bytes of the gradients it timed (the model calibrated), the ring moves those.
   write_profile("link_step.json", R"({"allreduce_bus_bytes_per_s":2e8,"allreduce_latency_s":4e-4,
@@ -66,7 +68,8 @@ TEST(LinkCost, MeasuredLinkPricesTheSlotCollectivesInMicroSync) {
   PlannerConfig cfg = config(path, "micro", 8);
   cfg.sharding = "fsdp";
   const Planner a(m, cfg);
-  write_profile("link_micro.json", R"({"allreduce_bus_bytes_per_s":1e8,"allreduce_latency_s":1e-3})");
+  write_profile("link_micro.json",
+                R"({"allreduce_bus_bytes_per_s":1e8,"allreduce_latency_s":1e-3})");
   const Planner b(m, cfg);
   const Plan p = a.plan("equal_tokens");
   EXPECT_GT(b.simulate(p).collective_s, a.simulate(p).collective_s);
@@ -75,12 +78,13 @@ TEST(LinkCost, MeasuredLinkPricesTheSlotCollectivesInMicroSync) {
 }
 
 TEST(LinkCost, BadLinkFieldsAreRefusedByName) {
-  for (const char* link : {R"("fast")", R"({"allreduce_latency_s":1e-4})", R"({"allreduce_bus_bytes_per_s":1e9})",
-                           R"({"allreduce_bus_bytes_per_s":0,"allreduce_latency_s":1e-4})",
-                           R"({"allreduce_bus_bytes_per_s":1e9,"allreduce_latency_s":-1})",
-                           R"({"allreduce_bus_bytes_per_s":"1e9","allreduce_latency_s":1e-4})",
-                           R"({"allreduce_bus_bytes_per_s":1e9,"allreduce_latency_s":1e-4,"gradient_bytes":-4})",
-                           R"({"allreduce_bus_bytes_per_s":1e9,"allreduce_latency_s":1e-4,"gradient_bytes":"x"})"}) {
+  for (const char* link :
+       {R"("fast")", R"({"allreduce_latency_s":1e-4})", R"({"allreduce_bus_bytes_per_s":1e9})",
+        R"({"allreduce_bus_bytes_per_s":0,"allreduce_latency_s":1e-4})",
+        R"({"allreduce_bus_bytes_per_s":1e9,"allreduce_latency_s":-1})",
+        R"({"allreduce_bus_bytes_per_s":"1e9","allreduce_latency_s":1e-4})",
+        R"({"allreduce_bus_bytes_per_s":1e9,"allreduce_latency_s":1e-4,"gradient_bytes":-4})",
+        R"({"allreduce_bus_bytes_per_s":1e9,"allreduce_latency_s":1e-4,"gradient_bytes":"x"})"}) {
     const std::string e = error_of(write_profile("link_bad.json", link));
     EXPECT_NE(e, "") << link;
     EXPECT_NE(e.find("link"), std::string::npos) << link << ": " << e;
@@ -89,5 +93,7 @@ TEST(LinkCost, BadLinkFieldsAreRefusedByName) {
       EXPECT_NE(e.find("'link.gradient_bytes'"), std::string::npos) << link << ": " << e;
     }
   }
-  EXPECT_EQ(error_of(write_profile("link_ok.json", R"({"allreduce_bus_bytes_per_s":1e9,"allreduce_latency_s":0})")), "");
+  EXPECT_EQ(error_of(write_profile("link_ok.json",
+                                   R"({"allreduce_bus_bytes_per_s":1e9,"allreduce_latency_s":0})")),
+            "");
 }

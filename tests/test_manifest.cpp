@@ -19,8 +19,10 @@ std::string error_of(const std::string& text, const std::string& name = "m.csv")
 
 TEST(Manifest, ReadsCsvWithColumnsInAnyOrderAndExtraColumns) {
   Manifest m;
-  m.load_text("fps,text,height,path,width,num_frames\n25,\"a, \"\"quoted\"\" caption\",720,a.mp4,1280,100\n,x,480,b.jpg,640,1\n",
-              "m.csv", BadRowPolicy::kError);
+  m.load_text(
+      "fps,text,height,path,width,num_frames\n25,\"a, \"\"quoted\"\" "
+      "caption\",720,a.mp4,1280,100\n,x,480,b.jpg,640,1\n",
+      "m.csv", BadRowPolicy::kError);
   ASSERT_EQ(m.total_rows(), 2);
   EXPECT_EQ(m.path(0), "a.mp4");
   EXPECT_EQ(m.clip(0).num_frames, 100);
@@ -33,8 +35,10 @@ TEST(Manifest, ReadsCsvWithColumnsInAnyOrderAndExtraColumns) {
 
 TEST(Manifest, QuotedPathsWithCommasAndNewlinesAndCrlf) {
   Manifest m;
-  m.load_text("path,num_frames,height,width,fps\r\n\"dir,with comma/a.mp4\",10,360,640,30\r\n\"multi\nline.mp4\",5,360,640,30\r\nc.mp4,5,360,640,30\r\n",
-              "m.csv", BadRowPolicy::kError);
+  m.load_text(
+      "path,num_frames,height,width,fps\r\n\"dir,with "
+      "comma/a.mp4\",10,360,640,30\r\n\"multi\nline.mp4\",5,360,640,30\r\nc.mp4,5,360,640,30\r\n",
+      "m.csv", BadRowPolicy::kError);
   ASSERT_EQ(m.total_rows(), 3);
   EXPECT_EQ(m.path(0), "dir,with comma/a.mp4");
   EXPECT_EQ(m.path(1), "multi\nline.mp4");
@@ -46,24 +50,33 @@ TEST(Manifest, FpsColumnMayBeAbsentForImageSets) {
   m.load_text("path,num_frames,height,width\na.jpg,1,480,640\n", "m.csv", BadRowPolicy::kError);
   EXPECT_EQ(m.total_rows(), 1);
   EXPECT_EQ(error_of("path,num_frames,height,width\na.mp4,50,480,640\n"),
-            "m.csv:2: field 'fps': missing for a video (num_frames > 1); give the clip's frame rate (fix the row, or "
+            "m.csv:2: field 'fps': missing for a video (num_frames > 1); give the clip's frame "
+            "rate (fix the row, or "
             "pass --on-bad-row=skip to skip bad rows)");
 }
 
 TEST(Manifest, BadRowsNameFileLineAndField) {
   const std::string h = "path,num_frames,height,width,fps\n";
-  EXPECT_NE(error_of(h + "a,x,1,1,1\n").find("m.csv:2: field 'num_frames': 'x' is not an integer"), std::string::npos);
-  EXPECT_NE(error_of(h + "a,1,0,1,\n").find("m.csv:2: field 'height': must be positive"), std::string::npos);
-  EXPECT_NE(error_of(h + "a,1,10,-4,\n").find("m.csv:2: field 'width': must be positive"), std::string::npos);
-  EXPECT_NE(error_of(h + "a,10,10,10,abc\n").find("field 'fps': 'abc' is not a number"), std::string::npos);
+  EXPECT_NE(error_of(h + "a,x,1,1,1\n").find("m.csv:2: field 'num_frames': 'x' is not an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of(h + "a,1,0,1,\n").find("m.csv:2: field 'height': must be positive"),
+            std::string::npos);
+  EXPECT_NE(error_of(h + "a,1,10,-4,\n").find("m.csv:2: field 'width': must be positive"),
+            std::string::npos);
+  EXPECT_NE(error_of(h + "a,10,10,10,abc\n").find("field 'fps': 'abc' is not a number"),
+            std::string::npos);
   EXPECT_NE(error_of(h + "a,99999999999,10,10,30\n").find("implausibly large"), std::string::npos);
   EXPECT_NE(error_of(h + "a,10,100000,10,30\n").find("field 'height'"), std::string::npos);
   EXPECT_NE(error_of(h + ",10,10,10,30\n").find("field 'path': missing value"), std::string::npos);
-  EXPECT_NE(error_of(h + "a,10,10\n").find("field 'width': missing value"), std::string::npos);  // short row
+  EXPECT_NE(error_of(h + "a,10,10\n").find("field 'width': missing value"),
+            std::string::npos);  // short row
   EXPECT_NE(error_of(h + "a,10,10,10,nan\n").find("field 'fps'"), std::string::npos);
-  EXPECT_NE(error_of(h + "ok,1,10,10,\nb,2.5,10,10,30\n").find("m.csv:3: field 'num_frames'"), std::string::npos);
-  EXPECT_NE(error_of("path,frames,height,width\n").find("header has no 'num_frames' column"), std::string::npos);
-  EXPECT_NE(error_of(h + "\"unterminated,1,1,1,\n").find("unterminated quoted field"), std::string::npos);
+  EXPECT_NE(error_of(h + "ok,1,10,10,\nb,2.5,10,10,30\n").find("m.csv:3: field 'num_frames'"),
+            std::string::npos);
+  EXPECT_NE(error_of("path,frames,height,width\n").find("header has no 'num_frames' column"),
+            std::string::npos);
+  EXPECT_NE(error_of(h + "\"unterminated,1,1,1,\n").find("unterminated quoted field"),
+            std::string::npos);
   EXPECT_NE(error_of("").find("empty manifest"), std::string::npos);
 }
 
@@ -91,12 +104,12 @@ TEST(Manifest, JsonlRowsNumbersOrStringsNullFps) {
   EXPECT_EQ(m.clip(1).width, 640);
   EXPECT_EQ(m.where(2), "m.jsonl:4");
   Manifest bad;
-  EXPECT_THROW(bad.load_text("{\"path\":\"a\",\"num_frames\":[1],\"height\":1,\"width\":1}\n", "m.jsonl",
-                             BadRowPolicy::kError),
+  EXPECT_THROW(bad.load_text("{\"path\":\"a\",\"num_frames\":[1],\"height\":1,\"width\":1}\n",
+                             "m.jsonl", BadRowPolicy::kError),
                InputError);
   Manifest skip;
-  skip.load_text("{not json}\n[1,2]\n{\"path\":\"a\",\"num_frames\":1,\"height\":4,\"width\":4}\n", "m.jsonl",
-                 BadRowPolicy::kSkip);
+  skip.load_text("{not json}\n[1,2]\n{\"path\":\"a\",\"num_frames\":1,\"height\":4,\"width\":4}\n",
+                 "m.jsonl", BadRowPolicy::kSkip);
   EXPECT_EQ(skip.total_rows(), 3);
   EXPECT_EQ(skip.bad_rows().size(), 2u);
   EXPECT_TRUE(skip.usable(2));
@@ -123,13 +136,15 @@ TEST(Manifest, MissingFileIsAClearError) {
     m.load("/nonexistent/x.csv", BadRowPolicy::kError);
     FAIL();
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("/nonexistent/x.csv: cannot open file"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/x.csv: cannot open file"),
+              std::string::npos);
   }
 }
 
 TEST(Manifest, CsvRowWithMoreFieldsThanTheHeaderIsABadRow) {
   // An unquoted comma in a path moves every later field: the row must not be read shifted.
-  const std::string text = "num_frames,height,width,fps,path\n121,1080,1920,16,clips/a,b.mp4\n1,480,640,,ok.jpg\n";
+  const std::string text =
+      "num_frames,height,width,fps,path\n121,1080,1920,16,clips/a,b.mp4\n1,480,640,,ok.jpg\n";
   const std::string err = error_of(text);
   EXPECT_NE(err.find("m.csv:2"), std::string::npos) << err;
   EXPECT_NE(err.find("has 6 fields, the header 5"), std::string::npos) << err;
@@ -142,8 +157,8 @@ TEST(Manifest, CsvRowWithMoreFieldsThanTheHeaderIsABadRow) {
   EXPECT_TRUE(skip.usable(1));
   // The same row quoted is a good one; fewer fields than the header are missing values.
   Manifest ok;
-  ok.load_text("num_frames,height,width,fps,path\n121,1080,1920,16,\"clips/a,b.mp4\"\n1,480,640\n", "m.csv",
-               BadRowPolicy::kSkip);
+  ok.load_text("num_frames,height,width,fps,path\n121,1080,1920,16,\"clips/a,b.mp4\"\n1,480,640\n",
+               "m.csv", BadRowPolicy::kSkip);
   EXPECT_EQ(ok.path(0), "clips/a,b.mp4");
   EXPECT_TRUE(ok.usable(0));
   EXPECT_FALSE(ok.usable(1));  // no path
@@ -153,8 +168,10 @@ TEST(Manifest, CsvRowWithMoreFieldsThanTheHeaderIsABadRow) {
 TEST(Manifest, JsonlWithAByteOrderMarkIsSniffedAsJsonl) {
   // A .txt file (no telling extension): the content decides, past a UTF-8 byte-order mark.
   Manifest m;
-  m.load_text("\xEF\xBB\xBF{\"path\":\"a.mp4\",\"num_frames\":81,\"height\":480,\"width\":832,\"fps\":16}\n", "list.txt",
-              BadRowPolicy::kError);
+  m.load_text(
+      "\xEF\xBB\xBF{\"path\":\"a.mp4\",\"num_frames\":81,\"height\":480,\"width\":832,\"fps\":16}"
+      "\n",
+      "list.txt", BadRowPolicy::kError);
   ASSERT_EQ(m.total_rows(), 1);
   EXPECT_EQ(m.path(0), "a.mp4");
   EXPECT_EQ(m.clip(0).num_frames, 81);

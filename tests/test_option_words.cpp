@@ -96,8 +96,8 @@ TEST(OptionWords, NoCoreMessageSpellsAFlag) {
       // Other programs' flags in a command a message asks the user to run: iconv's (a
       // manifest's encoding error) and python's -m (the cache job that writes a cache folder).
       if (rel == "manifest/encoding.cpp" && (code.find("iconv -f") != std::string::npos ||
-                                              code.find(" -t UTF-8") != std::string::npos ||
-                                              code.find("-f CP1252") != std::string::npos))
+                                             code.find(" -t UTF-8") != std::string::npos ||
+                                             code.find("-f CP1252") != std::string::npos))
         continue;
       if (code.find("python -m adaptiveload.") != std::string::npos) continue;
       EXPECT_FALSE(std::regex_search(code, m, flag))

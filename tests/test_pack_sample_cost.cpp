@@ -90,8 +90,8 @@ TEST(PackSampleCost, PaidByAPackOfSeveralShapesPerSampleAndNeverByOneShape) {
   EXPECT_EQ(group_cost(c, pack, 1, sp), c.cost(pack));
   const double wg = 3 * group_sample_time(c, b[0], 2, sp) + group_sample_time(c, b[2], 2, sp);
   EXPECT_DOUBLE_EQ(group_cost(c, pack, 2, sp),
-                   c.overhead_s + sp.a2a_latency_s + wg * (1 + c.half_efficiency_tokens * 2 / (3.0 * 880 + 14040)) +
-                       4 * 0.002);
+                   c.overhead_s + sp.a2a_latency_s +
+                       wg * (1 + c.half_efficiency_tokens * 2 / (3.0 * 880 + 14040)) + 4 * 0.002);
   // The cost model as a group sees it carries the term.
   EXPECT_DOUBLE_EQ(GroupCost(c, 2, sp).cost(pack), group_cost(c, pack, 2, sp));
 }
@@ -102,14 +102,17 @@ TEST(PackSampleCost, FittedFromPacksOnlyAndKeptWhenGiven) {
   EXPECT_NEAR(f.pack_sample_s, 0.003, 0.0006);
   EXPECT_NEAR(f.b, 2e-8, 0.3e-8);
   EXPECT_LT(f.max_rel_error, 0.03);
-  EXPECT_NEAR(nlohmann::json::parse(cost_json(f)).at("pack_sample_s").get<double>(), f.pack_sample_s, 1e-15);
+  EXPECT_NEAR(nlohmann::json::parse(cost_json(f)).at("pack_sample_s").get<double>(),
+              f.pack_sample_s, 1e-15);
   // Priced as the cost model prices a pack.
   const std::vector<Observation> obs = points_and_packs(0.003, true);
   const Observation& pack = obs.back();
   double w = 0, n = 0, N = 0;
   for (auto [S, B] : pack.micro_batches[0].parts)
-    w += double(B) * (f.a * double(S) + f.b * double(S) * double(S) + f.c0), n += double(B), N += double(B * S);
-  EXPECT_DOUBLE_EQ(observation_time(f, pack), f.overhead_s + w * (1 + f.half_efficiency_tokens / N) + f.pack_sample_s * n);
+    w += double(B) * (f.a * double(S) + f.b * double(S) * double(S) + f.c0), n += double(B),
+        N += double(B * S);
+  EXPECT_DOUBLE_EQ(observation_time(f, pack),
+                   f.overhead_s + w * (1 + f.half_efficiency_tokens / N) + f.pack_sample_s * n);
   // The same packs without the term fit worse: the term is what they cost.
   const CalibrationFit without = fit_observations(points_and_packs(0.003, true), -1, -1, 0);
   EXPECT_EQ(without.pack_sample_s, 0.0);
@@ -128,14 +131,18 @@ TEST(PackSampleCost, FittedFromPacksOnlyAndKeptWhenGiven) {
 
 TEST(PackSampleCost, TheProfileAndTheCompactCostObjectCarryIt) {
   EXPECT_EQ(ProfileCost(write_profile("ps_none.json", "")).pack_sample_s, 0.0);
-  EXPECT_EQ(ProfileCost(write_profile("ps_on.json", R"(,"pack_sample_s":0.0025)")).pack_sample_s, 0.0025);
-  EXPECT_NE(profile_error(write_profile("ps_neg.json", R"(,"pack_sample_s":-1)")).find("must be >= 0"),
-            std::string::npos);
-  EXPECT_NE(profile_error(write_profile("ps_str.json", R"(,"pack_sample_s":"1")")).find("'pack_sample_s' must be a number"),
+  EXPECT_EQ(ProfileCost(write_profile("ps_on.json", R"(,"pack_sample_s":0.0025)")).pack_sample_s,
+            0.0025);
+  EXPECT_NE(
+      profile_error(write_profile("ps_neg.json", R"(,"pack_sample_s":-1)")).find("must be >= 0"),
+      std::string::npos);
+  EXPECT_NE(profile_error(write_profile("ps_str.json", R"(,"pack_sample_s":"1")"))
+                .find("'pack_sample_s' must be a number"),
             std::string::npos);
   // The compact cost object (a refit stored in a sampler state): kept when > 0, and a cost
   // without it (or with 0) reads and writes as before.
-  const std::string base = R"({"a":1e-5,"b":2e-8,"c0":4e-4,"overhead_s":0.005,"half_efficiency_tokens":0)";
+  const std::string base =
+      R"({"a":1e-5,"b":2e-8,"c0":4e-4,"overhead_s":0.005,"half_efficiency_tokens":0)";
   const std::string with = canonical_cost_json(base + R"(,"pack_sample_s":0.002})");
   EXPECT_EQ(nlohmann::json::parse(with).at("pack_sample_s").get<double>(), 0.002);
   EXPECT_EQ(ProfileCost::from_cost_json(with)->pack_sample_s, 0.002);
@@ -157,7 +164,8 @@ TEST(PackSampleCost, PartOfTheFingerprintAndOfBalancedsChoiceToPack) {
   const Plan pa = a.plan("balanced");
   write_profile("ps_plan.json", R"(,"pack_sample_s":1.0)");
   const Planner b(m, cfg);
-  EXPECT_NE(a.fingerprint(), b.fingerprint()) << "a state must not resume under another price of packs";
+  EXPECT_NE(a.fingerprint(), b.fingerprint())
+      << "a state must not resume under another price of packs";
   // Without packing no plan pays it: a state resumes as before.
   PlannerConfig off = cfg;
   off.packing = "off";

@@ -17,7 +17,8 @@ TEST(Planner, RealManifestsEveryStrategyKeepsTheContract) {
     PlannerConfig cfg;
     cfg.world_size = W;
     Planner pl(m, cfg);
-    for (const auto& s : kStrategies) expect_plan_contract(pl, pl.plan(s), s + " W=" + std::to_string(W));
+    for (const auto& s : kStrategies)
+      expect_plan_contract(pl, pl.plan(s), s + " W=" + std::to_string(W));
   }
 }
 
@@ -86,8 +87,8 @@ TEST(Planner, MetricsFollowTheirDefinitions) {
 
 TEST(Planner, OversizeSampleIsAnErrorNamingItUnlessSkipped) {
   Manifest m;
-  m.load_text("path,num_frames,height,width,fps\nsmall.jpg,1,480,832,\nbig.mp4,300,720,1280,30\n", "m.csv",
-              BadRowPolicy::kError);
+  m.load_text("path,num_frames,height,width,fps\nsmall.jpg,1,480,832,\nbig.mp4,300,720,1280,30\n",
+              "m.csv", BadRowPolicy::kError);
   PlannerConfig cfg;
   cfg.device = "a100";
   cfg.checkpointing = false;  // 75,600 tokens without checkpointing need ~200 GB
@@ -204,7 +205,8 @@ TEST(Planner, ElasticResumeLosesAndRepeatsNothing) {
       // A second change, 6 -> 2 ranks after 3 more steps, from the saved state.
       r.state.segments.back().second = std::min<int64_t>(3, int64_t(r.plan.num_steps()));
       Planner::Resumed r2 = pl.resume(state_from_json(state_to_json(r.state)), 2);
-      std::vector<uint32_t> ids2 = trained_ids(first, 0, k), mid = trained_ids(r.plan, 0, 3), tail = trained_ids(r2.plan);
+      std::vector<uint32_t> ids2 = trained_ids(first, 0, k), mid = trained_ids(r.plan, 0, 3),
+                            tail = trained_ids(r2.plan);
       ids2.insert(ids2.end(), mid.begin(), mid.end());
       ids2.insert(ids2.end(), tail.begin(), tail.end());
       ids2.insert(ids2.end(), r2.plan.dropped.begin(), r2.plan.dropped.end());
@@ -227,7 +229,7 @@ TEST(Planner, MismatchedOrCorruptStateIsRejected) {
   PlannerConfig cfg;
   cfg.model = "wan2.1-14b";
   Planner pl3(m, cfg);
-  EXPECT_THROW(pl3.resume(st, 8), InputError);  // another config
+  EXPECT_THROW(pl3.resume(st, 8), InputError);                                 // another config
   EXPECT_THROW(state_from_json(good.substr(0, good.size() / 2)), InputError);  // truncated
   std::string v2 = good;
   v2.replace(v2.find("\"version\":1"), 11, "\"version\":2");
@@ -256,8 +258,8 @@ TEST(PlannerProperty, RandomManifestsKeepTheContract) {
       bool video = int(rng.below(100)) < video_share;
       int h = 120 + int(rng.below(1400)), w = 120 + int(rng.below(1400));
       csv += "r" + std::to_string(i) + (video ? ".mp4," : ".jpg,");
-      csv += video ? std::to_string(2 + rng.below(600)) + "," + std::to_string(h) + "," + std::to_string(w) + "," +
-                         (rng.below(2) ? "30\n" : "24\n")
+      csv += video ? std::to_string(2 + rng.below(600)) + "," + std::to_string(h) + "," +
+                         std::to_string(w) + "," + (rng.below(2) ? "30\n" : "24\n")
                    : "1," + std::to_string(h) + "," + std::to_string(w) + ",\n";
     }
     Manifest m;
@@ -309,8 +311,8 @@ TEST(Planner, OnlineAdaptationReplansTheRestAndResumesExactly) {
   Bucket probe;
   probe.tokens = 32760;
   const double t = pl.cost().sample_time(probe);
-  const std::string cost = "{\"a\":" + std::to_string(0.3 * t / 32760) + ",\"b\":" +
-                           std::to_string(2.1 * t / (32760.0 * 32760.0)) +
+  const std::string cost = "{\"a\":" + std::to_string(0.3 * t / 32760) +
+                           ",\"b\":" + std::to_string(2.1 * t / (32760.0 * 32760.0)) +
                            ",\"c0\":0.001,\"overhead_s\":0.003,\"half_efficiency_tokens\":2048}";
   Planner::Resumed a = pl.resume(st, 4, cost);
   EXPECT_EQ(a.first_step, 0u);
@@ -333,6 +335,7 @@ TEST(Planner, OnlineAdaptationReplansTheRestAndResumesExactly) {
   Planner::Resumed c = pl.resume(state_from_json(saved), 3);
   ASSERT_EQ(c.state.segment_costs.size(), 3u);
   EXPECT_EQ(c.state.segment_costs[2], c.state.segment_costs[1]);
-  EXPECT_THROW(pl.resume(st, 4, "{\"a\":-1,\"b\":0,\"c0\":0,\"overhead_s\":0,\"half_efficiency_tokens\":0}"),
-               InputError);
+  EXPECT_THROW(
+      pl.resume(st, 4, "{\"a\":-1,\"b\":0,\"c0\":0,\"overhead_s\":0,\"half_efficiency_tokens\":0}"),
+      InputError);
 }

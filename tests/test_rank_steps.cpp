@@ -140,12 +140,14 @@ void expect_replay_covers(const BinCounts& c, const DealInputs& in) {
   const Plan plan = write(c, in, true);
   std::vector<uint32_t> dealt;
   for (size_t b : in.order)
-    for (uint64_t k = in.pool->begin[b]; k < in.pool->begin[b + 1]; ++k) dealt.push_back(in.pool->ids[k]);
+    for (uint64_t k = in.pool->begin[b]; k < in.pool->begin[b + 1]; ++k)
+      dealt.push_back(in.pool->ids[k]);
   std::sort(dealt.begin(), dealt.end());
   EXPECT_EQ(sorted_ids(plan), dealt);
   for (uint64_t j = 0; j < c.load.size(); ++j) {
     uint32_t n = 0;
-    for (uint64_t m = plan.rank_begin[j]; m < plan.rank_begin[j + 1]; ++m) n += plan.micro_batches[m].count;
+    for (uint64_t m = plan.rank_begin[j]; m < plan.rank_begin[j + 1]; ++m)
+      n += plan.micro_batches[m].count;
     EXPECT_EQ(n, c.samples[j]) << "bin " << j;
   }
 }
@@ -191,7 +193,8 @@ TEST(DealBins, GivenPiecesGoWholeToTheBinWithMostRoom) {
   start.load = std::vector<int64_t>{0, 250, 0};
   start.offset = std::vector<int64_t>{0, 250, 0};
   p.in.start = &start;
-  for (const uint32_t n : {3u, 3u, 2u, 2u, 1u}) p.in.pieces.push_back({int64_t(n) * 100 + 20, n, 1});
+  for (const uint32_t n : {3u, 3u, 2u, 2u, 1u})
+    p.in.pieces.push_back({int64_t(n) * 100 + 20, n, 1});
   const BinCounts c = deal_bins(3, p.in, nullptr);
   // Ties go to the lowest bin: 3 -> 0, 3 -> 1, 2 -> 2, 2 -> 2 (220 + 220 < 320), 1 -> 0; each
   // piece takes the next ids of its bucket, and none is merged.
@@ -201,7 +204,8 @@ TEST(DealBins, GivenPiecesGoWholeToTheBinWithMostRoom) {
   for (uint64_t j = 0; j < 3; ++j) {
     std::vector<std::vector<uint32_t>> got;
     for (uint64_t m = plan.rank_begin[j]; m < plan.rank_begin[j + 1]; ++m)
-      got.emplace_back(plan.ids(plan.micro_batches[m]), plan.ids(plan.micro_batches[m]) + plan.micro_batches[m].count);
+      got.emplace_back(plan.ids(plan.micro_batches[m]),
+                       plan.ids(plan.micro_batches[m]) + plan.micro_batches[m].count);
     EXPECT_EQ(got, want[j]) << "bin " << j;
   }
   EXPECT_EQ(c.load, (std::vector<int64_t>{320 + 120, 250 + 320, 440}));
@@ -359,7 +363,8 @@ TEST(StepLayout, LevelStepsTakesTheNextBestSplitWhereTheBestMissesTheBatch) {
   // W = 3: steps {100, 10a, 10b} and {90, 80, 10c} wait on 100 + 90. The three longest in one
   // step would hold 54 tokens against a mean of 42 (29% off); 100 and 90 with 10a (39) beside
   // 80, 10b, 10c (45) hold it and wait on 100 + 80.
-  const BinCounts c = bins_of({100, 10, 10, 90, 80, 10}, {12, 15, 15, 12, 30, 0}, {0, 0, 0, 0, 0, 0});
+  const BinCounts c =
+      bins_of({100, 10, 10, 90, 80, 10}, {12, 15, 15, 12, 30, 0}, {0, 0, 0, 0, 0, 0});
   std::vector<uint32_t> p = {0, 1, 2, 3, 4, 5};
   EXPECT_EQ(epoch_ticks(c, p, 3, 0), 190);
   ASSERT_TRUE(level_steps(c, p, 3, true, kHoldBatch | kHoldMix, Rng(3, 4)));
@@ -372,7 +377,8 @@ TEST(StepLayout, LevelStepsHoldsTheBatchAsStepSpreadMeasuresIt) {
   // Three steps of 62, 72 and 68 tokens (mean 67.33): the split {0, 2} | {1, 3} would hold 60
   // and 72, and 60 is 10.9% off by step_spread (an exact rule floor(0.1 x 202) = 20 on |x K -
   // total| took it). Whatever level_steps keeps, step_spread finds within kMaxBatchDev.
-  const BinCounts c = bins_of({100, 10, 90, 10, 5, 5}, {30, 35, 30, 37, 34, 34}, {0, 0, 0, 0, 0, 0});
+  const BinCounts c =
+      bins_of({100, 10, 90, 10, 5, 5}, {30, 35, 30, 37, 34, 34}, {0, 0, 0, 0, 0, 0});
   std::vector<uint32_t> p = {0, 1, 2, 3, 4, 5};
   const bool changed = level_steps(c, p, 2, true, kHoldBatch | kHoldMix, Rng(1, 2));
   ASSERT_TRUE(is_permutation_of_bins(p, 6));

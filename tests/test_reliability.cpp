@@ -30,8 +30,8 @@ std::string random_csv(Rng& rng, int max_rows) {
     const bool video = int(rng.below(100)) < video_share;
     const int h = 120 + int(rng.below(1400)), w = 120 + int(rng.below(1400));
     csv += "r" + std::to_string(i) + (video ? ".mp4," : ".jpg,");
-    csv += video ? std::to_string(2 + rng.below(600)) + "," + std::to_string(h) + "," + std::to_string(w) + "," +
-                       (rng.below(2) ? "30\n" : "24\n")
+    csv += video ? std::to_string(2 + rng.below(600)) + "," + std::to_string(h) + "," +
+                       std::to_string(w) + "," + (rng.below(2) ? "30\n" : "24\n")
                  : "1," + std::to_string(h) + "," + std::to_string(w) + ",\n";
   }
   return csv;
@@ -78,7 +78,8 @@ TEST(Reliability, ResumeAtEveryStepBoundaryOnRandomManifests) {
         st.segments.back().second = int64_t(k);
         Planner::Resumed r = pl->resume(state_from_json(state_to_json(st)), W);
         ASSERT_EQ(r.first_step, k);
-        ASSERT_EQ(jsonl(r.plan), all) << "case " << c << " " << s << " W=" << W << " resumed at step " << k;
+        ASSERT_EQ(jsonl(r.plan), all)
+            << "case " << c << " " << s << " W=" << W << " resumed at step " << k;
         // What is still to run, plus what ran, is every usable sample exactly once.
         std::vector<uint32_t> ids = trained_ids(*full, 0, k), rest = trained_ids(r.plan, k);
         ids.insert(ids.end(), rest.begin(), rest.end());
@@ -91,7 +92,8 @@ TEST(Reliability, ResumeAtEveryStepBoundaryOnRandomManifests) {
   }
   EXPECT_GE(cases, 180);
   RecordProperty("resumes", resumes);
-  std::printf("[ reliability ] %d plans resumed at every step boundary: %d resumes\n", cases, resumes);
+  std::printf("[ reliability ] %d plans resumed at every step boundary: %d resumes\n", cases,
+              resumes);
 }
 
 TEST(Reliability, ElasticResumeAcrossRandomWorldSizeSequences) {
@@ -138,7 +140,8 @@ TEST(Reliability, ElasticResumeAcrossRandomWorldSizeSequences) {
       ++runs;
     }
   }
-  std::printf("[ reliability ] %d elastic runs, %d world-size changes, nothing lost or repeated\n", runs, changes);
+  std::printf("[ reliability ] %d elastic runs, %d world-size changes, nothing lost or repeated\n",
+              runs, changes);
 }
 
 TEST(Reliability, CorruptedStatesAreRejectedOrDetected) {
@@ -166,7 +169,8 @@ TEST(Reliability, CorruptedStatesAreRejectedOrDetected) {
     } else if (kind == 2) {
       bad.resize(rng.below(uint32_t(bad.size())));  // truncated
     } else {
-      bad.insert(bad.begin() + rng.below(uint32_t(bad.size() + 1)), char(rng.below(256)));  // byte inserted
+      bad.insert(bad.begin() + rng.below(uint32_t(bad.size() + 1)),
+                 char(rng.below(256)));  // byte inserted
     }
     PlanState st;
     try {
@@ -179,11 +183,12 @@ TEST(Reliability, CorruptedStatesAreRejectedOrDetected) {
                                   st.strategy != good.strategy || st.version != good.version;
     // A layout read as another (a flipped digit, or the key lost: an earlier release's 1) is
     // another plan of the same epoch: it must keep the contract, not repeat the saved one.
-    const bool same_state = !identity_changed && st.epoch == good.epoch && st.segments == good.segments &&
-                            st.layout == good.layout;
+    const bool same_state = !identity_changed && st.epoch == good.epoch &&
+                            st.segments == good.segments && st.layout == good.layout;
     try {
       Planner::Resumed r = pl.resume(st, st.segments.back().first);
-      ASSERT_FALSE(identity_changed) << "a state with another fingerprint, seed or strategy was accepted: " << bad;
+      ASSERT_FALSE(identity_changed)
+          << "a state with another fingerprint, seed or strategy was accepted: " << bad;
       if (same_state) {
         ASSERT_EQ(jsonl(r.plan, r.first_step), want_plan) << "same state, different plan: " << bad;
         ++same;
@@ -201,9 +206,11 @@ TEST(Reliability, CorruptedStatesAreRejectedOrDetected) {
       ++rejected_resume;  // e.g. a strategy name no longer known
     }
   }
-  std::printf("[ reliability ] %d corrupted states: %d rejected by the parser, %d by resume, %d unchanged (same "
-              "plan), %d another valid position\n",
-              kCases, rejected_parse, rejected_resume, same, other_position);
+  std::printf(
+      "[ reliability ] %d corrupted states: %d rejected by the parser, %d by resume, %d unchanged "
+      "(same "
+      "plan), %d another valid position\n",
+      kCases, rejected_parse, rejected_resume, same, other_position);
   EXPECT_EQ(rejected_parse + rejected_resume + same + other_position, kCases);
   EXPECT_GT(rejected_parse, kCases / 2);
 }
@@ -212,7 +219,8 @@ TEST(Reliability, FuzzFoundStateBugsStayFixed) {
   // fuzz/regressions/fuzz_state/: both inputs must be rejected with InputError (scripts/fuzz.sh
   // replays the files through the fuzz target as well).
   for (const char* name : {"format_not_a_string.json", "version_wraps_to_1.json"}) {
-    const std::string text = read_file(std::string(AL_SOURCE_DIR "/fuzz/regressions/fuzz_state/") + name);
+    const std::string text =
+        read_file(std::string(AL_SOURCE_DIR "/fuzz/regressions/fuzz_state/") + name);
     EXPECT_THROW(state_from_json(text), InputError) << name;
   }
 }

@@ -27,10 +27,11 @@ std::vector<std::string> repo_files() {
     return files;
   }
   const fs::path root(AL_SOURCE_DIR);
-  for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator(); ++it) {
+  for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator();
+       ++it) {
     const std::string name = it->path().filename().string();
-    if (it->is_directory() && (name.rfind("build", 0) == 0 || name == ".git" || name == ".venv" || name == ".deps" ||
-                               name == "out" || name == "__pycache__")) {
+    if (it->is_directory() && (name.rfind("build", 0) == 0 || name == ".git" || name == ".venv" ||
+                               name == ".deps" || name == "out" || name == "__pycache__")) {
       it.disable_recursion_pending();
       continue;
     }
@@ -51,10 +52,11 @@ TEST(Repo, NothingTrackedReadsBesideTheCheckout) {
     const std::string text = read_text(std::string(AL_SOURCE_DIR) + "/" + f);
     if (text.find(beside) != std::string::npos) hits.push_back(f);
   }
-  EXPECT_TRUE(hits.empty()) << hits.size() << " tracked file(s) refer to " << beside
-                            << ", which a user's clone does not have (ship the data in data/ and read it "
-                               "from there); first: "
-                            << (hits.empty() ? "" : hits.front());
+  EXPECT_TRUE(hits.empty())
+      << hits.size() << " tracked file(s) refer to " << beside
+      << ", which a user's clone does not have (ship the data in data/ and read it "
+         "from there); first: "
+      << (hits.empty() ? "" : hits.front());
 }
 
 TEST(Repo, TheRealManifestsShipInData) {
@@ -70,11 +72,14 @@ TEST(Repo, ReadmeDemoTableIsTheDemosOutput) {
   const size_t at = demo.out.find("\nstrategy ");
   ASSERT_NE(at, std::string::npos) << demo.out;
   const size_t end = demo.out.find("\n\n", at + 1);
-  const std::string table = demo.out.substr(at + 1, end == std::string::npos ? std::string::npos : end - at);
+  const std::string table =
+      demo.out.substr(at + 1, end == std::string::npos ? std::string::npos : end - at);
   const std::string readme = read_text(AL_SOURCE_DIR "/README.md");
   const std::string begin = "<!-- demo-table: begin (scripts/update_readme.sh) -->\n```\n";
   const size_t b = readme.find(begin), e = readme.find("```\n<!-- demo-table: end -->");
-  ASSERT_TRUE(b != std::string::npos && e != std::string::npos && e > b) << "README.md lost its demo-table markers";
+  ASSERT_TRUE(b != std::string::npos && e != std::string::npos && e > b)
+      << "README.md lost its demo-table markers";
   EXPECT_EQ(readme.substr(b + begin.size(), e - b - begin.size()), table)
-      << "README.md's demo table is not what `adaptiveload demo` prints: run scripts/update_readme.sh";
+      << "README.md's demo table is not what `adaptiveload demo` prints: run "
+         "scripts/update_readme.sh";
 }

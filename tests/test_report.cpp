@@ -301,7 +301,8 @@ TEST_F(RealManifests, CostCurveShowsBucketsAndCalibratedPoints) {
   ASSERT_NE(with_profile.profile(), nullptr);
   EXPECT_EQ(with_profile.profile()->points, pts);
   const Plan p = with_profile.plan("equal_tokens");
-  const Report r = build_report(with_profile, manifest_, {p}, {with_profile.simulate(p)}, ReportOptions{});
+  const Report r =
+      build_report(with_profile, manifest_, {p}, {with_profile.simulate(p)}, ReportOptions{});
   EXPECT_EQ(count(svg_by_id(r.html, "cost"), "class=\"calibrated\""), 3u);
   {
     std::ofstream f(prof);
@@ -536,7 +537,8 @@ TEST(ReportSp, SequenceParallelLineAndFixedGroupRows) {
   const size_t at = html.find(used);
   ASSERT_NE(at, std::string::npos);
   const std::string line = html.substr(at, html.find('.', at) - at);
-  const std::string own = "g=" + cell_text(html, "balanced", "group_max");  // the column g: "1-4", "8"
+  const std::string own =
+      "g=" + cell_text(html, "balanced", "group_max");  // the column g: "1-4", "8"
   EXPECT_NE(line.find("g=2 by equal_tokens, fixed, dual, balanced g=2"), std::string::npos) << line;
   EXPECT_NE(line.find(own + " by balanced"), std::string::npos) << line;
   EXPECT_NE(line.find("g=4 by balanced g=4"), std::string::npos) << line;

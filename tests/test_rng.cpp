@@ -11,7 +11,8 @@ using adaptiveload::Rng;
 TEST(Rng, Pcg32ReferenceVector) {
   // pcg32 demo output (pcg-random.org, pcg32-demo with seed 42, stream 54).
   Rng rng(42u, 54u);
-  const uint32_t expected[] = {0xa15c02b7, 0x7b47f409, 0xba1d3330, 0x83d2f293, 0xbfa4784b, 0xcbed606e};
+  const uint32_t expected[] = {0xa15c02b7, 0x7b47f409, 0xba1d3330,
+                               0x83d2f293, 0xbfa4784b, 0xcbed606e};
   for (uint32_t e : expected) EXPECT_EQ(rng.next_u32(), e);
 }
 

@@ -71,12 +71,14 @@ TEST(Scale, CompBudgetSearchMatchesTheFullSearch) {
       ASSERT_GT(automatic.bucketing().usable, 1 << 16);
       ASSERT_EQ(automatic.comp_search().size(), 32u);
       const Full f = full_search(m, cfg, automatic);
-      const std::string ctx = files.back() + " W=" + std::to_string(k.W) + " global_batch=" + k.global_batch +
+      const std::string ctx = files.back() + " W=" + std::to_string(k.W) +
+                              " global_batch=" + k.global_batch +
                               (k.end == EndPolicy::kPad ? " pad" : " drop");
       ASSERT_GT(f.tp_at_auto, 0) << ctx;
       const double loss = 1 - f.tp_at_auto / f.best_tp;
       worst = std::max(worst, loss);
-      EXPECT_LE(loss, kTolerance) << ctx << ": M_comp " << automatic.comp_budget() << " vs full search " << f.best_c;
+      EXPECT_LE(loss, kTolerance) << ctx << ": M_comp " << automatic.comp_budget()
+                                  << " vs full search " << f.best_c;
     }
   }
   std::printf("worst throughput loss of the expected-throughput search: %.3f%%\n", 100 * worst);
@@ -113,12 +115,16 @@ TEST(Scale, CompBudgetSearchCandidatesSpanTheGrid) {
 
 TEST(Scale, ManifestPathsReferenceTheTextOrCopiesOfIt) {
   Manifest m;
-  m.load_text("path,num_frames,height,width,fps\nplain/a.mp4,10,360,640,30\n\"q,uoted\"\"b.mp4\",10,360,640,30\n"
-              "\n  spaced c.jpg ,1,65536,1,\n",
-              "m.csv", BadRowPolicy::kError);
-  m.load_text("{\"path\": \"d.mp4\", \"num_frames\": 81, \"height\": 480, \"width\": 832, \"fps\": 16.5}\n"
-              "{\"path\": \"e\\u00e9\\\"\", \"num_frames\": \"220.0\", \"height\": 4.8e2, \"width\": 640, \"fps\": 29.97}\n",
-              "m.jsonl", BadRowPolicy::kError);
+  m.load_text(
+      "path,num_frames,height,width,fps\nplain/"
+      "a.mp4,10,360,640,30\n\"q,uoted\"\"b.mp4\",10,360,640,30\n"
+      "\n  spaced c.jpg ,1,65536,1,\n",
+      "m.csv", BadRowPolicy::kError);
+  m.load_text(
+      "{\"path\": \"d.mp4\", \"num_frames\": 81, \"height\": 480, \"width\": 832, \"fps\": 16.5}\n"
+      "{\"path\": \"e\\u00e9\\\"\", \"num_frames\": \"220.0\", \"height\": 4.8e2, \"width\": 640, "
+      "\"fps\": 29.97}\n",
+      "m.jsonl", BadRowPolicy::kError);
   m.add_row("f.mp4", "5", "10", "10", "24", "py", 0, BadRowPolicy::kError);
   ASSERT_EQ(m.total_rows(), 6);
   EXPECT_EQ(m.path(0), "plain/a.mp4");
@@ -141,19 +147,21 @@ TEST(Scale, ManifestPathsReferenceTheTextOrCopiesOfIt) {
 TEST(Scale, FastReadersAgreeWithTheGeneralOnes) {
   // Every line the JSONL fast path takes, also written so that only nlohmann can read it
   // (an escaped key); the CSV rows once plain and once quoted.
-  const char* rows[][5] = {{"a.mp4", "81", "480", "832", "16"},      {"b.mp4", "81", "480", "832", "29.97"},
-                           {"c.mp4", "2", "1", "1", "0.001"},        {"d.mp4", "10000000", "65536", "65536", "1000"},
-                           {"e.mp4", "3", "7", "9", "23.976023976"}, {"f.mp4", "33", "720", "1280", "1e1"},
-                           {"g.jpg", "1", "427", "640", ""}};
+  const char* rows[][5] = {
+      {"a.mp4", "81", "480", "832", "16"},      {"b.mp4", "81", "480", "832", "29.97"},
+      {"c.mp4", "2", "1", "1", "0.001"},        {"d.mp4", "10000000", "65536", "65536", "1000"},
+      {"e.mp4", "3", "7", "9", "23.976023976"}, {"f.mp4", "33", "720", "1280", "1e1"},
+      {"g.jpg", "1", "427", "640", ""}};
   std::string fast = "", slow = "", csv = "path,num_frames,height,width,fps\n", quoted = csv;
   for (const auto& r : rows) {
     const std::string fps = r[4][0] ? std::string(", \"fps\": ") + r[4] : "";
-    fast += std::string("{\"path\": \"") + r[0] + "\", \"num_frames\": " + r[1] + ", \"height\": " + r[2] +
-            ", \"width\": " + r[3] + fps + "}\n";
-    slow += std::string("{\"pa\\u0074h\": \"") + r[0] + "\", \"num_frames\": " + r[1] + ", \"height\": " + r[2] +
-            ", \"width\": " + r[3] + fps + "}\n";
+    fast += std::string("{\"path\": \"") + r[0] + "\", \"num_frames\": " + r[1] +
+            ", \"height\": " + r[2] + ", \"width\": " + r[3] + fps + "}\n";
+    slow += std::string("{\"pa\\u0074h\": \"") + r[0] + "\", \"num_frames\": " + r[1] +
+            ", \"height\": " + r[2] + ", \"width\": " + r[3] + fps + "}\n";
     csv += std::string(r[0]) + "," + r[1] + "," + r[2] + "," + r[3] + "," + r[4] + "\n";
-    quoted += std::string("\"") + r[0] + "\",\"" + r[1] + "\"," + r[2] + "," + r[3] + "," + r[4] + "\n";
+    quoted +=
+        std::string("\"") + r[0] + "\",\"" + r[1] + "\"," + r[2] + "," + r[3] + "," + r[4] + "\n";
   }
   Manifest a, b, c, d;
   a.load_text(fast, "a.jsonl", BadRowPolicy::kError);
@@ -172,12 +180,14 @@ TEST(Scale, FastReadersAgreeWithTheGeneralOnes) {
   }
   // Bad rows read by the fast path's fallback keep the general reader's messages.
   Manifest bad;
-  bad.load_text("{\"path\": \"x\", \"num_frames\": -0, \"height\": 1, \"width\": 1}\n"
-                "{\"path\": \"x\", \"num_frames\": 1, \"num_frames\": 1, \"height\": 1, \"width\": 1}\n"
-                "{\"path\": 5, \"num_frames\": 1, \"height\": 1, \"width\": 1}\n",
-                "bad.jsonl", BadRowPolicy::kSkip);
+  bad.load_text(
+      "{\"path\": \"x\", \"num_frames\": -0, \"height\": 1, \"width\": 1}\n"
+      "{\"path\": \"x\", \"num_frames\": 1, \"num_frames\": 1, \"height\": 1, \"width\": 1}\n"
+      "{\"path\": 5, \"num_frames\": 1, \"height\": 1, \"width\": 1}\n",
+      "bad.jsonl", BadRowPolicy::kSkip);
   ASSERT_EQ(bad.bad_rows().size(), 3u);
-  EXPECT_EQ(bad.bad_rows()[0].message(), "bad.jsonl:1: field 'num_frames': must be positive, got 0");
+  EXPECT_EQ(bad.bad_rows()[0].message(),
+            "bad.jsonl:1: field 'num_frames': must be positive, got 0");
   EXPECT_EQ(bad.bad_rows()[1].field, "num_frames");
   EXPECT_NE(bad.bad_rows()[1].reason.find("appears twice"), std::string::npos);
   EXPECT_NE(bad.bad_rows()[2].reason.find("must be a string"), std::string::npos);
@@ -187,26 +197,34 @@ TEST(Scale, FastReadersAgreeWithTheGeneralOnes) {
 // rows, paths and line numbers (a lone CR ends a line, CRLF is one line end).
 TEST(Scale, FileAccessAndLineEndsDoNotChangeTheRows) {
   std::string wide_header = "path,num_frames,height,width,fps", wide_row = "w.mp4,81,480,832,16";
-  for (int k = 0; k < 66; ++k) wide_header += ",x" + std::to_string(k), wide_row += "," + std::to_string(k);
-  const std::string csv = "path,num_frames,height,width,fps\r\n"
-                          "a.mp4,81,480,832,16\r\n"
-                          "b.mp4,81,480,832,29.97\r"          // lone CR: its own line end
-                          "\r\n"                              // then a blank line
-                          "\"q,uoted.mp4\",33,720,1280,25\n"
-                          " c.jpg ,1,427,640,\n"               // blanks kept in the path
-                          "d.mp4, 81 ,480,832,16";             // blanks around a number, no final LF
+  for (int k = 0; k < 66; ++k)
+    wide_header += ",x" + std::to_string(k), wide_row += "," + std::to_string(k);
+  const std::string csv =
+      "path,num_frames,height,width,fps\r\n"
+      "a.mp4,81,480,832,16\r\n"
+      "b.mp4,81,480,832,29.97\r"  // lone CR: its own line end
+      "\r\n"                      // then a blank line
+      "\"q,uoted.mp4\",33,720,1280,25\n"
+      " c.jpg ,1,427,640,\n"    // blanks kept in the path
+      "d.mp4, 81 ,480,832,16";  // blanks around a number, no final LF
   // Over 64 fields a row takes the full reader; one field more than the header is a bad row.
-  const std::string wide = wide_header + "\n" + wide_row + "\n" + wide_row + ",extra\n" + wide_row + "\n";
-  const std::string jsonl = "{\"path\": \"a.mp4\", \"num_frames\": 81, \"height\": 480, \"width\": 832, \"fps\": 16}\r\n"
-                            " {\"path\": \"b.mp4\", \"num_frames\": 81, \"height\": 480, \"width\": 832} \t\r"
-                            "\r\n"
-                            "{\"path\": \"c.jpg\", \"num_frames\": 1, \"height\": 427, \"width\": 640, \"fps\": null}\r \n"
-                            "{\"num_frames\": \"33\", \"path\": \"d.mp4\", \"width\": 1280, \"height\": 720, \"fps\": 25}";
+  const std::string wide =
+      wide_header + "\n" + wide_row + "\n" + wide_row + ",extra\n" + wide_row + "\n";
+  const std::string jsonl =
+      "{\"path\": \"a.mp4\", \"num_frames\": 81, \"height\": 480, \"width\": 832, \"fps\": 16}\r\n"
+      " {\"path\": \"b.mp4\", \"num_frames\": 81, \"height\": 480, \"width\": 832} \t\r"
+      "\r\n"
+      "{\"path\": \"c.jpg\", \"num_frames\": 1, \"height\": 427, \"width\": 640, \"fps\": null}\r "
+      "\n"
+      "{\"num_frames\": \"33\", \"path\": \"d.mp4\", \"width\": 1280, \"height\": 720, \"fps\": "
+      "25}";
   struct Case {
     std::string name, text;
     std::vector<int64_t> lines;  // of each row
   };
-  const Case cases[] = {{"c.csv", csv, {2, 3, 5, 6, 7}}, {"w.csv", wide, {2, 3, 4}}, {"j.jsonl", jsonl, {1, 2, 4, 6}}};
+  const Case cases[] = {{"c.csv", csv, {2, 3, 5, 6, 7}},
+                        {"w.csv", wide, {2, 3, 4}},
+                        {"j.jsonl", jsonl, {1, 2, 4, 6}}};
   for (const Case& k : cases) {
     const std::string file = testing::TempDir() + "al_line_ends_" + k.name;
     FILE* f = fopen(file.c_str(), "wb");
@@ -228,7 +246,8 @@ TEST(Scale, FileAccessAndLineEndsDoNotChangeTheRows) {
         EXPECT_EQ(m->clip(r).fps, text.clip(r).fps) << k.name << " row " << r;
       }
     }
-    for (int64_t r = 0; r < text.total_rows(); ++r) EXPECT_EQ(text.line(r), k.lines[size_t(r)]) << k.name << " row " << r;
+    for (int64_t r = 0; r < text.total_rows(); ++r)
+      EXPECT_EQ(text.line(r), k.lines[size_t(r)]) << k.name << " row " << r;
     std::remove(file.c_str());
   }
   Manifest c, w, j;
@@ -241,7 +260,8 @@ TEST(Scale, FileAccessAndLineEndsDoNotChangeTheRows) {
   EXPECT_EQ(c.clip(4).num_frames, 81);
   ASSERT_EQ(w.bad_rows().size(), 1u);
   EXPECT_EQ(w.bad_rows()[0].line, 3);
-  EXPECT_NE(w.bad_rows()[0].reason.find("has 72 fields, the header 71"), std::string::npos) << w.bad_rows()[0].reason;
+  EXPECT_NE(w.bad_rows()[0].reason.find("has 72 fields, the header 71"), std::string::npos)
+      << w.bad_rows()[0].reason;
   EXPECT_FALSE(w.usable(1));
   EXPECT_EQ(w.path(2), "w.mp4");
   EXPECT_EQ(w.clip(2).width, 832);
@@ -262,7 +282,8 @@ TEST(Scale, FingerprintHashesTheSameBytesAsFieldByField) {
     h.bytes(p.data(), p.size());
     h.pod(uint8_t(0));
     const ClipInfo c = m.clip(row);
-    h.pod(c.num_frames), h.pod(c.height), h.pod(c.width), h.pod(c.fps), h.pod(uint8_t(m.usable(row)));
+    h.pod(c.num_frames), h.pod(c.height), h.pod(c.width), h.pod(c.fps),
+        h.pod(uint8_t(m.usable(row)));
   }
   const uint64_t rows_digest = h.digest();
   Hasher staged;
@@ -273,8 +294,10 @@ TEST(Scale, FingerprintHashesTheSameBytesAsFieldByField) {
     all.push_back(0);
     const ClipInfo c = m.clip(row);
     const uint8_t u = uint8_t(m.usable(row));
-    all.append(reinterpret_cast<const char*>(&c.num_frames), 8).append(reinterpret_cast<const char*>(&c.height), 4);
-    all.append(reinterpret_cast<const char*>(&c.width), 4).append(reinterpret_cast<const char*>(&c.fps), 8);
+    all.append(reinterpret_cast<const char*>(&c.num_frames), 8)
+        .append(reinterpret_cast<const char*>(&c.height), 4);
+    all.append(reinterpret_cast<const char*>(&c.width), 4)
+        .append(reinterpret_cast<const char*>(&c.fps), 8);
     all.append(reinterpret_cast<const char*>(&u), 1);
   }
   staged.bytes(all.data(), all.size());
@@ -285,7 +308,9 @@ TEST(Scale, FingerprintHashesTheSameBytesAsFieldByField) {
   EXPECT_EQ(a.fingerprint(), b.fingerprint());
   // One path byte more: another fingerprint.
   Manifest x, y;
-  x.load_text("path,num_frames,height,width,fps\na.mp4,81,480,832,16\nb.jpg,1,480,640,\n", "m.csv", BadRowPolicy::kError);
-  y.load_text("path,num_frames,height,width,fps\na.mp4,81,480,832,16\nbb.jpg,1,480,640,\n", "m.csv", BadRowPolicy::kError);
+  x.load_text("path,num_frames,height,width,fps\na.mp4,81,480,832,16\nb.jpg,1,480,640,\n", "m.csv",
+              BadRowPolicy::kError);
+  y.load_text("path,num_frames,height,width,fps\na.mp4,81,480,832,16\nbb.jpg,1,480,640,\n", "m.csv",
+              BadRowPolicy::kError);
   EXPECT_NE(Planner(x, cfg).fingerprint(), Planner(y, cfg).fingerprint());
 }

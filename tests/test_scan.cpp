@@ -23,11 +23,11 @@
 #include <tuple>
 #include <vector>
 
-#include "test_support.h"
 #include "scan/probe.h"
 #include "scan/progress.h"
 #include "scan/scan.h"
 #include "scan/walk.h"
+#include "test_support.h"
 
 namespace fs = std::filesystem;
 using namespace adaptiveload;

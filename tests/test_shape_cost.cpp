@@ -98,10 +98,13 @@ TEST(ShapeCost, OneBucketIsTheBucketFormulaBitForBit) {
         EXPECT_EQ(c->cost(s), c->microbatch_time(n, bk)) << c->name();
         EXPECT_EQ(c->work(s), c->marginal_time(n, bk)) << c->name();
         for (int g : {1, 2, 4}) {
-          EXPECT_EQ(group_cost(*c, s, g, sp), group_microbatch_time(*c, n, bk, g, sp)) << c->name() << " g " << g;
-          EXPECT_EQ(group_work(*c, s, g, sp), double(n) * group_sample_time(*c, bk, g, sp)) << c->name();
+          EXPECT_EQ(group_cost(*c, s, g, sp), group_microbatch_time(*c, n, bk, g, sp))
+              << c->name() << " g " << g;
+          EXPECT_EQ(group_work(*c, s, g, sp), double(n) * group_sample_time(*c, bk, g, sp))
+              << c->name();
           // GroupCost, the cost model as a group sees it, prices the shape the same way.
-          EXPECT_EQ(GroupCost(*c, g, sp).cost(s), group_cost(*c, s, g, sp)) << c->name() << " g " << g;
+          EXPECT_EQ(GroupCost(*c, g, sp).cost(s), group_cost(*c, s, g, sp))
+              << c->name() << " g " << g;
         }
       }
 }
@@ -142,7 +145,8 @@ TEST(ShapeCost, APackOnASequenceParallelGroup) {
   const double wg = 2 * group_sample_time(*c, b[1], 2, sp) + group_sample_time(*c, b[2], 2, sp);
   EXPECT_DOUBLE_EQ(group_work(*c, s, 2, sp), wg);
   EXPECT_DOUBLE_EQ(group_cost(*c, s, 2, sp),
-                   c->overhead_s + sp.a2a_latency_s + wg * (1 + c->half_efficiency_tokens * 2 / (2.0 * 14040 + 32760)));
+                   c->overhead_s + sp.a2a_latency_s +
+                       wg * (1 + c->half_efficiency_tokens * 2 / (2.0 * 14040 + 32760)));
 }
 
 TEST(ShapeMemory, APackHoldsTheSumOfItsSamples) {
@@ -204,8 +208,8 @@ TEST(SimulatePacked, PricesAPackFromItsSamplesBuckets) {
   // Fixed costs: each micro-batch's time less its work.
   const double fixed = (t[0] - p.cost->work(s)) + (t[1] - p.cost->marginal_time(2, p.buckets[1]));
   EXPECT_DOUBLE_EQ(m.fixed_cost_fraction, fixed / (2 * m.epoch_time_s));
-  EXPECT_DOUBLE_EQ(m.peak_memory_utilization_max, std::max(p.env.memory.bytes(s),
-                                                            p.env.memory.bytes(2, 14040)) / 80e9);
+  EXPECT_DOUBLE_EQ(m.peak_memory_utilization_max,
+                   std::max(p.env.memory.bytes(s), p.env.memory.bytes(2, 14040)) / 80e9);
 }
 
 TEST(SimulatePacked, RefusesAPackWithoutEachSamplesBucket) {

@@ -35,7 +35,8 @@ const Manifest& long_mix() {
       for (std::string x; std::getline(ss, x, ',');) c.push_back(x);
       const double fps = std::stod(c[4]);
       const int frames = std::max(std::stoi(c[1]), int(121 * fps / 16) + 2);
-      longer += c[0] + ".121f.mp4," + std::to_string(frames) + "," + c[2] + "," + c[3] + "," + c[4] + "\n";
+      longer += c[0] + ".121f.mp4," + std::to_string(frames) + "," + c[2] + "," + c[3] + "," +
+                c[4] + "\n";
     }
     Manifest out;
     out.load_text(text + longer, "taichi_long.csv", BadRowPolicy::kError);
@@ -68,7 +69,8 @@ void expect_groups_consistent(const Plan& p, const std::string& ctx) {
         const int g = p.group(m);
         ASSERT_TRUE(g >= 1 && (g & (g - 1)) == 0 && W % g == 0) << ctx << ": group size " << g;
         if (p.sync == SyncMode::kStep) {
-          ASSERT_LE(g, prev) << ctx << ": step " << t << " rank " << r << " runs a larger group after a smaller";
+          ASSERT_LE(g, prev) << ctx << ": step " << t << " rank " << r
+                             << " runs a larger group after a smaller";
           prev = g;
         }
         const int first = r - r % g;
@@ -78,7 +80,8 @@ void expect_groups_consistent(const Plan& p, const std::string& ctx) {
         const uint64_t i = m - b;
         ASSERT_LT(fb + i, fe) << ctx;
         EXPECT_EQ(p.micro_batches[fb + i].begin, p.micro_batches[m].begin)
-            << ctx << ": step " << t << " rank " << r << " micro-batch " << i << " differs from its group's first rank";
+            << ctx << ": step " << t << " rank " << r << " micro-batch " << i
+            << " differs from its group's first rank";
         EXPECT_EQ(p.group(fb + i), g) << ctx;
       }
     }
@@ -99,7 +102,8 @@ TEST(SpGroups, EverySampleGetsTheSmallestGroupItFits) {
     EXPECT_LE(pl.memory().bytes(1, (S + g - 1) / g), usable) << bk.buckets[b].name();
     if (g > 1) {
       on_groups += bk.bucket_counts[b];
-      EXPECT_GT(pl.memory().bytes(1, (S + g / 2 - 1) / (g / 2)), usable) << bk.buckets[b].name() << ": g/2 fits";
+      EXPECT_GT(pl.memory().bytes(1, (S + g / 2 - 1) / (g / 2)), usable)
+          << bk.buckets[b].name() << ": g/2 fits";
     }
   }
   EXPECT_GT(on_groups, 1000);
@@ -158,7 +162,8 @@ TEST(SpGroups, BalancedIdlesUnderThreePercentAndMatchesTheBestFixedGroup) {
     EXPECT_GT(bal.throughput_samples_per_s, eq.throughput_samples_per_s) << sync;
     double best_fixed = 0;
     for (int g = pl.max_group(); g <= 8; g *= 2)
-      best_fixed = std::max(best_fixed, pl.simulate(pl.plan_fixed_group("balanced", g)).throughput_samples_per_s);
+      best_fixed = std::max(
+          best_fixed, pl.simulate(pl.plan_fixed_group("balanced", g)).throughput_samples_per_s);
     EXPECT_GE(bal.throughput_samples_per_s, best_fixed * (1 - 1e-12)) << sync;
     EXPECT_EQ(bal.steps, eq.steps) << sync << ": the same global batch";
   }
@@ -197,7 +202,9 @@ TEST(SpGroups, SimulatorMakesAGroupWaitForItsSlowestRankAndRefusesAHang) {
   const auto& bk = pl.bucketing();
   uint16_t small = 0;
   for (uint16_t b = 0; b < bk.buckets.size(); ++b)
-    if (bk.bucket_counts[b] && (!bk.bucket_counts[small] || bk.buckets[b].tokens < bk.buckets[small].tokens)) small = b;
+    if (bk.bucket_counts[b] &&
+        (!bk.bucket_counts[small] || bk.buckets[b].tokens < bk.buckets[small].tokens))
+      small = b;
   // Step sync, W = 2: rank 0 runs the pair's group micro-batch B, then A alone; rank 1 runs B.
   Plan p;
   p.strategy = "hand";
@@ -257,12 +264,14 @@ TEST(SpGroups, JsonlListsEachStepsGroupsWithTheirRanksAndMicroBatches) {
       for (size_t k = 0; k < ranks.size(); ++k) {
         EXPECT_EQ(ranks[k], ranks[0] + int(k));
         for (int i : grp["mbs"]) {
-          EXPECT_EQ(j["ranks"][ranks[k]][i], j["ranks"][ranks[0]][i]) << "group members list other ids";
+          EXPECT_EQ(j["ranks"][ranks[k]][i], j["ranks"][ranks[0]][i])
+              << "group members list other ids";
           ++covered[size_t(ranks[k])];
         }
       }
     }
-    for (int r = 0; r < 16; ++r) EXPECT_EQ(size_t(covered[size_t(r)]), j["ranks"][r].size()) << "rank " << r;
+    for (int r = 0; r < 16; ++r)
+      EXPECT_EQ(size_t(covered[size_t(r)]), j["ranks"][r].size()) << "rank " << r;
   }
   EXPECT_EQ(lines, p.num_steps());
   // Without groups the line has no "groups" (the format is as before).
@@ -281,7 +290,8 @@ TEST(SpGroups, WithoutOversizeSamplesPlansAreAsWithoutSequenceParallelism) {
   c.sp = "off";
   Planner off(test::real_manifest(), c);
   EXPECT_EQ(on.fingerprint(), off.fingerprint());
-  for (const auto& s : {"equal_tokens", "dual", "balanced"}) EXPECT_EQ(test::jsonl(on.plan(s)), test::jsonl(off.plan(s))) << s;
+  for (const auto& s : {"equal_tokens", "dual", "balanced"})
+    EXPECT_EQ(test::jsonl(on.plan(s)), test::jsonl(off.plan(s))) << s;
 }
 
 TEST(SpGroups, OneGroupSizeForAllAndPerSampleSearch) {
@@ -321,7 +331,8 @@ TEST(SpGroups, OneGroupSizeForAllAndPerSampleSearch) {
   expect_plan_contract(per, p, "per-sample");
   ps.sp = "off";
   Planner one(test::real_manifest(), ps);
-  EXPECT_GE(per.simulate(p).throughput_samples_per_s, one.simulate(one.plan("balanced")).throughput_samples_per_s * 0.999);
+  EXPECT_GE(per.simulate(p).throughput_samples_per_s,
+            one.simulate(one.plan("balanced")).throughput_samples_per_s * 0.999);
 }
 
 TEST(SpGroups, PerSampleSearchHoldsTheGlobalBatchWhereThatCostsLittle) {
@@ -344,7 +355,8 @@ TEST(SpGroups, PerSampleSearchHoldsTheGlobalBatchWhereThatCostsLittle) {
   PlannerConfig off = c;
   off.sp = "off";
   Planner one(test::real_manifest(), off);
-  EXPECT_GE(free_batch.simulate(f).throughput_samples_per_s, one.simulate(one.plan("balanced")).throughput_samples_per_s);
+  EXPECT_GE(free_batch.simulate(f).throughput_samples_per_s,
+            one.simulate(one.plan("balanced")).throughput_samples_per_s);
 }
 
 TEST(SpGroups, SkippedOversizeSamplesLeaveOneGpuPlansAlone) {
@@ -375,7 +387,9 @@ TEST(SpGroups, ElasticResumeWhereNoGroupFitsIsAnError) {
     pl.resume(st, 6);
     ADD_FAILURE() << "resume on 6 ranks planned samples that fit no group";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("no allowed sequence-parallel group size fits"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no allowed sequence-parallel group size fits"),
+              std::string::npos)
+        << e.what();
   }
 }
 

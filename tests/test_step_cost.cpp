@@ -17,7 +17,9 @@ namespace {
 std::string write_profile(const std::string& name, const std::string& step) {
   return test::write_profile(name, "step", step);
 }
-PlannerConfig config(const std::string& profile, const char* sync) { return test::profile_config(profile, sync, 4); }
+PlannerConfig config(const std::string& profile, const char* sync) {
+  return test::profile_config(profile, sync, 4);
+}
 std::string error_of(const std::string& profile) { return test::profile_error(profile); }
 
 }  // namespace

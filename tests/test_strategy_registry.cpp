@@ -31,18 +31,23 @@ Plan plan_test_half_tokens(const PlanProblem& pr) {
 // Registers the test strategy for one test and removes it after, so the other tests of this
 // binary see the built-in registry.
 struct Registered {
-  Registered() { register_strategy({kName, "test: equal_tokens at half the batch", plan_test_half_tokens}); }
+  Registered() {
+    register_strategy({kName, "test: equal_tokens at half the batch", plan_test_half_tokens});
+  }
   ~Registered() { unregister_strategy(kName); }
 };
 
-bool has(const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+bool has(const std::vector<std::string>& v, const std::string& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
 
 }  // namespace
 
 TEST(StrategyRegistry, BuiltInsInOrderWithTheirProperties) {
   std::vector<std::string> names;
   for (const StrategyEntry& s : strategies()) names.push_back(s.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"equal_tokens", "fixed", "dual", "balanced", "greedy_pack"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"equal_tokens", "fixed", "dual", "balanced", "greedy_pack"}));
   EXPECT_EQ(strategy_names(), "equal_tokens, fixed, dual, balanced, greedy_pack");
   EXPECT_EQ(strategy_names(", ", " or "), "equal_tokens, fixed, dual, balanced or greedy_pack");
   EXPECT_EQ(baseline_strategy(), "equal_tokens");
@@ -55,7 +60,8 @@ TEST(StrategyRegistry, BuiltInsInOrderWithTheirProperties) {
   EXPECT_TRUE(find_strategy("balanced").packs_when_asked());
   EXPECT_FALSE(find_strategy("balanced").packs());
   for (const char* loader : {"equal_tokens", "fixed", "dual"})
-    EXPECT_FALSE(find_strategy(loader).packs() || find_strategy(loader).packs_when_asked()) << loader;
+    EXPECT_FALSE(find_strategy(loader).packs() || find_strategy(loader).packs_when_asked())
+        << loader;
   for (const StrategyEntry& s : strategies())
     EXPECT_TRUE(s.serves(SyncMode::kStep) && s.serves(SyncMode::kMicro)) << s.name;
 }
@@ -76,7 +82,8 @@ TEST(StrategyRegistry, ARegisteredStrategyIsPlannedFuzzedAndNamedInErrors) {
     find_strategy("nosuch");
     FAIL() << "no error";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find(std::string("greedy_pack, ") + kName), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(std::string("greedy_pack, ") + kName), std::string::npos)
+        << e.what();
   }
   PlannerConfig cfg;
   cfg.world_size = 4;
@@ -94,7 +101,8 @@ TEST(StrategyRegistry, ARegisteredStrategyIsInTheCliHelpAndCheck) {
     CLI::App app;
     cli::PlanOptions o;
     o.add_to(app, false);
-    EXPECT_NE(app.help().find(std::string("greedy_pack, ") + kName + ", or all"), std::string::npos) << app.help();
+    EXPECT_NE(app.help().find(std::string("greedy_pack, ") + kName + ", or all"), std::string::npos)
+        << app.help();
     app.parse(std::string("--strategy ") + kName, false);
     EXPECT_NO_THROW(o.finish());
     EXPECT_EQ(o.strategy_names(), std::vector<std::string>{kName});
@@ -116,7 +124,8 @@ TEST(StrategyRegistry, ARegisteredStrategyIsInTheCliHelpAndCheck) {
       o.finish();
       FAIL() << "no error";
     } catch (const CLI::ValidationError& e) {
-      EXPECT_NE(std::string(e.what()).find(std::string(kName) + ", or all"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::string(kName) + ", or all"), std::string::npos)
+          << e.what();
     }
   }
 }

@@ -20,7 +20,8 @@ const Manifest& shared_manifest() {
   return m;
 }
 
-PlannerConfig config(const std::string& model, int W, const std::string& sharding, const std::string& sync = "auto") {
+PlannerConfig config(const std::string& model, int W, const std::string& sharding,
+                     const std::string& sync = "auto") {
   PlannerConfig c;
   c.model = model;
   c.world_size = W;
@@ -45,8 +46,10 @@ TEST(SyncModes, DefaultFollowsSharding) {
   EXPECT_EQ(Planner(shared_manifest(), config("wan2.1-1.3b", 8, "fsdp")).sync(), SyncMode::kMicro);
   // auto sharding: the 14B state does not fit one H200 unsharded, so it is sharded -> micro.
   EXPECT_EQ(Planner(shared_manifest(), config("wan2.1-14b", 16, "auto")).sync(), SyncMode::kMicro);
-  EXPECT_EQ(Planner(shared_manifest(), config("wan2.1-1.3b", 8, "fsdp", "step")).sync(), SyncMode::kStep);
-  EXPECT_THROW(Planner(shared_manifest(), config("wan2.1-1.3b", 8, "none", "sometimes")), ConfigError);
+  EXPECT_EQ(Planner(shared_manifest(), config("wan2.1-1.3b", 8, "fsdp", "step")).sync(),
+            SyncMode::kStep);
+  EXPECT_THROW(Planner(shared_manifest(), config("wan2.1-1.3b", 8, "none", "sometimes")),
+               ConfigError);
 }
 
 // The acceptance case: Wan 2.1 14B, 16 x H200, FSDP, Taichi-HD + COCO.
@@ -66,7 +69,8 @@ TEST(SyncModes, MicroModeWan14bFsdpEveryRankSameCountAndBalancedWins) {
     while (std::getline(lines, line)) {
       auto j = nlohmann::json::parse(line);
       ASSERT_EQ(j["sync"], "micro");
-      for (const auto& r : j["ranks"]) ASSERT_EQ(r.size(), j["ranks"][0].size()) << s.name << " line " << n;
+      for (const auto& r : j["ranks"])
+        ASSERT_EQ(r.size(), j["ranks"][0].size()) << s.name << " line " << n;
       ++n;
     }
     EXPECT_EQ(n, p.num_steps());
@@ -76,7 +80,8 @@ TEST(SyncModes, MicroModeWan14bFsdpEveryRankSameCountAndBalancedWins) {
   EXPECT_GT(m["balanced"].throughput_samples_per_s, m["dual"].throughput_samples_per_s);
   EXPECT_GT(m["balanced"].throughput_samples_per_s, m["equal_tokens"].throughput_samples_per_s);
   EXPECT_GT(m["balanced"].collective_s, 0);
-  for (const auto& [name, x] : m) EXPECT_EQ(x.steps, m["equal_tokens"].steps) << name << ": same global batch";
+  for (const auto& [name, x] : m)
+    EXPECT_EQ(x.steps, m["equal_tokens"].steps) << name << ": same global batch";
 }
 
 TEST(SyncModes, BothModesOnWan13bWithCollectiveTime) {
@@ -94,7 +99,8 @@ TEST(SyncModes, BothModesOnWan13bWithCollectiveTime) {
     }
     EXPECT_LT(m["balanced"].imbalance, 0.03) << sync;
     for (const char* other : {"dual", "equal_tokens", "fixed"})
-      EXPECT_GT(m["balanced"].throughput_samples_per_s, m[other].throughput_samples_per_s) << sync << " vs " << other;
+      EXPECT_GT(m["balanced"].throughput_samples_per_s, m[other].throughput_samples_per_s)
+          << sync << " vs " << other;
   }
 }
 
@@ -106,15 +112,18 @@ TEST(SyncModes, SimulatorChargesEverySlotItsSlowestMicroBatchAndExposedCollectiv
   uint16_t longest = 0, shortest = 0;
   for (uint16_t b = 0; b < bk.buckets.size(); ++b) {
     if (!bk.bucket_counts[b]) continue;
-    if (!bk.bucket_counts[longest] || bk.buckets[b].tokens > bk.buckets[longest].tokens) longest = b;
-    if (!bk.bucket_counts[shortest] || bk.buckets[b].tokens < bk.buckets[shortest].tokens) shortest = b;
+    if (!bk.bucket_counts[longest] || bk.buckets[b].tokens > bk.buckets[longest].tokens)
+      longest = b;
+    if (!bk.bucket_counts[shortest] || bk.buckets[b].tokens < bk.buckets[shortest].tokens)
+      shortest = b;
   }
   Plan p;
   p.strategy = "hand";
   p.world_size = 2;
   p.sync = SyncMode::kMicro;
   p.sample_ids = {0, 1, 2, 3};
-  p.micro_batches = {{0, 1, longest, 0}, {1, 1, shortest, 0}, {2, 1, shortest, 0}, {3, 1, longest, 0}};
+  p.micro_batches = {
+      {0, 1, longest, 0}, {1, 1, shortest, 0}, {2, 1, shortest, 0}, {3, 1, longest, 0}};
   p.rank_begin = {0, 2, 4};
   p.steps = {StepInfo{0, 4, 0}};
   const SimEnv env = pl.sim_env(2);
@@ -138,7 +147,8 @@ TEST(SyncModes, SimulatorChargesEverySlotItsSlowestMicroBatchAndExposedCollectiv
     simulate(r, env);
     ADD_FAILURE() << "unequal micro-batch counts accepted in micro mode";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("same count on every rank"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("same count on every rank"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -147,8 +157,9 @@ TEST(SyncModes, ExposedCollectivesFollowTheOverlapModel) {
   l.sync = SyncMode::kMicro;
   l.slot_comm_s = 1.0;
   l.overlap = 0.7;
-  EXPECT_NEAR(l.exposed_slot_comm(10.0), 0.3, 1e-12);  // long compute: only the part that cannot overlap
-  EXPECT_NEAR(l.exposed_slot_comm(0.2), 0.8, 1e-12);   // short compute hides only itself
+  EXPECT_NEAR(l.exposed_slot_comm(10.0), 0.3,
+              1e-12);  // long compute: only the part that cannot overlap
+  EXPECT_NEAR(l.exposed_slot_comm(0.2), 0.8, 1e-12);  // short compute hides only itself
   EXPECT_NEAR(l.exposed_slot_comm(0.0), 1.0, 1e-12);
 }
 
@@ -211,7 +222,8 @@ TEST(GlobalBatch, EveryStrategyKeepsTheStepCountAndTheTokensPerStep) {
     const Metrics bal = pl.simulate(pl.plan("balanced"));
     EXPECT_LT(bal.imbalance, 0.01) << W;
     for (const char* other : {"dual", "equal_tokens", "fixed"})
-      EXPECT_GT(bal.throughput_samples_per_s, pl.simulate(pl.plan(other)).throughput_samples_per_s) << W << " " << other;
+      EXPECT_GT(bal.throughput_samples_per_s, pl.simulate(pl.plan(other)).throughput_samples_per_s)
+          << W << " " << other;
   }
 }
 
@@ -234,7 +246,8 @@ TEST(GlobalBatch, StepsSamplesAndTokensTargets) {
   // free: the one-micro-batch strategies run one micro-batch per rank per step.
   const Plan d = pf.plan("dual");
   EXPECT_EQ(d.micro_batches.size(), d.num_steps() * 8);
-  for (const char* bad : {"steps:0", "steps:1.5", "batches:4", "tokens:-1", "samples:", "sometimes"}) {
+  for (const char* bad :
+       {"steps:0", "steps:1.5", "batches:4", "tokens:-1", "samples:", "sometimes"}) {
     c.global_batch = bad;
     EXPECT_THROW(Planner(shared_manifest(), c), ConfigError) << bad;
   }
@@ -277,8 +290,12 @@ TEST(GlobalBatch, BalancedFillsEveryRankStepAtTheStepCountInBothPoliciesAndModes
 
 TEST(GlobalBatch, TinyManifestUnderDropKeepsItsSamples) {
   Manifest m;
-  for (int i = 0; i < 64; ++i) m.add_row("img" + std::to_string(i) + ".jpg", "1", "512", "512", "", "mem", i, BadRowPolicy::kError);
-  for (int i = 0; i < 4; ++i) m.add_row("clip" + std::to_string(i) + ".mp4", "81", "480", "832", "16", "mem", 64 + i, BadRowPolicy::kError);
+  for (int i = 0; i < 64; ++i)
+    m.add_row("img" + std::to_string(i) + ".jpg", "1", "512", "512", "", "mem", i,
+              BadRowPolicy::kError);
+  for (int i = 0; i < 4; ++i)
+    m.add_row("clip" + std::to_string(i) + ".mp4", "81", "480", "832", "16", "mem", 64 + i,
+              BadRowPolicy::kError);
   PlannerConfig c = config("wan2.1-1.3b", 4, "none", "step");
   c.global_batch = "samples:4";
   c.end_policy = EndPolicy::kDrop;

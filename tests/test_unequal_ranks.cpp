@@ -8,9 +8,9 @@
 #include <cstdlib>
 #include <functional>
 
-#include "adaptiveload/util/option_word.h"
 #include "adaptiveload/planner/ranks.h"
 #include "adaptiveload/util/error.h"
+#include "adaptiveload/util/option_word.h"
 #include "adaptiveload/util/rng.h"
 #include "planner_fixture.h"
 #include "test_support.h"

@@ -56,7 +56,8 @@ pb::dict geometry_dict(const Planner& planner, const Manifest& manifest, int64_t
   return d;
 }
 
-pb::dict loader_check_dict(const Planner& planner, const Plan& plan, const std::string& profile, int workers) {
+pb::dict loader_check_dict(const Planner& planner, const Plan& plan, const std::string& profile,
+                           int workers) {
   const LoaderProfile lp = read_loader_profile(profile);
   const LoaderCheck c = check_loader(plan, planner.sim_env(plan.world_size), lp, workers);
   pb::dict d;
@@ -77,13 +78,14 @@ pb::dict loader_check_dict(const Planner& planner, const Plan& plan, const std::
 }  // namespace
 
 void bind_media(pb::module_& m) {
-  m.def("loader_check", &loader_check_dict, pb::arg("planner"), pb::arg("plan"), pb::arg("profile"),
-        pb::arg("workers"),
-        "Whether the plan's DataLoader workers keep up (sim/loader_check.h): a loader profile's "
-        "seconds per sample priced over each rank's share of each step, over `workers` workers, "
-        "against the rank's simulated compute. A dict: workers, keeps_up, max_load_train_ratio, "
-        "slow_rank_steps, rank_steps, worst {step, rank, load_s, train_s}, load_s_max_rank, source, "
-        "warning (None when it keeps up).");
+  m.def(
+      "loader_check", &loader_check_dict, pb::arg("planner"), pb::arg("plan"), pb::arg("profile"),
+      pb::arg("workers"),
+      "Whether the plan's DataLoader workers keep up (sim/loader_check.h): a loader profile's "
+      "seconds per sample priced over each rank's share of each step, over `workers` workers, "
+      "against the rank's simulated compute. A dict: workers, keeps_up, max_load_train_ratio, "
+      "slow_rank_steps, rank_steps, worst {step, rank, load_s, train_s}, load_s_max_rank, source, "
+      "warning (None when it keeps up).");
   m.def("sample_geometry", &geometry_dict, pb::arg("planner"), pb::arg("manifest"), pb::arg("row"),
         pb::arg("epoch") = -1,
         "The planner's rule for one manifest row (geometry/sample_geometry.h): a dict with "

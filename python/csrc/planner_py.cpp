@@ -7,12 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "adaptiveload/cost/calibration.h"
+#include "adaptiveload/cost/cost_model.h"
 #include "adaptiveload/manifest/cache_folder.h"
 #include "adaptiveload/manifest/duplicates.h"
 #include "adaptiveload/manifest/manifest.h"
 #include "adaptiveload/plan/state.h"
-#include "adaptiveload/cost/calibration.h"
-#include "adaptiveload/cost/cost_model.h"
 #include "adaptiveload/planner/option_ranges.h"
 #include "adaptiveload/planner/planner.h"
 #include "adaptiveload/strategy/strategy.h"
@@ -60,7 +60,8 @@ MicroShape rows_shape(const Planner& self, const std::vector<int64_t>& rows) {
   const auto& sb = self.bucketing().sample_bucket;
   MicroShape shape;
   for (int64_t row : rows) {
-    if (row < 0 || size_t(row) >= sb.size()) throw pb::index_error("row " + std::to_string(row) + " out of range");
+    if (row < 0 || size_t(row) >= sb.size())
+      throw pb::index_error("row " + std::to_string(row) + " out of range");
     if (sb[size_t(row)] == kNoBucket)
       throw std::invalid_argument("manifest row " + std::to_string(row) + " fits no bucket");
     shape.add(self.bucketing().buckets[sb[size_t(row)]]);
@@ -74,9 +75,9 @@ MicroShape rows_shape(const Planner& self, const std::vector<int64_t>& rows) {
 SeqParallel group_sp(const Planner& self, int group, int world_size) {
   const int W = world_size > 0 ? world_size : self.config().world_size;
   if (group < 1 || group > kMaxGroup || (group & (group - 1)) != 0 || W % group != 0)
-    throw std::invalid_argument("group of " + std::to_string(group) + " ranks on " + std::to_string(W) +
-                                ": a group is a power of two, at most " + std::to_string(kMaxGroup) +
-                                ", that divides the world size");
+    throw std::invalid_argument("group of " + std::to_string(group) + " ranks on " +
+                                std::to_string(W) + ": a group is a power of two, at most " +
+                                std::to_string(kMaxGroup) + ", that divides the world size");
   return group == 1 ? SeqParallel{} : self.sim_env(W).layout.sp;
 }
 
@@ -84,7 +85,8 @@ SeqParallel group_sp(const Planner& self, int group, int world_size) {
 // parts.
 ObservedMicroBatch observed_micro_batch(const pb::handle& mb) {
   const pb::sequence seq = pb::reinterpret_borrow<pb::sequence>(mb);
-  if (seq.size() == 2 && pb::isinstance<pb::int_>(seq[0])) return {seq[0].cast<int64_t>(), seq[1].cast<int64_t>()};
+  if (seq.size() == 2 && pb::isinstance<pb::int_>(seq[0]))
+    return {seq[0].cast<int64_t>(), seq[1].cast<int64_t>()};
   return ObservedMicroBatch(mb.cast<std::vector<std::pair<int64_t, int64_t>>>());
 }
 
@@ -314,7 +316,8 @@ void bind_planner(pb::module_& m) {
       .def_property_readonly("comp_budget", &Planner::comp_budget)
       .def_property_readonly("p", &Planner::p)
       .def_property_readonly("step_budget_s", &Planner::step_budget_s)
-      .def_property_readonly("sync", [](const Planner& self) { return std::string(sync_name(self.sync())); })
+      .def_property_readonly(
+          "sync", [](const Planner& self) { return std::string(sync_name(self.sync())); })
       .def_property_readonly("sharded", &Planner::sharded)
       .def_property_readonly("global_batch", &Planner::global_batch_text)
       .def_property_readonly("max_group", &Planner::max_group)
@@ -329,11 +332,17 @@ void bind_planner(pb::module_& m) {
           },
           pb::arg("world_size"), "Sequence-parallel group sizes usable on world_size ranks.")
       .def(
-          "slot_comm_s", [](const Planner& self, int world_size) { return self.sim_env(world_size).layout.slot_comm_s; },
-          pb::arg("world_size"), "micro sync: modelled collectives of one micro-batch slot, seconds (0 in step sync).")
+          "slot_comm_s",
+          [](const Planner& self, int world_size) {
+            return self.sim_env(world_size).layout.slot_comm_s;
+          },
+          pb::arg("world_size"),
+          "micro sync: modelled collectives of one micro-batch slot, seconds (0 in step sync).")
       .def("step_fixed_s", &Planner::step_fixed_s, pb::arg("world_size") = 0,
-           "Seconds every global step spends once beside its micro-batches and collectives on world_size ranks "
-           "(the optimizer step, from a calibrated profile's \"step\", over W when sharded; 0 without one).")
+           "Seconds every global step spends once beside its micro-batches and collectives on "
+           "world_size ranks "
+           "(the optimizer step, from a calibrated profile's \"step\", over W when sharded; 0 "
+           "without one).")
       .def_property_readonly("num_oversize",
                              [](const Planner& self) { return self.oversize().size(); })
       .def(
@@ -366,7 +375,8 @@ void bind_planner(pb::module_& m) {
             const auto& sb = self.bucketing().sample_bucket;
             if (row < 0 || size_t(row) >= sb.size()) throw pb::index_error("row out of range");
             if (sb[size_t(row)] == kNoBucket)
-              throw std::invalid_argument("manifest row " + std::to_string(row) + " fits no bucket");
+              throw std::invalid_argument("manifest row " + std::to_string(row) +
+                                          " fits no bucket");
             const Bucket& b = self.bucketing().buckets[sb[size_t(row)]];
             return pb::make_tuple(b.frames, b.height, b.width, b.tokens);
           },
@@ -389,12 +399,15 @@ void bind_planner(pb::module_& m) {
           [](const Planner& self, const std::vector<int64_t>& rows) {
             const MicroShape shape = rows_shape(self, rows);
             pb::list out;
-            for (const ShapePart& p : shape.parts()) out.append(pb::make_tuple(p.bucket->tokens, p.count));
+            for (const ShapePart& p : shape.parts())
+              out.append(pb::make_tuple(p.bucket->tokens, p.count));
             return out;
           },
           pb::arg("rows"),
-          "[(tokens, samples), ...]: the micro-batch of these manifest rows by bucket (one entry when "
-          "every row is of one bucket, several for a pack), as the cost model and fit_observations take it.")
+          "[(tokens, samples), ...]: the micro-batch of these manifest rows by bucket (one entry "
+          "when "
+          "every row is of one bucket, several for a pack), as the cost model and fit_observations "
+          "take it.")
       .def(
           "rank_times",
           [](const Planner& self, const Plan& plan) {
@@ -406,38 +419,49 @@ void bind_planner(pb::module_& m) {
                             flat.begin() + int64_t(t + 1) * plan.world_size);
             return out;
           },
-          pb::arg("plan"), "Predicted compute seconds of every rank in every step, [steps][world_size].")
+          pb::arg("plan"),
+          "Predicted compute seconds of every rank in every step, [steps][world_size].")
       .def(
           "micro_batch_seconds",
           [](const Planner& self, const std::vector<int64_t>& rows, int group, int world_size) {
             // The simulator's price of a micro-batch (sim/metrics.cpp): group_cost of its shape.
-            return group_cost(self.cost(), rows_shape(self, rows), group, group_sp(self, group, world_size));
+            return group_cost(self.cost(), rows_shape(self, rows), group,
+                              group_sp(self, group, world_size));
           },
           pb::arg("rows"), pb::arg("group") = 1, pb::arg("world_size") = 0,
-          "Seconds of one micro-batch of these manifest rows (one varlen pack when they are of several "
-          "buckets) on each rank of a sequence-parallel group of `group` ranks of `world_size` (0: the "
-          "config's; any power of two dividing it, Ulysses all-to-alls priced), as the simulator prices the planner's own micro-batches; 0 for no rows.")
+          "Seconds of one micro-batch of these manifest rows (one varlen pack when they are of "
+          "several "
+          "buckets) on each rank of a sequence-parallel group of `group` ranks of `world_size` (0: "
+          "the "
+          "config's; any power of two dividing it, Ulysses all-to-alls priced), as the simulator "
+          "prices the planner's own micro-batches; 0 for no rows.")
       .def(
           "micro_batch_work",
           [](const Planner& self, const std::vector<int64_t>& rows, int group, int world_size) {
-            return group_work(self.cost(), rows_shape(self, rows), group, group_sp(self, group, world_size));
+            return group_work(self.cost(), rows_shape(self, rows), group,
+                              group_sp(self, group, world_size));
           },
           pb::arg("rows"), pb::arg("group") = 1, pb::arg("world_size") = 0,
-          "Its work at full efficiency (micro_batch_seconds less the overhead, the small-batch ramp and a pack's cost per sample): "
+          "Its work at full efficiency (micro_batch_seconds less the overhead, the small-batch "
+          "ramp and a pack's cost per sample): "
           "what the table's `useful` and `fixed` columns count.")
-      .def_property_readonly("cost_overhead_s", [](const Planner& self) { return self.cost().overhead_s; })
-      .def_property_readonly("cost_pack_sample_s", [](const Planner& self) { return self.cost().pack_sample_s; })
+      .def_property_readonly("cost_overhead_s",
+                             [](const Planner& self) { return self.cost().overhead_s; })
+      .def_property_readonly("cost_pack_sample_s",
+                             [](const Planner& self) { return self.cost().pack_sample_s; })
       .def_property_readonly("cost_half_efficiency_tokens",
                              [](const Planner& self) { return self.cost().half_efficiency_tokens; })
       .def(
-          "allreduce_s", [](const Planner& self, int world_size) { return self.sim_env(world_size).allreduce_s; },
+          "allreduce_s",
+          [](const Planner& self, int world_size) { return self.sim_env(world_size).allreduce_s; },
           pb::arg("world_size"), "Modelled gradient all-reduce seconds per step.")
       .def("plan", &Planner::plan, pb::arg("strategy"), pb::arg("world_size") = 0,
            pb::arg("epoch") = -1, pb::call_guard<pb::gil_scoped_release>())
       .def("warnings", &Planner::warnings, pb::arg("plan"),
            "The targets a full-epoch plan misses (global batch, step mix), one sentence each.")
       .def("drop_warning", &Planner::drop_warning, pb::arg("plan"),
-           "The sentence for a plan that drops more than 1% of the planned samples at the epoch's end "
+           "The sentence for a plan that drops more than 1% of the planned samples at the epoch's "
+           "end "
            "(drop_last=True; the CLI's warning, in Python's words), '' otherwise.")
       .def("target_steps", &Planner::target_steps, pb::arg("world_size") = 0,
            "Global steps the global batch asks for (0: free).")
@@ -450,8 +474,8 @@ void bind_planner(pb::module_& m) {
           "State JSON at the start of an epoch.")
       .def(
           "resume",
-          [](const Planner& self, const std::string& state_json, int world_size, const std::string& new_cost,
-             const std::vector<double>& new_speeds) {
+          [](const Planner& self, const std::string& state_json, int world_size,
+             const std::string& new_cost, const std::vector<double>& new_speeds) {
             PlanState st = state_from_json(state_json);
             Planner::Resumed r;
             {
@@ -462,8 +486,10 @@ void bind_planner(pb::module_& m) {
           },
           pb::arg("state_json"), pb::arg("world_size"), pb::arg("new_cost") = "",
           pb::arg("new_speeds") = std::vector<double>{},
-          "(plan, first_step, state_json): the plan that continues `state` on `world_size` ranks; with "
-          "`new_cost` (a cost object from fit_observations) and / or `new_speeds` (learned speed factors, "
+          "(plan, first_step, state_json): the plan that continues `state` on `world_size` ranks; "
+          "with "
+          "`new_cost` (a cost object from fit_observations) and / or `new_speeds` (learned speed "
+          "factors, "
           "one per rank, learn_rank_speeds), the rest of the epoch is re-planned with them.")
       .def("configured_speeds", &Planner::configured_speeds, pb::arg("world_size") = 0,
            "Each rank's configured speed (devices=, rank_speeds=), 1 for alike ranks.");
@@ -505,7 +531,8 @@ void bind_planner(pb::module_& m) {
           d["python"] = *r.python ? pb::object(pb::str(r.python)) : pb::object(pb::none());
           switch (r.kind) {
             case OptionRange::Kind::kInteger:
-              d["kind"] = "integer", d["min"] = r.int_lo, d["max"] = r.int_hi, d["min_open"] = false;
+              d["kind"] = "integer", d["min"] = r.int_lo, d["max"] = r.int_hi,
+              d["min_open"] = false;
               break;
             case OptionRange::Kind::kReal:
               d["kind"] = "real", d["min"] = r.lo, d["max"] = r.hi, d["min_open"] = r.lo_open;
@@ -533,7 +560,8 @@ void bind_planner(pb::module_& m) {
         return duplicate_report(manifest, apply_duplicate_policy(manifest, p), p);
       },
       pb::arg("manifest"), pb::arg("policy"),
-      "Finds rows that repeat an earlier row's path and applies 'warn', 'skip' or 'error' (ValueError); "
+      "Finds rows that repeat an earlier row's path and applies 'warn', 'skip' or 'error' "
+      "(ValueError); "
       "returns the report ('' when there are none).");
   m.def(
       "fit_profile",
@@ -546,8 +574,9 @@ void bind_planner(pb::module_& m) {
             x.tokens = d["tokens"].cast<int64_t>();
             x.batch = d["batch"].cast<int64_t>();
             x.time_s = d["time_s"].cast<double>();
-            x.peak_bytes =
-                d.contains("peak_bytes") && !d["peak_bytes"].is_none() ? d["peak_bytes"].cast<double>() : -1;
+            x.peak_bytes = d.contains("peak_bytes") && !d["peak_bytes"].is_none()
+                               ? d["peak_bytes"].cast<double>()
+                               : -1;
             pts.push_back(x);
           }
           return pts;
@@ -556,23 +585,30 @@ void bind_planner(pb::module_& m) {
         CalibrationFit f = fit_calibration(pts);
         const HeldOutErrors h = held_out_errors(f, measurements(held_out));
         pb::dict s;
-        s["points"] = f.points, s["a"] = f.a, s["b"] = f.b, s["c0"] = f.c0, s["overhead_s"] = f.overhead_s;
+        s["points"] = f.points, s["a"] = f.a, s["b"] = f.b, s["c0"] = f.c0,
+        s["overhead_s"] = f.overhead_s;
         s["half_efficiency_tokens"] = f.half_efficiency_tokens;
         s["median_rel_error"] = f.median_rel_error, s["max_rel_error"] = f.max_rel_error;
         s["power_p"] = f.power_p, s["power_k"] = f.power_k;
-        s["power_median_rel_error"] = f.power_median_rel_error, s["power_max_rel_error"] = f.power_max_rel_error;
-        s["has_memory"] = f.has_memory, s["static_bytes"] = f.static_bytes, s["m0"] = f.m0, s["m1"] = f.m1;
+        s["power_median_rel_error"] = f.power_median_rel_error,
+        s["power_max_rel_error"] = f.power_max_rel_error;
+        s["has_memory"] = f.has_memory, s["static_bytes"] = f.static_bytes, s["m0"] = f.m0,
+        s["m1"] = f.m1;
         s["held_out_points"] = h.points, s["held_out_median_rel_error"] = h.median_rel_error;
         s["held_out_max_rel_error"] = h.max_rel_error;
         return pb::make_tuple(profile_json(f, pts, model, device, h), s);
       },
-      pb::arg("points"), pb::arg("model"), pb::arg("device"), pb::arg("held_out") = std::vector<pb::dict>{},
-      "Fits the cost and memory models to measurements [{tokens, batch, time_s, peak_bytes}] and returns "
-      "(profile_json, summary); `held_out` measurements are not fitted: the summary's held_out_median_rel_error "
+      pb::arg("points"), pb::arg("model"), pb::arg("device"),
+      pb::arg("held_out") = std::vector<pb::dict>{},
+      "Fits the cost and memory models to measurements [{tokens, batch, time_s, peak_bytes}] and "
+      "returns "
+      "(profile_json, summary); `held_out` measurements are not fitted: the summary's "
+      "held_out_median_rel_error "
       "and held_out_max_rel_error are the fit's errors on them (0 points: both 0).");
   m.def(
       "fit_observations",
-      [](const pb::list& observations, double overhead_s, double half_efficiency_tokens, double pack_sample_s) {
+      [](const pb::list& observations, double overhead_s, double half_efficiency_tokens,
+         double pack_sample_s) {
         // Each observation is (micro-batches, seconds); a micro-batch is (tokens, batch), or
         // for a pack a list of (tokens, batch) parts.
         std::vector<Observation> obs;
@@ -585,33 +621,42 @@ void bind_planner(pb::module_& m) {
         }
         CalibrationFit f = fit_observations(obs, overhead_s, half_efficiency_tokens, pack_sample_s);
         pb::dict s;
-        s["points"] = f.points, s["a"] = f.a, s["b"] = f.b, s["c0"] = f.c0, s["overhead_s"] = f.overhead_s;
-        s["half_efficiency_tokens"] = f.half_efficiency_tokens, s["pack_sample_s"] = f.pack_sample_s;
+        s["points"] = f.points, s["a"] = f.a, s["b"] = f.b, s["c0"] = f.c0,
+        s["overhead_s"] = f.overhead_s;
+        s["half_efficiency_tokens"] = f.half_efficiency_tokens,
+        s["pack_sample_s"] = f.pack_sample_s;
         s["median_rel_error"] = f.median_rel_error, s["max_rel_error"] = f.max_rel_error;
         return pb::make_tuple(cost_json(f), s);
       },
-      pb::arg("observations"), pb::arg("overhead_s") = -1.0, pb::arg("half_efficiency_tokens") = -1.0,
-      pb::arg("pack_sample_s") = -1.0,
-      "Fits the cost model (overhead, half-efficiency tokens and the seconds per sample of a pack kept when given "
-      ">= 0; the last is fitted only where some micro-batch is a pack) to [([(tokens, batch), ...], seconds), ...] "
+      pb::arg("observations"), pb::arg("overhead_s") = -1.0,
+      pb::arg("half_efficiency_tokens") = -1.0, pb::arg("pack_sample_s") = -1.0,
+      "Fits the cost model (overhead, half-efficiency tokens and the seconds per sample of a pack "
+      "kept when given "
+      ">= 0; the last is fitted only where some micro-batch is a pack) to [([(tokens, batch), "
+      "...], seconds), ...] "
       "(one rank's step each; a packed micro-batch is a list of (tokens, batch) parts) and returns "
       "(cost_json, summary) for Planner.resume(..., new_cost=cost_json).");
   m.def(
       "observation_time",
       [](const pb::dict& cost, const pb::sequence& micro_batches) {
         CalibrationFit f;
-        f.a = cost["a"].cast<double>(), f.b = cost["b"].cast<double>(), f.c0 = cost["c0"].cast<double>();
+        f.a = cost["a"].cast<double>(), f.b = cost["b"].cast<double>(),
+        f.c0 = cost["c0"].cast<double>();
         f.overhead_s = cost["overhead_s"].cast<double>();
         f.half_efficiency_tokens = cost["half_efficiency_tokens"].cast<double>();
         if (cost.contains("pack_sample_s")) f.pack_sample_s = cost["pack_sample_s"].cast<double>();
         Observation o;
-        for (const pb::handle& mb : micro_batches) o.micro_batches.push_back(observed_micro_batch(mb));
+        for (const pb::handle& mb : micro_batches)
+          o.micro_batches.push_back(observed_micro_batch(mb));
         return observation_time(f, o);
       },
       pb::arg("cost"), pb::arg("micro_batches"),
-      "The cost model's seconds for micro-batches run one after another: `cost` has a, b, c0, overhead_s "
-      "and half_efficiency_tokens, and pack_sample_s where the fit gave one (a profile's or fit_observations' "
-      "cost object); each micro-batch is (tokens, batch) or, for a pack, a list of (tokens, batch) parts, priced "
+      "The cost model's seconds for micro-batches run one after another: `cost` has a, b, c0, "
+      "overhead_s "
+      "and half_efficiency_tokens, and pack_sample_s where the fit gave one (a profile's or "
+      "fit_observations' "
+      "cost object); each micro-batch is (tokens, batch) or, for a pack, a list of (tokens, batch) "
+      "parts, priced "
       "overhead + sum_i B_i t(S_i) (1 + N_half / N) + n pack_sample_s (n its samples).");
   m.def(
       "parse_state", [](const std::string& text) { return state_to_dict(state_from_json(text)); },
@@ -619,10 +664,12 @@ void bind_planner(pb::module_& m) {
       "Validates a state JSON and returns it as a dict (ValueError if corrupt).");
   m.def(
       "dump_state",
-      [](const std::string& strategy, uint64_t fingerprint, uint64_t seed, int64_t epoch, const pb::list& segments,
-         const std::string& sync, int layout, const std::vector<std::vector<double>>& speeds) {
+      [](const std::string& strategy, uint64_t fingerprint, uint64_t seed, int64_t epoch,
+         const pb::list& segments, const std::string& sync, int layout,
+         const std::vector<std::vector<double>>& speeds) {
         PlanState s;
-        if (!parse_sync(sync, s.sync)) throw std::invalid_argument("sync must be " + sync_names("'"));
+        if (!parse_sync(sync, s.sync))
+          throw std::invalid_argument("sync must be " + sync_names("'"));
         if (layout < 1 || layout > PlanState::kLayout)
           throw std::invalid_argument("layout must be 1 to " + std::to_string(PlanState::kLayout));
         s.layout = layout;
@@ -630,7 +677,8 @@ void bind_planner(pb::module_& m) {
         bool any_cost = false, any_speeds = false;
         for (const pb::handle& h : segments) {
           pb::tuple t = pb::tuple(pb::reinterpret_borrow<pb::object>(h));
-          if (t.size() != 2 && t.size() != 3) throw std::invalid_argument("a segment is (world_size, steps[, cost])");
+          if (t.size() != 2 && t.size() != 3)
+            throw std::invalid_argument("a segment is (world_size, steps[, cost])");
           s.segments.emplace_back(t[0].cast<int>(), t[1].cast<int64_t>());
           std::string cost = t.size() == 3 ? t[2].cast<std::string>() : "";
           any_cost = any_cost || !cost.empty();
@@ -645,14 +693,17 @@ void bind_planner(pb::module_& m) {
         if (!any_cost) s.segment_costs.clear();
         if (!any_speeds) s.segment_speeds.clear();
         for (size_t i = 0; i < s.segment_speeds.size(); ++i)
-          if (!s.segment_speeds[i].empty() && s.segment_speeds[i].size() != size_t(s.segments[i].first))
-            throw std::invalid_argument("a segment's speeds are one factor per rank of its world size");
+          if (!s.segment_speeds[i].empty() &&
+              s.segment_speeds[i].size() != size_t(s.segments[i].first))
+            throw std::invalid_argument(
+                "a segment's speeds are one factor per rank of its world size");
         return state_to_json(s);
       },
       pb::arg("strategy"), pb::arg("fingerprint"), pb::arg("seed"), pb::arg("epoch"),
       pb::arg("segments"), pb::arg("sync") = "step", pb::arg("layout") = int(PlanState::kLayout),
       pb::arg("speeds") = std::vector<std::vector<double>>{},
-      "The core's state JSON for these fields (layout: as parse_state gives it; 1 for a state saved before "
+      "The core's state JSON for these fields (layout: as parse_state gives it; 1 for a state "
+      "saved before "
       "the evened layouts; speeds: per segment its learned speed factors, [] where none).");
 }
 

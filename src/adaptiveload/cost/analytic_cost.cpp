@@ -30,19 +30,22 @@ double analytic_sample_flops(const ModelPreset& m, const Bucket& b, bool checkpo
 }
 
 MemoryModel analytic_memory_model(const ModelPreset& m, bool checkpointing, int shards) {
-  const double D = double(m.dim), F = double(m.ffn_dim), L = double(m.text_len), layers = double(m.layers);
+  const double D = double(m.dim), F = double(m.ffn_dim), L = double(m.text_len),
+               layers = double(m.layers);
   MemoryModel mm;
   // Mixed-precision AdamW without sharding: bf16 weights (2) + fp32 grads (4) + fp32 master
   // weights and two moments (12) -> 18 bytes/param; plus ~3 GB of CUDA context and workspace.
-  mm.static_bytes = shards > 1 ? m.params * 18.0 / shards + 2 * 2.0 * m.params / double(m.layers) + 3e9
-                               : m.params * 18.0 + 3e9;
+  mm.static_bytes = shards > 1
+                        ? m.params * 18.0 / shards + 2 * 2.0 * m.params / double(m.layers) + 3e9
+                        : m.params * 18.0 + 3e9;
   // Activations saved for backward per token and layer, bf16 with flash attention
   // (Korthikanti et al. 2022, generalised to an FFN of width F and a cross-attention).
   const double per_layer = 30 * D + 4 * F;
   mm.m1 = checkpointing ? layers * 2 * D + per_layer : layers * per_layer;
   // Text keys/values of the cross-attention (or text tokens of a joint attention) per sample.
-  mm.m0 = m.joint_text ? (checkpointing ? layers * 2 * D * L + per_layer * L : layers * per_layer * L)
-                       : layers * 4 * L * D;
+  mm.m0 = m.joint_text
+              ? (checkpointing ? layers * 2 * D * L + per_layer * L : layers * per_layer * L)
+              : layers * 4 * L * D;
   return mm;
 }
 
@@ -57,7 +60,8 @@ int64_t MemoryModel::max_batch(int64_t tokens, double usable_bytes) const {
 }
 
 AnalyticCost::AnalyticCost(const CostContext& ctx)
-    : model_(ctx.model), checkpointing_(ctx.checkpointing),
+    : model_(ctx.model),
+      checkpointing_(ctx.checkpointing),
       flops_per_s_(ctx.device.peak_flops * ctx.device.efficiency) {
   overhead_s = ctx.device.microbatch_overhead_s;
   half_efficiency_tokens = ctx.device.half_efficiency_tokens;

@@ -44,7 +44,8 @@ std::vector<double> nnls(const std::vector<std::vector<double>>& X, const std::v
       }
     }
     z.assign(k, 0.0);
-    for (size_t i = 0; i < m; ++i) z[idx[i]] = std::fabs(A[i][i]) < 1e-300 ? 0.0 : A[i][m] / A[i][i];
+    for (size_t i = 0; i < m; ++i)
+      z[idx[i]] = std::fabs(A[i][i]) < 1e-300 ? 0.0 : A[i][m] / A[i][i];
   };
   for (int iter = 0; iter < 100; ++iter) {
     std::vector<double> w(k, 0.0);  // gradient -X^T (X x - y)
@@ -86,11 +87,15 @@ double model_time(const CalibrationFit& f, double S, double B) {
   return f.overhead_s + t * (B + f.half_efficiency_tokens / S);
 }
 
-void errors(const std::vector<Measurement>& pts, const std::vector<double>& pred, double& median, double& max) {
+void errors(const std::vector<Measurement>& pts, const std::vector<double>& pred, double& median,
+            double& max) {
   std::vector<double> e;
-  for (size_t i = 0; i < pts.size(); ++i) e.push_back(std::fabs(pred[i] - pts[i].time_s) / pts[i].time_s);
+  for (size_t i = 0; i < pts.size(); ++i)
+    e.push_back(std::fabs(pred[i] - pts[i].time_s) / pts[i].time_s);
   std::sort(e.begin(), e.end());
-  median = e.empty() ? 0 : e.size() % 2 ? e[e.size() / 2] : 0.5 * (e[e.size() / 2 - 1] + e[e.size() / 2]);
+  median = e.empty()      ? 0
+           : e.size() % 2 ? e[e.size() / 2]
+                          : 0.5 * (e[e.size() / 2 - 1] + e[e.size() / 2]);
   max = e.empty() ? 0 : e.back();
 }
 
@@ -105,24 +110,25 @@ double pack_tokens(const ObservedMicroBatch& mb) {
   return n;
 }
 
-
 // The time part of the fit: N_half from 0 and a geometric grid; for each, a linear NNLS fit
 // of (a, b, c0, overhead, pack_sample) on relative error (rows scaled by 1 / T); the columns
 // of a fixed coefficient move to the known side, and pack_sample's is there only when some
 // observation holds a pack.
-CalibrationFit fit_time(const std::vector<Observation>& obs, double fixed_overhead = -1, double fixed_half = -1,
-                        double fixed_pack_sample = -1) {
+CalibrationFit fit_time(const std::vector<Observation>& obs, double fixed_overhead = -1,
+                        double fixed_half = -1, double fixed_pack_sample = -1) {
   std::set<int64_t> distinct;
   bool any_pack = false;
   for (const auto& o : obs) {
     if (o.micro_batches.empty() || !(o.time_s > 0) || !std::isfinite(o.time_s))
       throw ConfigError("calibration: an observation needs micro-batches and time_s > 0");
     for (const ObservedMicroBatch& mb : o.micro_batches) {
-      if (mb.parts.empty()) throw ConfigError("calibration: an observed micro-batch needs at least one sample");
+      if (mb.parts.empty())
+        throw ConfigError("calibration: an observed micro-batch needs at least one sample");
       any_pack = any_pack || mb.parts.size() > 1;
       for (auto [S, B] : mb.parts) {
         if (S <= 0 || B <= 0)
-          throw ConfigError("calibration: a measurement needs tokens > 0, batch > 0 and time_s > 0");
+          throw ConfigError(
+              "calibration: a measurement needs tokens > 0, batch > 0 and time_s > 0");
         distinct.insert(S);
       }
     }
@@ -158,18 +164,23 @@ CalibrationFit fit_time(const std::vector<Observation>& obs, double fixed_overhe
             row[0] += u * S * w, row[1] += u * S * S * w, row[2] += u * w;
             n += double(Bi);
           }
-          if (fit_pack_sample) row[col_pack] += n * w;
-          else known += known_pack_sample * n * w;
+          if (fit_pack_sample)
+            row[col_pack] += n * w;
+          else
+            known += known_pack_sample * n * w;
         }
-        if (fit_overhead) row[col_overhead] += w;
-        else known += fixed_overhead * w;
+        if (fit_overhead)
+          row[col_overhead] += w;
+        else
+          known += fixed_overhead * w;
       }
       X.push_back(row);
       y.push_back(1.0 - known);
     }
     std::vector<double> c = nnls(X, y);
     CalibrationFit f;
-    f.a = c[0], f.b = c[1], f.c0 = c[2], f.overhead_s = fit_overhead ? c[col_overhead] : fixed_overhead;
+    f.a = c[0], f.b = c[1], f.c0 = c[2],
+    f.overhead_s = fit_overhead ? c[col_overhead] : fixed_overhead;
     f.half_efficiency_tokens = nh;
     f.pack_sample_s = fit_pack_sample ? c[col_pack] : known_pack_sample;
     double sq = 0;
@@ -183,7 +194,8 @@ CalibrationFit fit_time(const std::vector<Observation>& obs, double fixed_overhe
   std::vector<double> e;
   for (const auto& o : obs) e.push_back(std::fabs(observation_time(best, o) - o.time_s) / o.time_s);
   std::sort(e.begin(), e.end());
-  best.median_rel_error = e.size() % 2 ? e[e.size() / 2] : 0.5 * (e[e.size() / 2 - 1] + e[e.size() / 2]);
+  best.median_rel_error =
+      e.size() % 2 ? e[e.size() / 2] : 0.5 * (e[e.size() / 2 - 1] + e[e.size() / 2]);
   best.max_rel_error = e.back();
   // Output check: a fit is a cost model, so it must be finite (an extreme measurement can
   // still overflow the least squares).
@@ -212,8 +224,10 @@ double observation_time(const CalibrationFit& f, const Observation& o) {
       continue;
     }
     double w = 0, n = 0;
-    for (auto [S, B] : mb.parts) w += (f.a * double(S) + f.b * double(S) * double(S) + f.c0) * double(B), n += double(B);
-    t += pack_seconds(f.overhead_s, w, f.half_efficiency_tokens, pack_tokens(mb), n, f.pack_sample_s);
+    for (auto [S, B] : mb.parts)
+      w += (f.a * double(S) + f.b * double(S) * double(S) + f.c0) * double(B), n += double(B);
+    t += pack_seconds(f.overhead_s, w, f.half_efficiency_tokens, pack_tokens(mb), n,
+                      f.pack_sample_s);
   }
   return t;
 }
@@ -223,7 +237,8 @@ HeldOutErrors held_out_errors(const CalibrationFit& fit, const std::vector<Measu
   std::vector<double> pred;
   for (const auto& p : pts) {
     if (p.tokens <= 0 || p.batch <= 0 || !(p.time_s > 0) || !std::isfinite(p.time_s))
-      throw ConfigError("calibration: a held-out measurement needs tokens > 0, batch > 0 and time_s > 0");
+      throw ConfigError(
+          "calibration: a held-out measurement needs tokens > 0, batch > 0 and time_s > 0");
     pred.push_back(observation_time(fit, {{{p.tokens, p.batch}}, p.time_s}));
   }
   h.points = pts.size();
@@ -232,9 +247,13 @@ HeldOutErrors held_out_errors(const CalibrationFit& fit, const std::vector<Measu
 }
 
 std::string cost_json(const CalibrationFit& f) {
-  nlohmann::json j = {{"a", f.a}, {"b", f.b}, {"c0", f.c0}, {"overhead_s", f.overhead_s},
+  nlohmann::json j = {{"a", f.a},
+                      {"b", f.b},
+                      {"c0", f.c0},
+                      {"overhead_s", f.overhead_s},
                       {"half_efficiency_tokens", f.half_efficiency_tokens}};
-  if (f.pack_sample_s > 0) j["pack_sample_s"] = f.pack_sample_s;  // absent: 0, as before packs were fitted
+  if (f.pack_sample_s > 0)
+    j["pack_sample_s"] = f.pack_sample_s;  // absent: 0, as before packs were fitted
   return j.dump();
 }
 
@@ -263,7 +282,8 @@ CalibrationFit fit_calibration(const std::vector<Measurement>& pts) {
     std::vector<double> pp;
     for (const auto& p : pts) {
       const double S = double(p.tokens), B = double(p.batch);
-      pp.push_back(best.overhead_s + best.power_k * std::pow(S, best.power_p) * (B + best.half_efficiency_tokens / S));
+      pp.push_back(best.overhead_s + best.power_k * std::pow(S, best.power_p) *
+                                         (B + best.half_efficiency_tokens / S));
     }
     errors(pts, pp, best.power_median_rel_error, best.power_max_rel_error);
   }
@@ -327,27 +347,36 @@ std::vector<Measurement> read_measurements(const std::string& path) {
       m.tokens = count("tokens");
       m.batch = count("batch");
       m.time_s = j.at("time_s").get<double>();
-      m.peak_bytes = j.contains("peak_bytes") && !j["peak_bytes"].is_null() ? j["peak_bytes"].get<double>() : -1;
+      m.peak_bytes = j.contains("peak_bytes") && !j["peak_bytes"].is_null()
+                         ? j["peak_bytes"].get<double>()
+                         : -1;
       m.held_out = j.contains("held_out") && j["held_out"].get<bool>();
       if (m.tokens <= 0 || m.batch <= 0 || !(m.time_s > 0))
         throw InputError(where, "tokens and batch must be positive and time_s > 0");
       out.push_back(m);
     } catch (const nlohmann::json::exception& e) {
-      throw InputError(where, std::string("expected {\"tokens\":S,\"batch\":B,\"time_s\":T,\"peak_bytes\":M}: ") + e.what());
+      throw InputError(
+          where,
+          std::string("expected {\"tokens\":S,\"batch\":B,\"time_s\":T,\"peak_bytes\":M}: ") +
+              e.what());
     }
   }
   return out;
 }
 
-std::string profile_json(const CalibrationFit& f, const std::vector<Measurement>& points, const std::string& model,
-                         const std::string& device, const HeldOutErrors& held) {
+std::string profile_json(const CalibrationFit& f, const std::vector<Measurement>& points,
+                         const std::string& model, const std::string& device,
+                         const HeldOutErrors& held) {
   using json = nlohmann::json;
   json j;
   j["format"] = "adaptiveload-profile";
   j["version"] = 1;
   j["model"] = model;
   j["device"] = device;
-  j["cost"] = {{"a", f.a}, {"b", f.b}, {"c0", f.c0}, {"overhead_s", f.overhead_s},
+  j["cost"] = {{"a", f.a},
+               {"b", f.b},
+               {"c0", f.c0},
+               {"overhead_s", f.overhead_s},
                {"half_efficiency_tokens", f.half_efficiency_tokens}};
   if (f.pack_sample_s > 0) j["cost"]["pack_sample_s"] = f.pack_sample_s;
   if (f.has_memory) j["memory"] = {{"static_bytes", f.static_bytes}, {"m0", f.m0}, {"m1", f.m1}};

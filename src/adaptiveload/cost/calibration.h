@@ -11,11 +11,11 @@
 namespace adaptiveload {
 
 struct Measurement {
-  int64_t tokens = 0;       // S
-  int64_t batch = 0;        // B
-  double time_s = 0;        // forward + backward of the micro-batch
-  double peak_bytes = -1;   // peak memory of the step; < 0 when not measured (CPU)
-  bool held_out = false;    // measured to test the fit, not fitted ("held_out": true in JSONL)
+  int64_t tokens = 0;      // S
+  int64_t batch = 0;       // B
+  double time_s = 0;       // forward + backward of the micro-batch
+  double peak_bytes = -1;  // peak memory of the step; < 0 when not measured (CPU)
+  bool held_out = false;   // measured to test the fit, not fitted ("held_out": true in JSONL)
 };
 
 struct CalibrationFit {
@@ -55,7 +55,8 @@ struct Observation {
 // (online adaptation keeps the prior's, which a few steps cannot pin down); with
 // `fixed_pack_sample_s` >= 0 that one does too.
 CalibrationFit fit_observations(const std::vector<Observation>& obs, double fixed_overhead_s = -1,
-                                double fixed_half_efficiency_tokens = -1, double fixed_pack_sample_s = -1);
+                                double fixed_half_efficiency_tokens = -1,
+                                double fixed_pack_sample_s = -1);
 
 // The fitted model's seconds for an observation (its micro-batches' times summed; a pack
 // priced as one micro-batch, as above).
@@ -82,6 +83,7 @@ std::vector<Measurement> read_measurements(const std::string& path);
 // The profile JSON (with the points, the fit errors, the held-out errors when `held` has
 // points, and `meta` fields such as model/device).
 std::string profile_json(const CalibrationFit& fit, const std::vector<Measurement>& points,
-                         const std::string& model, const std::string& device, const HeldOutErrors& held = {});
+                         const std::string& model, const std::string& device,
+                         const HeldOutErrors& held = {});
 
 }  // namespace adaptiveload

@@ -36,10 +36,13 @@ class CostModel {
 
   double microbatch_time(int64_t batch, const Bucket& b) const {
     if (batch <= 0) return 0;
-    return overhead_s + sample_time(b) * (double(batch) + half_efficiency_tokens / double(b.tokens));
+    return overhead_s +
+           sample_time(b) * (double(batch) + half_efficiency_tokens / double(b.tokens));
   }
   // Cost of adding `batch` more samples to an existing micro-batch of the same bucket.
-  double marginal_time(int64_t batch, const Bucket& b) const { return sample_time(b) * double(batch); }
+  double marginal_time(int64_t batch, const Bucket& b) const {
+    return sample_time(b) * double(batch);
+  }
 
   // Seconds of a micro-batch of this shape (0 for an empty one); microbatch_time(B, b) for a
   // shape of one bucket.
@@ -59,8 +62,8 @@ class CostModel {
 // latency), its work at full efficiency, the ramp on its `tokens` (N_half per the group), and
 // `pack_sample` for each of its `samples`. The one formula of CostModel::cost, group_cost and
 // the calibration's observation_time for a shape of several buckets.
-inline double pack_seconds(double fixed, double work, double half_tokens, double tokens, double samples,
-                           double pack_sample) {
+inline double pack_seconds(double fixed, double work, double half_tokens, double tokens,
+                           double samples, double pack_sample) {
   return fixed + work * (1.0 + half_tokens / tokens) + pack_sample * samples;
 }
 
@@ -70,7 +73,8 @@ inline double pack_seconds(double fixed, double work, double half_tokens, double
 // the compute split g ways (heads in attention, tokens elsewhere), the all-to-alls of the
 // Ulysses layers, and the small-batch ramp at the S / g tokens a rank holds: efficiency falls
 // with g. g = 1 is microbatch_time exactly.
-double group_microbatch_time(const CostModel& c, int64_t batch, const Bucket& b, int g, const SeqParallel& sp);
+double group_microbatch_time(const CostModel& c, int64_t batch, const Bucket& b, int g,
+                             const SeqParallel& sp);
 // Its marginal seconds per sample, t(S) / g + a2a(S, g).
 double group_sample_time(const CostModel& c, const Bucket& b, int g, const SeqParallel& sp);
 // A micro-batch of any shape on a group of g ranks: overhead + a2a latency + W_g * (1 +
@@ -138,7 +142,8 @@ MemoryModel analytic_memory_model(const ModelPreset& m, bool checkpointing, int 
 // factory, the one list the option check (--cost-model, the sampler's cost_model), the CLI's
 // help and the planner read. A new model is its class plus one registry line, or
 // register_cost_model from outside the core (a test's, an out-of-tree model's).
-using CostModelFactory = std::unique_ptr<CostModel> (*)(const CostContext& ctx, const std::vector<Bucket>& buckets,
+using CostModelFactory = std::unique_ptr<CostModel> (*)(const CostContext& ctx,
+                                                        const std::vector<Bucket>& buckets,
                                                         const std::vector<int64_t>& bucket_counts);
 struct CostModelEntry {
   const char* name;
@@ -150,7 +155,8 @@ struct CostModelEntry {
 };
 // Built-in models first ("analytic", "power", "profile"), then the registered ones.
 const std::vector<CostModelEntry>& cost_models();
-const CostModelEntry& find_cost_model(const std::string& name);  // throws ConfigError naming the choices
+const CostModelEntry& find_cost_model(
+    const std::string& name);  // throws ConfigError naming the choices
 // Adds a model after the built-in ones; throws ConfigError when the name is taken or empty.
 // Call it before planning (the registry is not guarded against concurrent readers).
 void register_cost_model(const CostModelEntry& entry);

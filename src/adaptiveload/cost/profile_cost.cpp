@@ -16,7 +16,8 @@ ProfileCost::ProfileCost(const std::string& path)
     : ProfileCost(std::make_shared<const Profile>(load_profile(path))) {}
 
 std::unique_ptr<ProfileCost> ProfileCost::from_cost_json(const std::string& text) {
-  return std::make_unique<ProfileCost>(std::make_shared<const Profile>(profile_from_cost_json(text)));
+  return std::make_unique<ProfileCost>(
+      std::make_shared<const Profile>(profile_from_cost_json(text)));
 }
 
 double ProfileCost::sample_time(const Bucket& b) const {

@@ -11,9 +11,7 @@
 
 namespace adaptiveload {
 
-std::string Bucket::name() const {
-  return tier + "-" + ratio + "-" + std::to_string(frames) + "f";
-}
+std::string Bucket::name() const { return tier + "-" + ratio + "-" + std::to_string(frames) + "f"; }
 
 Bucket make_bucket(int frames, int height, int width, const ModelPreset& m) {
   Bucket b;
@@ -37,7 +35,7 @@ int64_t resampled_frames(int64_t num_frames, double fps, double grid_fps) {
 
 namespace {
 
-using Shape = std::array<int, 3>;  // frames, height, width (pixels)
+using Shape = std::array<int, 3>;               // frames, height, width (pixels)
 constexpr uint32_t kExtraKey = UINT32_MAX - 1;  // a fixed row whose shape the grid does not list
 
 // Why a fixed row's shape cannot be a bucket of `model` (its latent would not be whole
@@ -77,7 +75,8 @@ std::array<int64_t, 4> latent_shape(const Bucket& b, const ModelPreset& m) {
           b.width / m.vae_w};
 }
 
-Bucketing assign_buckets(const Manifest& manifest, const BucketGrid& grid, const ModelPreset& model) {
+Bucketing assign_buckets(const Manifest& manifest, const BucketGrid& grid,
+                         const ModelPreset& model) {
   Bucketing out;
   const int64_t n = manifest.total_rows();
   out.sample_bucket.assign(size_t(n), kNoBucket);
@@ -93,7 +92,8 @@ Bucketing assign_buckets(const Manifest& manifest, const BucketGrid& grid, const
   const int min_video_frames = first_video == grid.frames.end() ? 0 : *first_video;
   std::vector<std::vector<double>> tier_log(grid.tiers.size());
   for (size_t ti = 0; ti < grid.tiers.size(); ++ti)
-    for (const TierSize& s : grid.tiers[ti].sizes) tier_log[ti].push_back(std::log(double(s.h) / s.w));
+    for (const TierSize& s : grid.tiers[ti].sizes)
+      tier_log[ti].push_back(std::log(double(s.h) / s.w));
   std::unordered_map<uint64_t, uint32_t> spatial_of;
   // A direct-mapped cache in front of the map: a manifest has few distinct sizes, in any order.
   constexpr size_t kCache = 1024;
@@ -132,7 +132,8 @@ Bucketing assign_buckets(const Manifest& manifest, const BucketGrid& grid, const
       fi = 0;
     } else {
       int64_t avail = resampled_frames(c.num_frames, c.fps, grid.fps);
-      auto it = std::upper_bound(grid.frames.begin(), grid.frames.end(), int(std::min<int64_t>(avail, INT32_MAX)));
+      auto it = std::upper_bound(grid.frames.begin(), grid.frames.end(),
+                                 int(std::min<int64_t>(avail, INT32_MAX)));
       if (it == grid.frames.begin() || *(it - 1) == 1) {
         out.unfit.push_back({row, "too short: " + std::to_string(c.num_frames) + " frames give " +
                                       std::to_string(avail) + " at " + fmt("%g", grid.fps) +
@@ -175,14 +176,16 @@ Bucketing assign_buckets(const Manifest& manifest, const BucketGrid& grid, const
       key_of[size_t(row)] = key;
       ++key_count[key];
     } else {
-      out.unfit.push_back({row, "too small: " + std::to_string(c.height) + "x" + std::to_string(c.width) +
+      out.unfit.push_back({row, "too small: " + std::to_string(c.height) + "x" +
+                                    std::to_string(c.width) +
                                     " is smaller than every bucket of its aspect ratio"});
     }
   }
   std::vector<uint32_t> id_of_key(key_count.size(), kNoBucket);
   for (size_t key = 0; key < key_count.size(); ++key) {
     if (key_count[key] == 0) continue;
-    if (out.buckets.size() >= kNoBucket) throw ConfigError("more than 65,534 buckets in use; use a coarser grid");
+    if (out.buckets.size() >= kNoBucket)
+      throw ConfigError("more than 65,534 buckets in use; use a coarser grid");
     size_t fi = key % nf, ri = (key / nf) % max_ratios, ti = key / nf / max_ratios;
     const TierSize& s = grid.tiers[ti].sizes[ri];
     Bucket b = make_bucket(grid.frames[fi], s.h, s.w, model);

@@ -14,9 +14,9 @@
 namespace adaptiveload {
 
 struct Bucket {
-  int frames = 1, height = 0, width = 0;  // F', H', W' in pixels
+  int frames = 1, height = 0, width = 0;       // F', H', W' in pixels
   int64_t grid_f = 1, grid_h = 0, grid_w = 0;  // token grid: frames, rows, columns
-  int64_t tokens = 0;  // S = grid_f * grid_h * grid_w
+  int64_t tokens = 0;                          // S = grid_f * grid_h * grid_w
   std::string tier, ratio;
   std::string name() const;  // "480p-16:9-81f"
 };
@@ -49,7 +49,8 @@ std::array<int64_t, 4> latent_shape(const Bucket& b, const ModelPreset& model);
 // cache's) gets exactly its own shape: the grid's bucket of that shape where the grid lists it,
 // else a bucket of its own (tier "fixed", after the grid's, ordered by shape); rows that fit
 // nothing are listed in `unfit` with a reason, never dropped silently.
-Bucketing assign_buckets(const Manifest& manifest, const BucketGrid& grid, const ModelPreset& model);
+Bucketing assign_buckets(const Manifest& manifest, const BucketGrid& grid,
+                         const ModelPreset& model);
 
 // Frames available after resampling a clip to `grid_fps` (duration-preserving).
 int64_t resampled_frames(int64_t num_frames, double fps, double grid_fps);

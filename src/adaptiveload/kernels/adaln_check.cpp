@@ -73,8 +73,8 @@ void compare(AdalnCheck& out, const char* name, const Buffer& got, const Buffer&
   const double atol = atol_fraction(got.dtype) * std::max(1.0, max_abs(truth));
   const bool ok = ek <= 2 * eu + atol;
   char line[256];
-  std::snprintf(line, sizeof line, "%-8s %-4s kernel_err %.3e unfused_err %.3e atol %.2e %s\n", name,
-                dtype_name(got.dtype), ek, eu, atol, ok ? "ok" : "FAIL");
+  std::snprintf(line, sizeof line, "%-8s %-4s kernel_err %.3e unfused_err %.3e atol %.2e %s\n",
+                name, dtype_name(got.dtype), ek, eu, atol, ok ? "ok" : "FAIL");
   out.report += line;
   out.ok = out.ok && ok;
 }
@@ -93,7 +93,8 @@ void compare_stats(AdalnCheck& out, const Buffer& mean, const Buffer& rstd, cons
     if (std::isfinite(dr)) er = std::max(er, dr);
   }
   char line[160];
-  std::snprintf(line, sizeof line, "mean/rstd f32  abs_err %.3e rel_err %.3e %s\n", em, er, ok ? "ok" : "FAIL");
+  std::snprintf(line, sizeof line, "mean/rstd f32  abs_err %.3e rel_err %.3e %s\n", em, er,
+                ok ? "ok" : "FAIL");
   out.report += line;
   out.ok = out.ok && ok;
 }
@@ -210,8 +211,10 @@ Grads unfused_bwd(const AdalnProblem& pr) {
   const DType T = c.x_dtype, TM = c.mod_dtype, R = promote(T, TM), TW = c.weight_dtype;
   const int64_t N = c.rows(), D = c.D, mod_rows = c.mod_rows();
   const std::vector<int64_t> mrow = c.mod_row_of();
-  Grads g{Buffer(T, N, D), Buffer(TM, mod_rows, D), Buffer(TM, mod_rows, D), Buffer(TW, 1, D), Buffer(TW, 1, D)};
-  std::vector<double> ds(size_t(mod_rows * D), 0.0), dt(ds.size(), 0.0), dw(static_cast<size_t>(D), 0.0), db(static_cast<size_t>(D), 0.0);
+  Grads g{Buffer(T, N, D), Buffer(TM, mod_rows, D), Buffer(TM, mod_rows, D), Buffer(TW, 1, D),
+          Buffer(TW, 1, D)};
+  std::vector<double> ds(size_t(mod_rows * D), 0.0), dt(ds.size(), 0.0),
+      dw(static_cast<size_t>(D), 0.0), db(static_cast<size_t>(D), 0.0);
   std::vector<double> xh(static_cast<size_t>(D)), dxh(static_cast<size_t>(D));
   for (int64_t r = 0; r < N; ++r) {
     const double mean = pr.mean.get(r, 0), rstd = pr.rstd.get(r, 0);
@@ -251,7 +254,11 @@ Buffer dense(const Buffer& b) { return b.as(b.dtype); }
 }  // namespace
 
 Buffer::Buffer(DType t, int64_t r, int64_t c, int64_t s)
-    : dtype(t), rows(r), cols(c), stride(s < 0 ? c : s), bytes(size_t(r * (s < 0 ? c : s)) * dtype_size(t)) {}
+    : dtype(t),
+      rows(r),
+      cols(c),
+      stride(s < 0 ? c : s),
+      bytes(size_t(r * (s < 0 ? c : s)) * dtype_size(t)) {}
 
 double Buffer::get(int64_t r, int64_t c) const {
   const int64_t i = r * stride + c;
@@ -297,7 +304,9 @@ Buffer Buffer::as(DType t) const {
 void fill_uniform(Buffer& b, uint64_t seed, double lo, double hi) {
   for (int64_t r = 0; r < b.rows; ++r)
     for (int64_t c = 0; c < b.cols; ++c)
-      b.set(r, c, lo + (hi - lo) * unit(mix(seed * 0x100000001b3ull ^ mix(uint64_t(r) * 0x9e37ull + uint64_t(c)))));
+      b.set(r, c,
+            lo + (hi - lo) * unit(mix(seed * 0x100000001b3ull ^
+                                      mix(uint64_t(r) * 0x9e37ull + uint64_t(c)))));
 }
 
 double atol_fraction(DType t) {
@@ -324,9 +333,9 @@ std::string AdalnCase::name() const {
                   (long long)pad);
     return s;
   }
-  std::snprintf(s, sizeof s, "B%lld_L%lld_D%lld_%s_x%s_m%s%s%s_pad%lld", (long long)batch, (long long)L,
-                (long long)D, per_token ? "tok" : "smp", dtype_name(x_dtype), dtype_name(mod_dtype),
-                weight ? "_w" : "", bias ? "_b" : "", (long long)pad);
+  std::snprintf(s, sizeof s, "B%lld_L%lld_D%lld_%s_x%s_m%s%s%s_pad%lld", (long long)batch,
+                (long long)L, (long long)D, per_token ? "tok" : "smp", dtype_name(x_dtype),
+                dtype_name(mod_dtype), weight ? "_w" : "", bias ? "_b" : "", (long long)pad);
   return s;
 }
 
@@ -476,7 +485,8 @@ std::vector<AdalnCase> dtype_combos(bool with_per_token, bool distinct) {
     for (bool mod_f32 : {true, false})
       for (bool per_token : {false, true})
         for (int affine : {0, 1}) {
-          if ((per_token && !with_per_token) || (distinct && xt == DType::F32 && !mod_f32)) continue;
+          if ((per_token && !with_per_token) || (distinct && xt == DType::F32 && !mod_f32))
+            continue;
           AdalnCase c;
           c.x_dtype = xt;
           c.mod_dtype = mod_f32 ? DType::F32 : xt;

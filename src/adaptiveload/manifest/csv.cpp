@@ -1,5 +1,5 @@
-#include "adaptiveload/util/error.h"
 #include "adaptiveload/manifest/manifest.h"
+#include "adaptiveload/util/error.h"
 
 namespace adaptiveload {
 
@@ -46,7 +46,8 @@ bool next_csv_record(std::string_view text, size_t& pos, std::vector<std::string
     }
   }
   if (quoted) {
-    throw InputError(name + ":" + std::to_string(start_line), "unterminated quoted field (a '\"' is never closed)");
+    throw InputError(name + ":" + std::to_string(start_line),
+                     "unterminated quoted field (a '\"' is never closed)");
   }
   ++lines;
   if (!field.empty() && field.back() == '\r') field.pop_back();

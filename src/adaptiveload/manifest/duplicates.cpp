@@ -34,8 +34,10 @@ DuplicatePolicy parse_duplicate_policy(const std::string& name) {
   if (name == "warn") return DuplicatePolicy::kWarn;
   if (name == "skip") return DuplicatePolicy::kSkip;
   if (name == "error") return DuplicatePolicy::kError;
-  throw ConfigError("on_duplicate must be warn (keep repeated paths, say so), skip (keep the first row of each "
-                    "path) or error, not '" + name + "'");
+  throw ConfigError(
+      "on_duplicate must be warn (keep repeated paths, say so), skip (keep the first row of each "
+      "path) or error, not '" +
+      name + "'");
 }
 
 std::vector<DuplicateRow> find_duplicates(const Manifest& m) {
@@ -70,7 +72,8 @@ std::vector<DuplicateRow> find_duplicates(const Manifest& m) {
   std::unordered_map<std::string_view, int64_t> first;
   for (int64_t r = 0; r < n; ++r) {
     const uint32_t x = by_row[size_t(r)];
-    if (!m.usable(r) || !(filter[x >> 14] >> ((x >> 8) & 63) & 1) || !std::binary_search(twice.begin(), twice.end(), x))
+    if (!m.usable(r) || !(filter[x >> 14] >> ((x >> 8) & 63) & 1) ||
+        !std::binary_search(twice.begin(), twice.end(), x))
       continue;
     const auto [it, fresh] = first.emplace(m.path(r), r);
     if (!fresh) out.push_back({r, it->second});
@@ -95,7 +98,8 @@ std::vector<DuplicateRow> apply_duplicate_policy(Manifest& m, DuplicatePolicy po
   return d;
 }
 
-std::string duplicate_report(const Manifest& m, const std::vector<DuplicateRow>& d, DuplicatePolicy policy) {
+std::string duplicate_report(const Manifest& m, const std::vector<DuplicateRow>& d,
+                             DuplicatePolicy policy) {
   if (d.empty()) return "";
   std::string out =
       thousands(int64_t(d.size())) + " row(s) repeat the path of an earlier row" +
@@ -111,12 +115,14 @@ std::string duplicate_report(const Manifest& m, const std::vector<DuplicateRow>&
     const auto [rep, orig] = files;
     if (!rep || !orig) continue;
     const bool whole = rep != orig && count == rep->rows;
-    out += "  " + thousands(count) + " in " + rep->path + (rep == orig ? "" : " repeat rows of " + orig->path) +
+    out += "  " + thousands(count) + " in " + rep->path +
+           (rep == orig ? "" : " repeat rows of " + orig->path) +
            (whole ? " (every row: is the same manifest given twice?)" : "") + "\n";
   }
   for (size_t i = 0; i < d.size() && i < 5; ++i)
     out += "  row " + std::to_string(d[i].row) + " (" + m.where(d[i].row) + ") repeats row " +
-           std::to_string(d[i].first) + " (" + m.where(d[i].first) + "): " + std::string(m.path(d[i].row)) + "\n";
+           std::to_string(d[i].first) + " (" + m.where(d[i].first) +
+           "): " + std::string(m.path(d[i].row)) + "\n";
   if (d.size() > 5) out += "  ... and " + thousands(int64_t(d.size() - 5)) + " more\n";
   return out;
 }

@@ -30,6 +30,7 @@ std::vector<DuplicateRow> find_duplicates(const Manifest& m);
 std::vector<DuplicateRow> apply_duplicate_policy(Manifest& m, DuplicatePolicy policy);
 
 // Lines for the user: how many, per pair of files, and the first few rows ("" when none).
-std::string duplicate_report(const Manifest& m, const std::vector<DuplicateRow>& d, DuplicatePolicy policy);
+std::string duplicate_report(const Manifest& m, const std::vector<DuplicateRow>& d,
+                             DuplicatePolicy policy);
 
 }  // namespace adaptiveload

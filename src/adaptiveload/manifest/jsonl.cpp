@@ -29,7 +29,8 @@ bool fast_json_fields(std::string_view s, std::string_view (&out)[kColumns]) {
   return fast_json_object(s.data(), s.data() + s.size(), out) == s.data() + s.size();
 }
 
-const char* fast_json_object(const char* p, const char* const e, std::string_view (&out)[kColumns]) {
+const char* fast_json_object(const char* p, const char* const e,
+                             std::string_view (&out)[kColumns]) {
   auto ws = [&] {
     while (p < e && (*p == ' ' || *p == '\t')) ++p;
   };
@@ -38,11 +39,13 @@ const char* fast_json_object(const char* p, const char* const e, std::string_vie
     const char* b = ++p;
 #if defined(__SSE2__)
     // 16 bytes at a time to the first '"', '\\', control byte or non-ASCII byte (signed < 0x20).
-    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'),
+                  space = _mm_set1_epi8(0x20);
     while (e - p >= 16) {
       const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-      const __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, backslash)),
-                                       _mm_cmplt_epi8(x, space));
+      const __m128i hit =
+          _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, backslash)),
+                       _mm_cmplt_epi8(x, space));
       const int m = _mm_movemask_epi8(hit);
       if (m != 0) {
         p += __builtin_ctz(unsigned(m));
@@ -66,7 +69,8 @@ const char* fast_json_object(const char* p, const char* const e, std::string_vie
   ++p;
   ws();
   unsigned seen = 0;
-  const char* other_key[16];  // other keys, to refuse a duplicate (uninitialised: only n_others used)
+  const char*
+      other_key[16];  // other keys, to refuse a duplicate (uninitialised: only n_others used)
   size_t other_len[16];
   size_t n_others = 0;
   static constexpr std::string_view kKeys[kColumns] = {"path",  "num_frames", "height",
@@ -88,14 +92,29 @@ const char* fast_json_object(const char* p, const char* const e, std::string_vie
         p = q + len + 1;
       };
       switch (left == 0 ? '\0' : *q) {
-        case 'p': try_key(kPath, "path\""); break;
-        case 'n': try_key(kFrames, "num_frames\""); break;
-        case 'h': try_key(kHeight, "height\""); break;
-        case 'w': try_key(kWidth, "width\""); break;
-        case 'f': try_key(kFps, "fps\""); break;
-        case 'c': try_key(kCaption, "caption\""); break;
-        case 't': try_key(kCaption, "text\""); break;
-        default: break;
+        case 'p':
+          try_key(kPath, "path\"");
+          break;
+        case 'n':
+          try_key(kFrames, "num_frames\"");
+          break;
+        case 'h':
+          try_key(kHeight, "height\"");
+          break;
+        case 'w':
+          try_key(kWidth, "width\"");
+          break;
+        case 'f':
+          try_key(kFps, "fps\"");
+          break;
+        case 'c':
+          try_key(kCaption, "caption\"");
+          break;
+        case 't':
+          try_key(kCaption, "text\"");
+          break;
+        default:
+          break;
       }
     }
     if (k < 0 && !string(key)) return nullptr;
@@ -212,7 +231,8 @@ void Manifest::load_jsonl(std::string_view text, const std::string& name, BadRow
       while (b < n && blank(t[b])) ++b;
       const char* q = b < n && t[b] == '{' ? fast_json_object(t + b, t + n, cols) : nullptr;
       size_t end = q ? size_t(q - t) : 0;
-      const bool whole = q && (end == n || t[end] == '\n' || (t[end] == '\r' && end + 1 < n && t[end + 1] == '\n'));
+      const bool whole = q && (end == n || t[end] == '\n' ||
+                               (t[end] == '\r' && end + 1 < n && t[end + 1] == '\n'));
       if (whole) {
         size_t e = end;
         while (e > b && blank(t[e - 1])) --e;
@@ -224,7 +244,8 @@ void Manifest::load_jsonl(std::string_view text, const std::string& name, BadRow
     }
     const void* lf = memchr(t + pos, '\n', n - pos);
     size_t end = lf ? size_t(static_cast<const char*>(lf) - t) : n;
-    if (const void* cr = memchr(t + pos, '\r', end - pos)) end = size_t(static_cast<const char*>(cr) - t);
+    if (const void* cr = memchr(t + pos, '\r', end - pos))
+      end = size_t(static_cast<const char*>(cr) - t);
     std::string_view s = trim(text.substr(pos, end - pos));
     pos = end + (end + 1 < n && t[end] == '\r' && t[end + 1] == '\n' ? 2 : 1);
     ++line;
@@ -234,7 +255,8 @@ void Manifest::load_jsonl(std::string_view text, const std::string& name, BadRow
 }
 
 // One line through nlohmann::json: every kind of value, escapes, and the messages of bad rows.
-void Manifest::load_jsonl_line(std::string_view s, const std::string& name, int64_t line, BadRowPolicy policy) {
+void Manifest::load_jsonl_line(std::string_view s, const std::string& name, int64_t line,
+                               BadRowPolicy policy) {
   using json = nlohmann::json;
   json j;
   std::string field = "(row)", reason;
@@ -248,7 +270,8 @@ void Manifest::load_jsonl_line(std::string_view s, const std::string& name, int6
       keys.pop_back();
     } else if (event == json::parse_event_t::key && !keys.empty()) {
       const std::string k = parsed.get<std::string>();
-      if (reason.empty() && std::find(keys.back().begin(), keys.back().end(), k) != keys.back().end()) {
+      if (reason.empty() &&
+          std::find(keys.back().begin(), keys.back().end(), k) != keys.back().end()) {
         field = k;
         reason = "key '" + k + "' appears twice in the object; keep one";
       }
@@ -288,8 +311,9 @@ void Manifest::load_jsonl_line(std::string_view s, const std::string& name, int6
       }
     }
     field = key;
-    reason = std::string("must be ") + (is_path ? "a string" : "a number or a string holding a number") +
-             ", got " + (v.is_array() || v.is_object() ? "an " : "a ") + v.type_name();
+    reason = std::string("must be ") +
+             (is_path ? "a string" : "a number or a string holding a number") + ", got " +
+             (v.is_array() || v.is_object() ? "an " : "a ") + v.type_name();
     return "";
   };
   const std::string path = text_of("path", true), frames = text_of("num_frames", false),

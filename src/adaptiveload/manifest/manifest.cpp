@@ -69,14 +69,15 @@ std::string parse_int(std::string_view s, int64_t max, int64_t& out) {
     }
   }
   if (out <= 0) return "must be positive, got " + std::string(s);
-  if (out > max) return std::string(s) + " is implausibly large (limit " + std::to_string(max) + ")";
+  if (out > max)
+    return std::string(s) + " is implausibly large (limit " + std::to_string(max) + ")";
   return {};
 }
 
 // "ddd" or "ddd.ddd" with at most 15 digits: an exact integer over an exact power of ten, so
 // the one rounded division gives the correctly rounded value, as from_chars would.
 bool parse_decimal(std::string_view s, double& out) {
-  static const double kPow10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7,
+  static const double kPow10[] = {1e0, 1e1, 1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
                                   1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
   int64_t m = 0;
   int digits = 0, frac = -1;
@@ -117,7 +118,6 @@ std::string parse_fps(std::string_view s, int64_t num_frames, double& out) {
   return {};
 }
 
-
 bool ends_with(const std::string& s, const char* suffix) {
   const size_t n = strlen(suffix);
   return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
@@ -150,7 +150,8 @@ size_t count_newlines(std::string_view s) {
   while (n >= 16) {
     __m128i acc = zero;
     for (int k = 0; k < 255 && n >= 16; ++k, p += 16, n -= 16)
-      acc = _mm_sub_epi8(acc, _mm_cmpeq_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), lf));
+      acc = _mm_sub_epi8(acc,
+                         _mm_cmpeq_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), lf));
     const __m128i sums = _mm_sad_epu8(acc, zero);
     count += size_t(_mm_cvtsi128_si32(sums)) + size_t(_mm_cvtsi128_si32(_mm_srli_si128(sums, 8)));
   }
@@ -218,7 +219,8 @@ Manifest::Text read_whole_file(const std::string& path) {
       size += size_t(got);
       continue;
     }
-    const ssize_t got = read(fd, t.hold.get() + size, std::min<size_t>(cap - size, size_t(1) << 30));
+    const ssize_t got =
+        read(fd, t.hold.get() + size, std::min<size_t>(cap - size, size_t(1) << 30));
     if (got < 0 && errno == EINTR) continue;
     if (got < 0) fail("read failed");
     if (got == 0) break;
@@ -245,13 +247,15 @@ std::string_view Manifest::text_at(uint64_t ref) const {
   const uint64_t off = ref >> 24;
   const size_t len = size_t(ref & kMaxPathBytes);
   if (off >= kExtraBase) return std::string_view(extra_).substr(size_t(off - kExtraBase), len);
-  const size_t k = size_t(std::upper_bound(text_base_.begin(), text_base_.end(), off) - text_base_.begin()) - 1;
+  const size_t k =
+      size_t(std::upper_bound(text_base_.begin(), text_base_.end(), off) - text_base_.begin()) - 1;
   return texts_[k].view().substr(size_t(off - text_base_[k]), len);
 }
 
 int64_t Manifest::line(int64_t row) const {
-  auto it = std::upper_bound(line_runs_.begin(), line_runs_.end(), row,
-                             [](int64_t r, const std::pair<int64_t, int64_t>& run) { return r < run.first; });
+  auto it = std::upper_bound(
+      line_runs_.begin(), line_runs_.end(), row,
+      [](int64_t r, const std::pair<int64_t, int64_t>& run) { return r < run.first; });
   if (it == line_runs_.begin()) return 0;
   --it;
   return it->second + (row - it->first);
@@ -259,7 +263,8 @@ int64_t Manifest::line(int64_t row) const {
 
 std::string Manifest::where(int64_t row) const {
   for (const auto& f : files_) {
-    if (row >= f.first_row && row < f.first_row + f.rows) return f.path + ":" + std::to_string(line(row));
+    if (row >= f.first_row && row < f.first_row + f.rows)
+      return f.path + ":" + std::to_string(line(row));
   }
   return "row " + std::to_string(row);
 }
@@ -321,7 +326,8 @@ bool Manifest::parse_fields(const Fields& f, ClipInfo& c, std::string& field, st
   return field.empty();
 }
 
-bool Manifest::add_fields(const Fields& f, const std::string& source, int64_t line, BadRowPolicy policy) {
+bool Manifest::add_fields(const Fields& f, const std::string& source, int64_t line,
+                          BadRowPolicy policy) {
   ClipInfo c;
   std::string field, reason;
   const bool ok = parse_fields(f, c, field, reason);
@@ -350,8 +356,7 @@ void Manifest::add_bad_row(const std::string& path, const std::string& source, i
                            const std::string& field, const std::string& reason,
                            BadRowPolicy policy) {
   if (policy == BadRowPolicy::kError)
-    throw InputError(path, field + ": " + reason +
-                               " (fix or remove the file, or pass " +
+    throw InputError(path, field + ": " + reason + " (fix or remove the file, or pass " +
                                option_word("on_bad_row", "skip", Spelling::kEquals) +
                                " to skip it)");
   if (files_.empty() || files_.back().path != source) files_.push_back({source, total_rows(), 0});
@@ -395,7 +400,8 @@ void Manifest::load_text(std::string_view text, const std::string& name, BadRowP
 void Manifest::load_owned(Text owned, const std::string& name, BadRowPolicy policy) {
   const uint64_t base = text_base_.empty() ? 0 : text_base_.back() + texts_.back().size;
   if (base + owned.size >= kExtraBase)
-    throw InputError(name, "manifests of more than 512 GiB in total are not supported; split the dataset");
+    throw InputError(
+        name, "manifests of more than 512 GiB in total are not supported; split the dataset");
   if (const std::string why = encoding_problem(owned.view(), name); !why.empty())
     throw InputError(name, "the manifest " + why);
   texts_.push_back(std::move(owned));
@@ -456,8 +462,9 @@ class SpecialScanner {
                   quote = _mm_set1_epi8('"');
     for (int k = 0; k < 4; ++k) {
       const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16 * k));
-      const __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, comma), _mm_cmpeq_epi8(v, lf)),
-                                       _mm_or_si128(_mm_cmpeq_epi8(v, cr), _mm_cmpeq_epi8(v, quote)));
+      const __m128i hit =
+          _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, comma), _mm_cmpeq_epi8(v, lf)),
+                       _mm_or_si128(_mm_cmpeq_epi8(v, cr), _mm_cmpeq_epi8(v, quote)));
       m |= uint64_t(uint32_t(_mm_movemask_epi8(hit))) << (16 * k);
     }
 #else
@@ -504,7 +511,8 @@ void Manifest::load_csv(std::string_view text, const std::string& name, BadRowPo
   int64_t lines = 0;
   std::vector<std::string> fields;
   if (text.substr(0, 3) == "\xEF\xBB\xBF") pos = 3;  // UTF-8 byte-order mark
-  if (!next_csv_record(text, pos, fields, lines, name)) throw InputError(name, "empty manifest (no header row)");
+  if (!next_csv_record(text, pos, fields, lines, name))
+    throw InputError(name, "empty manifest (no header row)");
   // A row with more fields than the header is refused: its values would be read from the
   // wrong columns (an unquoted comma in a path moves every field after it). Fewer fields are
   // missing values, as in pandas and Python's csv.DictReader.
@@ -530,8 +538,9 @@ void Manifest::load_csv(std::string_view text, const std::string& name, BadRowPo
       col[k] = int(i);
     }
     if (col[k] < 0 && k < kFps)
-      throw InputError(name + ":1", std::string("header has no '") + kColumnNames[k] +
-                                        "' column; expected columns path,num_frames,height,width,fps");
+      throw InputError(name + ":1",
+                       std::string("header has no '") + kColumnNames[k] +
+                           "' column; expected columns path,num_frames,height,width,fps");
   }
   std::vector<std::string_view> slow_views;
   // Rows of up to kFast fields, none quoted, are split in place; any other row is read again
@@ -582,7 +591,8 @@ void Manifest::load_csv(std::string_view text, const std::string& name, BadRowPo
     }
     if (nf == 1 && trim(v[0]).empty()) continue;  // blank line
     if (nf > header_fields) {
-      const std::string reason = "has " + std::to_string(nf) + " fields, the header " + std::to_string(header_fields) +
+      const std::string reason = "has " + std::to_string(nf) + " fields, the header " +
+                                 std::to_string(header_fields) +
                                  ": quote a value that holds a comma (\"clips/a,b.mp4\")";
       if (policy == BadRowPolicy::kError)
         throw InputError(name + ":" + std::to_string(line),

@@ -106,7 +106,9 @@ class Manifest {
   struct Text {
     std::shared_ptr<char> hold;
     size_t size = 0;
-    std::string_view view() const { return hold ? std::string_view(hold.get(), size) : std::string_view(); }
+    std::string_view view() const {
+      return hold ? std::string_view(hold.get(), size) : std::string_view();
+    }
   };
 
  private:
@@ -133,7 +135,8 @@ class Manifest {
   void load_owned(Text text, const std::string& name, BadRowPolicy policy);
   void load_csv(std::string_view text, const std::string& name, BadRowPolicy policy);
   void load_jsonl(std::string_view text, const std::string& name, BadRowPolicy policy);
-  void load_jsonl_line(std::string_view s, const std::string& name, int64_t line, BadRowPolicy policy);
+  void load_jsonl_line(std::string_view s, const std::string& name, int64_t line,
+                       BadRowPolicy policy);
 
   std::vector<Row> rows_;
   // Per row: bits 24..63 the path's offset, bits 0..23 its length. Offsets below kExtraBase

@@ -69,7 +69,10 @@ inline std::string sync_names(const char* quote = "", bool engines = false) {
   std::string out;
   const size_t n = sizeof kSyncModes / sizeof kSyncModes[0];
   for (size_t i = 0; i < n; ++i)
-    out += std::string(i == 0 ? "" : i + 1 == n ? " or " : ", ") + quote + kSyncModes[i].name + quote +
+    out += std::string(i == 0       ? ""
+                       : i + 1 == n ? " or "
+                                    : ", ") +
+           quote + kSyncModes[i].name + quote +
            (engines ? std::string(" (") + kSyncModes[i].engines + ")" : "");
   return out;
 }
@@ -84,7 +87,10 @@ struct SeqParallel {
   // a2a_latency_s per micro-batch.
   double a2a_s_per_token = 0;
   double a2a_latency_s = 0;
-  bool allows(int g) const { return g >= 1 && g <= kMaxGroup && (g & (g - 1)) == 0 && (sizes >> __builtin_ctz(unsigned(g)) & 1u); }
+  bool allows(int g) const {
+    return g >= 1 && g <= kMaxGroup && (g & (g - 1)) == 0 &&
+           (sizes >> __builtin_ctz(unsigned(g)) & 1u);
+  }
   int largest() const { return 1 << (31 - __builtin_clz(sizes | 1u)); }
 };
 
@@ -111,7 +117,8 @@ struct ParallelLayout {
   // A group of g ranks from `first` runs at its slowest member's speed.
   double group_speed(size_t first, int g) const {
     double s = speed(first);
-    for (size_t k = first + 1; k < first + size_t(g) && !rank_speed.empty(); ++k) s = std::min(s, rank_speed[k]);
+    for (size_t k = first + 1; k < first + size_t(g) && !rank_speed.empty(); ++k)
+      s = std::min(s, rank_speed[k]);
     return s;
   }
 

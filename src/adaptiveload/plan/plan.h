@@ -31,7 +31,7 @@ struct MicroBatch {
   uint32_t begin = 0;  // into Plan::sample_ids
   uint32_t count = 0;
   uint16_t bucket = 0;  // the bucket of every sample, or kPackedBucket
-  uint8_t padded = 0;  // 1: repeats earlier samples to keep ranks in lockstep
+  uint8_t padded = 0;   // 1: repeats earlier samples to keep ranks in lockstep
 };
 
 struct StepInfo {

@@ -26,7 +26,8 @@ std::vector<double> canonical_speeds(const std::vector<double>& speeds) {
   bool all_one = true;
   for (double f : speeds) {
     if (!std::isfinite(f) || f <= 0 || f > 100)
-      throw InputError("segment speeds", "each learned speed factor must be finite and in (0, 100]");
+      throw InputError("segment speeds",
+                       "each learned speed factor must be finite and in (0, 100]");
     all_one = all_one && f == 1.0;
   }
   return all_one ? std::vector<double>{} : speeds;
@@ -49,14 +50,19 @@ std::string canonical_cost_json(const std::string& text) {
     double hi;
     bool required;
   };
-  const Limit limits[] = {{"a", 1, true},          {"b", 1e-3, true},
-                          {"c0", 1e6, true},        {"overhead_s", 1e6, true},
-                          {"half_efficiency_tokens", 1e12, true}, {"pack_sample_s", 1e6, false}};
+  const Limit limits[] = {{"a", 1, true},
+                          {"b", 1e-3, true},
+                          {"c0", 1e6, true},
+                          {"overhead_s", 1e6, true},
+                          {"half_efficiency_tokens", 1e12, true},
+                          {"pack_sample_s", 1e6, false}};
   for (const auto& [k, hi, required] : limits) {
     if (!required && !j.contains(k)) continue;
-    if (!j.contains(k) || !j[k].is_number()) throw InputError("segment cost", std::string("needs a number '") + k + "'");
+    if (!j.contains(k) || !j[k].is_number())
+      throw InputError("segment cost", std::string("needs a number '") + k + "'");
     double v = j[k].get<double>();
-    if (!std::isfinite(v) || v < 0) throw InputError("segment cost", std::string("'") + k + "' must be finite and >= 0");
+    if (!std::isfinite(v) || v < 0)
+      throw InputError("segment cost", std::string("'") + k + "' must be finite and >= 0");
     if (v > hi) {
       char buf[80];
       snprintf(buf, sizeof buf, "' is %g, above the plausible limit %g", v, hi);
@@ -81,8 +87,9 @@ std::string state_to_json(const PlanState& s) {
   snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(s.seed));
   j["seed"] = buf;
   j["epoch"] = s.epoch;
-  if (s.sync != SyncMode::kStep) j["sync"] = sync_name(s.sync);  // absent: step (states of earlier releases)
-  if (s.layout != 1) j["layout"] = s.layout;                      // absent: 1 (states of earlier releases)
+  if (s.sync != SyncMode::kStep)
+    j["sync"] = sync_name(s.sync);            // absent: step (states of earlier releases)
+  if (s.layout != 1) j["layout"] = s.layout;  // absent: 1 (states of earlier releases)
   j["segments"] = nlohmann::json::array();
   for (size_t i = 0; i < s.segments.size(); ++i) {
     auto [w, steps] = s.segments[i];
@@ -132,25 +139,31 @@ PlanState state_from_json(const std::string& text) {
     throw InputError(where, std::string("not valid JSON (truncated or corrupted?): ") + e.what());
   }
   auto hex = [&](const char* key) {
-    if (!j.contains(key) || !j[key].is_string()) throw InputError(where, std::string("missing '") + key + "'");
+    if (!j.contains(key) || !j[key].is_string())
+      throw InputError(where, std::string("missing '") + key + "'");
     const std::string s = j[key].get<std::string>();
     if (s.empty() || s.size() > 16 || s.find_first_not_of("0123456789abcdef") != std::string::npos)
-      throw InputError(where, std::string("'") + key + "' must be a hex string of at most 16 digits");
+      throw InputError(where,
+                       std::string("'") + key + "' must be a hex string of at most 16 digits");
     return std::stoull(s, nullptr, 16);
   };
   // j.value() throws json::type_error when "format" is not a string: check the type first.
   if (!j.is_object() || !j.contains("format") || !j["format"].is_string() ||
       j["format"].get<std::string>() != "adaptiveload-state")
-    throw InputError(where, "not an adaptiveload sampler state (no \"format\": \"adaptiveload-state\")");
+    throw InputError(where,
+                     "not an adaptiveload sampler state (no \"format\": \"adaptiveload-state\")");
   PlanState s;
-  if (!j.contains("version") || !j["version"].is_number_integer()) throw InputError(where, "missing 'version'");
+  if (!j.contains("version") || !j["version"].is_number_integer())
+    throw InputError(where, "missing 'version'");
   // Compared as read (int64): get<int>() would wrap 2^32 + 1 to version 1 and accept it.
   const int64_t version = j["version"].get<int64_t>();
   if (version != PlanState::kVersion)
-    throw InputError(where, "state version " + std::to_string(version) + " is not supported (this build reads " +
+    throw InputError(where, "state version " + std::to_string(version) +
+                                " is not supported (this build reads " +
                                 std::to_string(PlanState::kVersion) + ")");
   s.version = int(version);
-  if (!j.contains("strategy") || !j["strategy"].is_string()) throw InputError(where, "missing 'strategy'");
+  if (!j.contains("strategy") || !j["strategy"].is_string())
+    throw InputError(where, "missing 'strategy'");
   s.strategy = j["strategy"].get<std::string>();
   s.fingerprint = hex("fingerprint");
   s.seed = hex("seed");
@@ -165,7 +178,8 @@ PlanState state_from_json(const std::string& text) {
   if (j.contains("layout")) {
     if (!j["layout"].is_number_integer() || j["layout"].get<int64_t>() < 1 ||
         j["layout"].get<int64_t>() > PlanState::kLayout)
-      throw InputError(where, "'layout' must be an integer from 1 to " + std::to_string(PlanState::kLayout));
+      throw InputError(
+          where, "'layout' must be an integer from 1 to " + std::to_string(PlanState::kLayout));
     s.layout = int(j["layout"].get<int64_t>());
   }
   if (!j.contains("segments") || !j["segments"].is_array() || j["segments"].empty() ||
@@ -175,9 +189,11 @@ PlanState state_from_json(const std::string& text) {
   for (const auto& seg : j["segments"]) {
     if (!seg.is_array() || (seg.size() != 2 && seg.size() != 3) || !seg[0].is_number_integer() ||
         !seg[1].is_number_integer())
-      throw InputError(where, "each segment must be [world_size, steps_done] or [world_size, steps_done, cost]");
+      throw InputError(
+          where, "each segment must be [world_size, steps_done] or [world_size, steps_done, cost]");
     int64_t w = seg[0].get<int64_t>(), steps = seg[1].get<int64_t>();
-    if (w < 1 || w > (1 << 20) || steps < 0) throw InputError(where, "segment has an invalid world size or step count");
+    if (w < 1 || w > (1 << 20) || steps < 0)
+      throw InputError(where, "segment has an invalid world size or step count");
     s.segments.emplace_back(int(w), steps);
     s.segment_costs.push_back(seg.size() == 3 ? canonical_cost_json(seg[2].dump()) : "");
     any_cost = any_cost || seg.size() == 3;

@@ -26,7 +26,9 @@ void Planner::resolve_budgets() {
   if (M <= 0) {
     M = INT64_MAX;
     // Tokens per GPU: a sample on a group of g holds S / g on each.
-    auto per_gpu = [&](size_t b) { return (buckets[b].tokens + base_.group(uint16_t(b)) - 1) / base_.group(uint16_t(b)); };
+    auto per_gpu = [&](size_t b) {
+      return (buckets[b].tokens + base_.group(uint16_t(b)) - 1) / base_.group(uint16_t(b));
+    };
     for (size_t b = 0; b < buckets.size(); ++b)
       if (live[b]) M = std::min<int64_t>(M, (base_.max_batch_memory[b] + 1) * per_gpu(b) - 1);
     if (M == INT64_MAX) M = 0;
@@ -67,7 +69,8 @@ void Planner::resolve_budgets() {
     for (size_t b = 0; b < buckets.size(); ++b) {
       if (!live[b]) continue;
       double sp = std::pow(double(buckets[b].tokens), base_.p);
-      int64_t bmax = std::min<int64_t>(base_.max_batch_memory[b], std::max<int64_t>(1, M / buckets[b].tokens));
+      int64_t bmax =
+          std::min<int64_t>(base_.max_batch_memory[b], std::max<int64_t>(1, M / buckets[b].tokens));
       lo = std::max(lo, sp);
       hi = std::max(hi, double(bmax) * sp);
     }
@@ -84,8 +87,10 @@ void Planner::resolve_budgets() {
     // E[max of W standard normals] = int x W phi(x) Phi(x)^(W-1) dx (midpoint rule).
     double e_w = 0;
     for (int i = 0; i < 4000; ++i) {
-      const double x = -8 + 16 * (i + 0.5) / 4000, phi = std::exp(-0.5 * x * x) / std::sqrt(2 * 3.14159265358979323846);
-      e_w += x * double(W) * phi * std::pow(0.5 * std::erfc(-x / std::sqrt(2.0)), double(W - 1)) * (16.0 / 4000);
+      const double x = -8 + 16 * (i + 0.5) / 4000,
+                   phi = std::exp(-0.5 * x * x) / std::sqrt(2 * 3.14159265358979323846);
+      e_w += x * double(W) * phi * std::pow(0.5 * std::erfc(-x / std::sqrt(2.0)), double(W - 1)) *
+             (16.0 / 4000);
     }
     std::vector<std::pair<double, int64_t>> t;  // (seconds of a batch, batches that long)
     auto expected_throughput = [&](double c) {
@@ -104,7 +109,8 @@ void Planner::resolve_budgets() {
       const bool pad = pr.end_policy == EndPolicy::kPad;
       const int64_t slots = pad ? (N + W - 1) / W : N / W;
       if (slots == 0) return 0.0;
-      const double trained = pad ? double(samples) : double(samples) * double(slots * W) / double(N);
+      const double trained =
+          pad ? double(samples) : double(samples) * double(slots * W) / double(N);
       // f(max of a slot) summed over the max's distribution.
       auto expect = [&](auto f) {
         if (N <= W) return f(t.back().first);  // one slot holds every batch
@@ -114,7 +120,9 @@ void Planner::resolve_budgets() {
         for (const auto& [tj, nj] : t) {
           a += nj;
           const double F =
-              a < W ? 0 : a == N ? 1 : std::exp(std::lgamma(double(a) + 1) - std::lgamma(double(a - W) + 1) - lN);
+              a < W    ? 0
+              : a == N ? 1
+                       : std::exp(std::lgamma(double(a) + 1) - std::lgamma(double(a - W) + 1) - lN);
           e += f(tj) * (F - prev), prev = F;
         }
         return e;
@@ -122,8 +130,9 @@ void Planner::resolve_budgets() {
       double epoch = 0;
       if (pr.layout.lockstep_slots()) {
         // One step a slot (free), or the global batch's steps; each adds its optimizer step.
-        epoch = double(slots) *
-                    expect([&](double x) { return x + std::max(0.0, pr.layout.exposed_slot_comm(x)); }) +
+        epoch = double(slots) * expect([&](double x) {
+                  return x + std::max(0.0, pr.layout.exposed_slot_comm(x));
+                }) +
                 double(slot_step_count(uint64_t(slots), target_steps)) * ar;
       } else if (target_steps == 0 || target_steps >= uint64_t(slots)) {
         epoch = double(slots) * (expect([](double x) { return x; }) + ar);
@@ -185,16 +194,19 @@ double Planner::auto_step_budget(const CostModel& cost) const {
     if (!live[b]) continue;
     const int g = base_.group(uint16_t(b));
     if (g > 1)  // M_mem counts tokens per GPU: a group holds g times as many
-      B[b] = std::max<int64_t>(1, std::min<int64_t>(base_.max_batch_memory[b],
-                                                    base_.mem_budget_tokens * g / buckets[b].tokens));
+      B[b] =
+          std::max<int64_t>(1, std::min<int64_t>(base_.max_batch_memory[b],
+                                                 base_.mem_budget_tokens * g / buckets[b].tokens));
     s = std::max(s, group_cost(cost, MicroShape::uniform(B[b], buckets[b]), g, sp));
   }
   return s;
 }
 
 std::vector<int64_t> Planner::resolve_fixed(std::string& error) const {
-  auto table = cfg_.fixed_config.empty() ? grid_.fixed_batch_sizes : load_fixed_batch_sizes(cfg_.fixed_config);
-  const std::string src = cfg_.fixed_config.empty() ? "grid '" + grid_.name + "'" : cfg_.fixed_config;
+  auto table = cfg_.fixed_config.empty() ? grid_.fixed_batch_sizes
+                                         : load_fixed_batch_sizes(cfg_.fixed_config);
+  const std::string src =
+      cfg_.fixed_config.empty() ? "grid '" + grid_.name + "'" : cfg_.fixed_config;
   std::vector<int64_t> out(bucketing_.buckets.size(), 1);
   for (size_t b = 0; b < bucketing_.buckets.size(); ++b) {
     const Bucket& bk = bucketing_.buckets[b];

@@ -25,8 +25,10 @@ std::pair<BatchForm, double> parse_global_batch(const std::string& v) {
   const std::string num = v.substr(colon + 1);
   double x = -1;
   // Plain decimal digits (and for tokens a fraction or exponent): no sign, space or hex.
-  const bool plain = !num.empty() && num.find_first_not_of(kind == "tokens" ? "0123456789.eE+" : "0123456789") ==
-                                          std::string::npos && num[0] != '+' && num[0] != '.';
+  const bool plain = !num.empty() &&
+                     num.find_first_not_of(kind == "tokens" ? "0123456789.eE+" : "0123456789") ==
+                         std::string::npos &&
+                     num[0] != '+' && num[0] != '.';
   if (plain) {
     try {
       size_t used = 0;
@@ -39,7 +41,10 @@ std::pair<BatchForm, double> parse_global_batch(const std::string& v) {
   if (!(x >= 1 && x <= 1e18) || (kind != "tokens" && x != std::floor(x)))
     throw ConfigError("global batch '" + v + "': " + kind + " must be " +
                       (kind == "tokens" ? "a number" : "a whole number") + " in 1..1e18" + help);
-  return {kind == "steps" ? BatchForm::kSteps : kind == "samples" ? BatchForm::kSamples : BatchForm::kTokens, x};
+  return {kind == "steps"     ? BatchForm::kSteps
+          : kind == "samples" ? BatchForm::kSamples
+                              : BatchForm::kTokens,
+          x};
 }
 
 uint32_t parse_sp_sizes(const std::string& v) {
@@ -48,7 +53,8 @@ uint32_t parse_sp_sizes(const std::string& v) {
   while (i <= v.size()) {
     const size_t j = std::min(v.find(',', i), v.size());
     const std::string t = v.substr(i, j - i);
-    const bool digits = !t.empty() && t.size() <= 5 && t.find_first_not_of("0123456789") == std::string::npos;
+    const bool digits =
+        !t.empty() && t.size() <= 5 && t.find_first_not_of("0123456789") == std::string::npos;
     const int g = digits ? std::stoi(t) : 0;
     if (!(g >= 1 && g <= kMaxGroup && (g & (g - 1)) == 0))
       throw ConfigError("sequence-parallel size '" + t + "' in '" + v + "' (" +
@@ -62,7 +68,8 @@ uint32_t parse_sp_sizes(const std::string& v) {
 
 int parse_sp(const std::string& v) {
   if (v == "auto" || v == "min" || v == "off" || v == "per-sample") return 0;
-  const bool digits = !v.empty() && v.size() <= 5 && v.find_first_not_of("0123456789") == std::string::npos;
+  const bool digits =
+      !v.empty() && v.size() <= 5 && v.find_first_not_of("0123456789") == std::string::npos;
   const int g = digits ? std::stoi(v) : 0;
   if (!(g >= 1 && g <= kMaxGroup && (g & (g - 1)) == 0))
     throw ConfigError(
@@ -81,7 +88,8 @@ void check_choice(const char* name, const std::string& value) {
   const std::vector<std::string>& ch = option_range(name).choices;
   if (std::find(ch.begin(), ch.end(), value) != ch.end()) return;
   std::string list;
-  for (size_t i = 0; i < ch.size(); ++i) list += (i == 0 ? "" : i + 1 == ch.size() ? " or " : ", ") + ch[i];
+  for (size_t i = 0; i < ch.size(); ++i)
+    list += (i == 0 ? "" : i + 1 == ch.size() ? " or " : ", ") + ch[i];
   throw ConfigError(std::string(name) + " must be " + list + ", not '" + value + "'");
 }
 }  // namespace
@@ -126,17 +134,24 @@ PlanOptions resolve_options(PlannerConfig& c) {
   o.packing = c.packing == "on";
   if (c.grid.empty()) c.grid = load_model(c.model).default_grid;
   check_choice("sharding", c.sharding);
-  o.sharding = c.sharding == "none" ? Sharding::kNone : c.sharding == "fsdp" ? Sharding::kFsdp : Sharding::kAuto;
+  o.sharding = c.sharding == "none"   ? Sharding::kNone
+               : c.sharding == "fsdp" ? Sharding::kFsdp
+                                      : Sharding::kAuto;
   return o;
 }
 
 std::string sp_policy_text(const PlanOptions& o) {
   switch (o.sp) {
-    case SpPolicy::kMin: return "min";
-    case SpPolicy::kPerSample: return "per-sample";
-    case SpPolicy::kOff: return "off";
-    case SpPolicy::kFixed: return std::to_string(o.sp_group);
-    case SpPolicy::kAuto: break;
+    case SpPolicy::kMin:
+      return "min";
+    case SpPolicy::kPerSample:
+      return "per-sample";
+    case SpPolicy::kOff:
+      return "off";
+    case SpPolicy::kFixed:
+      return std::to_string(o.sp_group);
+    case SpPolicy::kAuto:
+      break;
   }
   return "auto";
 }

@@ -28,12 +28,12 @@ struct PlannerConfig {
   // elastic resume (Planner::resume takes the new world size): it is part of the fingerprint.
   int world_size = 8;
   uint64_t seed = 0;
-  int64_t epoch = 0;  // default epoch of plan(); budgets are resolved on epoch 0
+  int64_t epoch = 0;              // default epoch of plan(); budgets are resolved on epoch 0
   int64_t mem_budget_tokens = 0;  // M_mem; 0 = the largest that fits device memory for every bucket
   double comp_budget = 0;         // M_comp in S^p units; 0 = auto (simulator search for `dual`)
-  double p = 0;                   // exponent of the compute constraint; 0 = fitted to the cost model
-  double step_budget_s = 0;       // balanced: seconds per rank per step; 0 = auto
-  std::string fixed_config;       // per-bucket batch sizes for `fixed`; "" = the grid's
+  double p = 0;              // exponent of the compute constraint; 0 = fitted to the cost model
+  double step_budget_s = 0;  // balanced: seconds per rank per step; 0 = auto
+  std::string fixed_config;  // per-bucket batch sizes for `fixed`; "" = the grid's
   EndPolicy end_policy = EndPolicy::kPad;
   OversizePolicy oversize = OversizePolicy::kError;
   // Synchronisation of the training engine (plan/layout.h): "step" (DDP, ZeRO-1), "micro"
@@ -86,11 +86,11 @@ struct PlanOptions {
   Sharding sharding = Sharding::kAuto;
   std::optional<SyncMode> sync;  // none: auto (micro when the model state is sharded)
   SpPolicy sp = SpPolicy::kAuto;
-  int sp_group = 0;          // kFixed: the group size, a power of two; 0 otherwise
-  uint32_t sp_sizes = 1;     // allowed group sizes, bit k: 2^k (with kOff: 1, one GPU a sample)
+  int sp_group = 0;       // kFixed: the group size, a power of two; 0 otherwise
+  uint32_t sp_sizes = 1;  // allowed group sizes, bit k: 2^k (with kOff: 1, one GPU a sample)
   BatchForm batch = BatchForm::kAuto;
-  double batch_value = 0;    // N of kSteps, kSamples, kTokens
-  bool packing = false;      // --packing on
+  double batch_value = 0;  // N of kSteps, kSamples, kTokens
+  bool packing = false;    // --packing on
 };
 
 // Range checks of the numeric options and the option words of `c`, each message naming the

@@ -40,7 +40,8 @@ void Planner::resolve_global_batch() {
     if (g > 1) pr = as_groups(pr, g, nullptr);
     const std::vector<int64_t> B = equal_tokens_batch_sizes(pr);
     uint64_t batches = 0;
-    for (size_t b = 0; b < buckets.size(); ++b) batches += (per_bucket[b] + uint64_t(B[b]) - 1) / uint64_t(B[b]);
+    for (size_t b = 0; b < buckets.size(); ++b)
+      batches += (per_bucket[b] + uint64_t(B[b]) - 1) / uint64_t(B[b]);
     const uint64_t W = uint64_t(pr.world_size);
     steps = double(std::max<uint64_t>(1, (batches + W - 1) / W));
   }
@@ -50,8 +51,10 @@ void Planner::resolve_global_batch() {
   for (uint32_t id : pool_) tokens += double(buckets[bucketing_.sample_bucket[id]].tokens);
   base_.batch_kind = BatchKind::kTokens;
   base_.batch_target = tokens / steps;
-  global_batch_text_ = "steps:" + fmt("%.0f", steps) + (kind == BatchForm::kAuto ? " (auto: as equal_tokens)" : "") + ", " +
-                       fmt("%.0f", base_.batch_target) + " tokens (" + fmt("%.1f", n / steps) + " samples)/step";
+  global_batch_text_ = "steps:" + fmt("%.0f", steps) +
+                       (kind == BatchForm::kAuto ? " (auto: as equal_tokens)" : "") + ", " +
+                       fmt("%.0f", base_.batch_target) + " tokens (" + fmt("%.1f", n / steps) +
+                       " samples)/step";
 }
 
 std::string Planner::global_batch_text() const { return global_batch_text_; }

@@ -12,13 +12,15 @@ namespace {
 using K = OptionRange::Kind;
 constexpr bool kAuto = true, kOpen = true;
 
-OptionRange integer(const char* name, const char* option, uint64_t lo, uint64_t hi, bool zero_is_auto = false) {
+OptionRange integer(const char* name, const char* option, uint64_t lo, uint64_t hi,
+                    bool zero_is_auto = false) {
   OptionRange r{name, option, K::kInteger};
   r.int_lo = lo, r.int_hi = hi, r.zero_is_auto = zero_is_auto;
   return r;
 }
 
-OptionRange real(const char* name, const char* option, double lo, double hi, bool lo_open, bool zero_is_auto) {
+OptionRange real(const char* name, const char* option, double lo, double hi, bool lo_open,
+                 bool zero_is_auto) {
   OptionRange r{name, option, K::kReal};
   r.lo = lo, r.hi = hi, r.lo_open = lo_open, r.zero_is_auto = zero_is_auto;
   return r;

@@ -10,8 +10,8 @@ namespace adaptiveload {
 namespace {
 
 // Advice for a sample too big for memory, following the configuration it was planned under.
-std::string oversize_advice(const PlannerConfig& cfg, const PlanOptions& opt, bool sharded, bool memory_bound, int largest_group,
-                            int node_size, int heads) {
+std::string oversize_advice(const PlannerConfig& cfg, const PlanOptions& opt, bool sharded,
+                            bool memory_bound, int largest_group, int node_size, int heads) {
   // A larger group is advice only where one could be used: a power of two up to the node size
   // that divides the world size and the heads.
   int larger = 0;
@@ -31,8 +31,8 @@ std::string oversize_advice(const PlannerConfig& cfg, const PlanOptions& opt, bo
           std::to_string(node_size) + ")");
     else if (largest_group < node_size)
       add("run on a world size that larger sequence-parallel groups divide (no group size above " +
-          std::to_string(largest_group) + " divides " + std::to_string(cfg.world_size) + " ranks and " +
-          std::to_string(heads) + " heads)");
+          std::to_string(largest_group) + " divides " + std::to_string(cfg.world_size) +
+          " ranks and " + std::to_string(heads) + " heads)");
     if (!cfg.checkpointing)
       add("enable activation checkpointing (" + option_word("checkpointing", "on") + ")");
     if (!sharded && cfg.world_size > 1)
@@ -57,8 +57,9 @@ std::vector<uint8_t> Planner::fill_pool(const Manifest* manifest, const std::vec
   const double usable = usable_memory_bytes();
   std::vector<uint8_t> too_big(buckets.size(), 0);
   for (size_t b = 0; b < buckets.size(); ++b)
-    too_big[b] = max_mem[b] < 1 || (cfg_.mem_budget_tokens > 0 && (buckets[b].tokens + group[b] - 1) / group[b] >
-                                                                      cfg_.mem_budget_tokens);
+    too_big[b] =
+        max_mem[b] < 1 || (cfg_.mem_budget_tokens > 0 &&
+                           (buckets[b].tokens + group[b] - 1) / group[b] > cfg_.mem_budget_tokens);
   const int largest = seq_parallel(cfg_.world_size).largest();
   const int64_t rows = int64_t(bucketing_.sample_bucket.size());
   for (int64_t row = 0; row < rows; ++row) {
@@ -75,22 +76,29 @@ std::vector<uint8_t> Planner::fill_pool(const Manifest* manifest, const std::vec
     if (memory_bound) {
       const int g = g_max;
       double need = memory_.bytes(MicroShape::uniform(1, bk), g);
-      msg = "one sample of bucket " + bk.name() + " (" + std::to_string(bk.tokens) + " tokens) needs " + fmt_gb(need) +
-            (g > 1 ? " per GPU on a sequence-parallel group of " + std::to_string(g) + " (the largest allowed)" : "") +
-            ", " + fmt_gb(need - usable) + " more than the " + fmt_gb(usable) + " usable on " + device_.name;
+      msg = "one sample of bucket " + bk.name() + " (" + std::to_string(bk.tokens) +
+            " tokens) needs " + fmt_gb(need) +
+            (g > 1 ? " per GPU on a sequence-parallel group of " + std::to_string(g) +
+                         " (the largest allowed)"
+                   : "") +
+            ", " + fmt_gb(need - usable) + " more than the " + fmt_gb(usable) + " usable on " +
+            device_.name;
     } else {
       msg = "one sample of bucket " + bk.name() + " has " + std::to_string(bk.tokens) + " tokens" +
-            (group[b] > 1 ? " (" + std::to_string((bk.tokens + group[b] - 1) / group[b]) + " per GPU on " +
-                                std::to_string(int(group[b])) + ")"
+            (group[b] > 1 ? " (" + std::to_string((bk.tokens + group[b] - 1) / group[b]) +
+                                " per GPU on " + std::to_string(int(group[b])) + ")"
                           : "") +
-            ", more than the memory budget of " + std::to_string(cfg_.mem_budget_tokens) + " tokens";
+            ", more than the memory budget of " + std::to_string(cfg_.mem_budget_tokens) +
+            " tokens";
     }
     if (cfg_.oversize == OversizePolicy::kError) {
       throw ConfigError(
           "manifest row " + std::to_string(row) +
           (manifest ? " (" + manifest->where(row) + ", " + std::string(manifest->path(row)) + ")"
                     : "") +
-          ": " + msg + oversize_advice(cfg_, opt_, sharded_, memory_bound, largest, device_.node_size, model_.heads));
+          ": " + msg +
+          oversize_advice(cfg_, opt_, sharded_, memory_bound, largest, device_.node_size,
+                          model_.heads));
     }
     oversize_.push_back({row, msg});
   }

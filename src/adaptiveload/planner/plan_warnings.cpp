@@ -52,14 +52,14 @@ std::string Planner::batch_over_epoch() const {
   return "the global batch (" + global_batch_text_ + ") is larger than the whole epoch (" + all +
          "): a step can hold at most the epoch, so it is planned as one step of all " + all +
          ", fewer than asked; ask for at most " + all + " per step (" +
-         option_word("global_batch", by_samples ? "samples:N" : "tokens:N") +
-         ") or plan more data";
+         option_word("global_batch", by_samples ? "samples:N" : "tokens:N") + ") or plan more data";
 }
 
 std::vector<std::string> Planner::row_warnings(const Plan& plan, const std::string& row) const {
   std::vector<std::string> out;
   const std::string who = "strategy '" + row + "'";
-  const uint64_t W = uint64_t(plan.world_size), K = target_steps(plan.world_size), steps = plan.num_steps();
+  const uint64_t W = uint64_t(plan.world_size), K = target_steps(plan.world_size),
+                 steps = plan.num_steps();
   if (const std::string over = batch_over_epoch(); !over.empty()) out.push_back(who + ": " + over);
   if (K > 0 && steps != K && steps > 0) {
     // What the trained samples can fill: a sample on a sequence-parallel group of g takes g
@@ -80,20 +80,22 @@ std::vector<std::string> Planner::row_warnings(const Plan& plan, const std::stri
     } else if (steps < K) {
       const std::string slots = lockstep_slots(plan.sync)
                                     ? " (" + std::string(sync_name(plan.sync)) +
-                                          " sync: every step needs a slot of " +
-                                          std::to_string(W) + " micro-batches)"
+                                          " sync: every step needs a slot of " + std::to_string(W) +
+                                          " micro-batches)"
                                     : "";
-      why = "its micro-batches could not be cut into more steps" + slots + "; ask for fewer steps (" +
-            option_word("global_batch") + ")";
+      why = "its micro-batches could not be cut into more steps" + slots +
+            "; ask for fewer steps (" + option_word("global_batch") + ")";
     } else {
       why = "its batches could not be merged into fewer steps; ask for more steps (" +
             option_word("global_batch") + ")";
     }
-    out.push_back(who + " plans " + thousands(int64_t(steps)) + " steps, not the " + thousands(int64_t(K)) +
-                  " of the global batch (" + global_batch_text_ + "): " + why);
+    out.push_back(who + " plans " + thousands(int64_t(steps)) + " steps, not the " +
+                  thousands(int64_t(K)) + " of the global batch (" + global_batch_text_ +
+                  "): " + why);
   }
   bool holds = false;  // a strategy that keeps the per-step batch and mix (registry trait)
-  for (const StrategyEntry& s : strategies()) holds = holds || (plan.strategy == s.name && s.holds_batch());
+  for (const StrategyEntry& s : strategies())
+    holds = holds || (plan.strategy == s.name && s.holds_batch());
   if (holds && !lockstep_slots(plan.sync) && steps == K && steps > 1) {
     // The global batch per step (tokens, or samples for samples:N) and the mix of images and
     // clips, over the steps without padded repeats.
@@ -128,17 +130,18 @@ std::vector<std::string> Planner::row_warnings(const Plan& plan, const std::stri
     const double mean = full > 0 ? total / double(full) : 0;
     if (mean > 0 && std::max(hi - mean, mean - lo) / mean > kMaxBatchDev)
       out.push_back(who + ": its " + (by_samples ? "samples" : "tokens") + " per step range over " +
-                    fmt("%.2f", lo / mean) + "-" + fmt("%.2f", hi / mean) +
-                    "x their mean (" + plan.strategy + " keeps them within " + fmt("%.0f%%", 100 * kMaxBatchDev) +
-                        " where a plan it tries does, unless a bucket loader would then be faster)");
+                    fmt("%.2f", lo / mean) + "-" + fmt("%.2f", hi / mean) + "x their mean (" +
+                    plan.strategy + " keeps them within " + fmt("%.0f%%", 100 * kMaxBatchDev) +
+                    " where a plan it tries does, unless a bucket loader would then be faster)");
     // A kind (images, clips) the pool has at least one of for every step, missing from a step.
-    for (const auto& [kind, have, missing] : {std::tuple{"image", images, no_image}, {"clip", clips, no_clip}})
+    for (const auto& [kind, have, missing] :
+         {std::tuple{"image", images, no_image}, {"clip", clips, no_clip}})
       if (have >= steps && double(missing) > kMaxUnmixed * double(steps))
-        out.push_back(who + ": " + thousands(int64_t(missing)) + " of " + thousands(int64_t(steps)) +
-                      " steps have no " + kind +
-                      " (" + plan.strategy +
-                      " keeps a like mix in every step where a plan it tries does, unless a bucket loader "
-                      "would then be faster)");
+        out.push_back(
+            who + ": " + thousands(int64_t(missing)) + " of " + thousands(int64_t(steps)) +
+            " steps have no " + kind + " (" + plan.strategy +
+            " keeps a like mix in every step where a plan it tries does, unless a bucket loader "
+            "would then be faster)");
   }
   return out;
 }

@@ -11,7 +11,9 @@
 
 namespace adaptiveload {
 
-double Planner::usable_memory_bytes() const { return device_.memory_bytes * (1.0 - device_.memory_reserve_fraction); }
+double Planner::usable_memory_bytes() const {
+  return device_.memory_bytes * (1.0 - device_.memory_reserve_fraction);
+}
 
 Planner::Planner(const Manifest& manifest, const PlannerConfig& config) : cfg_(config) {
   opt_ = resolve_options(cfg_);
@@ -118,9 +120,11 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
   for (size_t b = 0; b < buckets.size(); ++b)
     if (!live_[b] || too_big[b]) group[b] = 1;
   set_bucket_groups(base_, group);
-  if (!ranks_.empty() && (!base_.bucket_group.empty() || opt_.sp == SpPolicy::kFixed || opt_.sp == SpPolicy::kPerSample))
-    throw ConfigError("sequence-parallel groups on ranks that are not alike (" + option_word("devices") + ", " +
-                      option_word("rank_speed") + ") are not planned yet; some samples here need a group (or " +
+  if (!ranks_.empty() && (!base_.bucket_group.empty() || opt_.sp == SpPolicy::kFixed ||
+                          opt_.sp == SpPolicy::kPerSample))
+    throw ConfigError("sequence-parallel groups on ranks that are not alike (" +
+                      option_word("devices") + ", " + option_word("rank_speed") +
+                      ") are not planned yet; some samples here need a group (or " +
                       option_word("sp") + " asks for groups): use " + option_word("sp", "off") +
                       " with a device or " + option_word("mem_budget_tokens") +
                       " they fit on one GPU, or plan alike ranks");
@@ -136,15 +140,16 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
 }
 
 ParallelLayout Planner::layout(int world_size) const {
-  ParallelLayout l = parallel_layout(sync_, world_size, seq_parallel(world_size), collective_params_, device_, sharded_,
-                                     cfg_.reshard_after_forward, cfg_.collective_overlap);
+  ParallelLayout l =
+      parallel_layout(sync_, world_size, seq_parallel(world_size), collective_params_, device_,
+                      sharded_, cfg_.reshard_after_forward, cfg_.collective_overlap);
   l.step_fixed_s = step_fixed_s(world_size);
   if (!ranks_.empty()) {
     if (world_size != cfg_.world_size)
       throw ConfigError("the ranks' devices and speeds (" + option_word("devices") + ", " +
                         option_word("rank_speed") + ") are given for " +
-                        std::to_string(cfg_.world_size) + " ranks, not " + std::to_string(world_size) +
-                        "; give them again for the new world size");
+                        std::to_string(cfg_.world_size) + " ranks, not " +
+                        std::to_string(world_size) + "; give them again for the new world size");
     l.rank_speed = ranks_.speed;
   }
   return l;
@@ -166,11 +171,12 @@ double Planner::step_fixed_s(int world_size) const {
 std::unique_ptr<CostModel> Planner::adapted_cost(const std::string& cost_json) const {
   // A refit is a profile's coefficients: priced by the registry's profile model.
   auto refit = std::make_shared<const Profile>(profile_from_cost_json(cost_json));
-  return make_cost_model("profile", CostContext{model_, device_, cfg_.checkpointing, refit}, bucketing_.buckets,
-                         bucketing_.bucket_counts);
+  return make_cost_model("profile", CostContext{model_, device_, cfg_.checkpointing, refit},
+                         bucketing_.buckets, bucketing_.bucket_counts);
 }
 
-PlanProblem Planner::problem(int world_size, int64_t epoch, uint64_t segment, std::vector<uint32_t> pool) const {
+PlanProblem Planner::problem(int world_size, int64_t epoch, uint64_t segment,
+                             std::vector<uint32_t> pool) const {
   PlanProblem pr = base_;
   pr.epoch = epoch;
   pr.world_size = world_size > 0 ? world_size : cfg_.world_size;
@@ -179,7 +185,8 @@ PlanProblem Planner::problem(int world_size, int64_t epoch, uint64_t segment, st
   pr.segment = segment;
   pr.pool = std::move(pool);
   if (!cfg_.devices.empty())
-    for (size_t r = 0; r < ranks_.device.size(); ++r) pr.rank_usable_bytes.push_back(ranks_.usable_bytes(r));
+    for (size_t r = 0; r < ranks_.device.size(); ++r)
+      pr.rank_usable_bytes.push_back(ranks_.usable_bytes(r));
   if (pr.world_size != cfg_.world_size && opt_.sp_sizes != 1) {
     // Another world size (elastic resume) allows other group sizes: choose them again.
     std::vector<uint8_t> group;
@@ -206,7 +213,8 @@ SeqParallel Planner::seq_parallel(int world_size) const {
   SeqParallel sp;
   for (int k = 1; (1 << k) <= kMaxGroup; ++k) {
     const int g = 1 << k;
-    if ((opt_.sp_sizes >> k & 1u) && g <= device_.node_size && W % g == 0 && model_.heads % g == 0) sp.sizes |= 1u << k;
+    if ((opt_.sp_sizes >> k & 1u) && g <= device_.node_size && W % g == 0 && model_.heads % g == 0)
+      sp.sizes |= 1u << k;
   }
   // Ulysses (DeepSpeed-Ulysses, Jacobs et al. 2023): around every self-attention, all-to-alls
   // of q, k, v (sequence -> heads) and of the output (heads -> sequence), each rank sending
@@ -290,15 +298,16 @@ std::string packing_with_groups(const StrategyEntry& s, const PlanOptions& o, bo
   if (!fit_one_gpu || (o.sp != SpPolicy::kFixed && o.sp != SpPolicy::kPerSample))
     return packing +
            ", but samples here need a sequence-parallel group (they do not fit one GPU); use " +
-           option_word("packing", "off") + ", or a device or " +
-           option_word("mem_budget_tokens") + " they fit";
+           option_word("packing", "off") + ", or a device or " + option_word("mem_budget_tokens") +
+           " they fit";
   const std::string sp = option_word("sp", sp_policy_text(o));
-  const std::string every =
-      o.sp == SpPolicy::kFixed ? " of " + std::to_string(o.sp_group) + " GPUs for every sample" : "";
+  const std::string every = o.sp == SpPolicy::kFixed
+                                ? " of " + std::to_string(o.sp_group) + " GPUs for every sample"
+                                : "";
   return packing + ", but " + sp + " asks for sequence-parallel groups" + every +
          " (packs on groups are not supported); use " + option_word("sp", "auto") +
-         " (groups only for samples that do not fit one GPU) with " +
-         option_word("packing", "on") + ", or " + option_word("packing", "off") + " with " + sp;
+         " (groups only for samples that do not fit one GPU) with " + option_word("packing", "on") +
+         ", or " + option_word("packing", "off") + " with " + sp;
 }
 }  // namespace
 
@@ -310,17 +319,21 @@ PlanContext Planner::context(int world_size, bool may_pack) const {
   c.groups_needed = max_group() > 1;
   c.per_sample_groups = per_sample_groups(W);
   c.groups_as_given = opt_.sp == SpPolicy::kMin || opt_.sp == SpPolicy::kFixed;
-  c.packing_refusal = [this](const StrategyEntry& s) { return packing_with_groups(s, opt_, fit_one_gpu()); };
+  c.packing_refusal = [this](const StrategyEntry& s) {
+    return packing_with_groups(s, opt_, fit_one_gpu());
+  };
   c.run = [this](const StrategyEntry& s, const PlanProblem& pr) { return run(s, pr); };
   return c;
 }
 
-std::string Planner::cannot_plan(const StrategyEntry& s) const { return adaptiveload::cannot_plan(s, context(0, true)); }
+std::string Planner::cannot_plan(const StrategyEntry& s) const {
+  return adaptiveload::cannot_plan(s, context(0, true));
+}
 
 Plan Planner::run(const StrategyEntry& s, const PlanProblem& pr, bool may_pack) const {
   if (!s.serves(pr.layout.sync))
-    throw ConfigError("strategy '" + std::string(s.name) + "' does not plan for " + sync_name(pr.layout.sync) +
-                      " sync mode");
+    throw ConfigError("strategy '" + std::string(s.name) + "' does not plan for " +
+                      sync_name(pr.layout.sync) + " sync mode");
   PlanContext ctx = context(pr.world_size, may_pack);
   // The choices between plans simulate at the speeds this problem plans for: the configured
   // ones, or with speeds learned online (Planner::resume's new_speeds) those.
@@ -331,7 +344,8 @@ Plan Planner::run(const StrategyEntry& s, const PlanProblem& pr, bool may_pack) 
 Plan Planner::plan_fixed_group(const std::string& strategy, int g, int world_size) const {
   const SeqParallel sp = seq_parallel(world_size);
   if (g > 1 && !sp.allows(g))
-    throw ConfigError("sequence-parallel group size " + std::to_string(g) + " is not allowed here (sizes must divide the "
+    throw ConfigError("sequence-parallel group size " + std::to_string(g) +
+                      " is not allowed here (sizes must divide the "
                       "world size and the model's heads, and be at most the node size)");
   PlanProblem pr = problem(world_size, cfg_.epoch, 0, {});
   pr.pool_view = &pool_;
@@ -364,10 +378,13 @@ SimEnv Planner::sim_env(int world_size) const {
   env.allreduce_s = env.layout.step_sync_s;  // step mode only; 0 in micro mode
   if (!cfg_.devices.empty())
     for (size_t r = 0; r < ranks_.device.size(); ++r)
-      env.rank_memory_bytes.push_back(ranks_.device[r].memory_bytes), env.rank_usable_bytes.push_back(ranks_.usable_bytes(r));
+      env.rank_memory_bytes.push_back(ranks_.device[r].memory_bytes),
+          env.rank_usable_bytes.push_back(ranks_.usable_bytes(r));
   return env;
 }
 
-Metrics Planner::simulate(const Plan& plan) const { return adaptiveload::simulate(plan, sim_env(plan.world_size)); }
+Metrics Planner::simulate(const Plan& plan) const {
+  return adaptiveload::simulate(plan, sim_env(plan.world_size));
+}
 
 }  // namespace adaptiveload

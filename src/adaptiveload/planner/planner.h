@@ -146,7 +146,8 @@ class Planner {
   // The configured speed of each rank (--devices, --rank-speed), 1 for alike ranks.
   std::vector<double> configured_speeds(int world_size) const;
   // State at the start of `epoch` on `world_size` ranks (0 / -1: the configured ones).
-  PlanState initial_state(const std::string& strategy, int world_size = 0, int64_t epoch = -1) const;
+  PlanState initial_state(const std::string& strategy, int world_size = 0,
+                          int64_t epoch = -1) const;
 
  private:
   // Every planned sample fits one GPU (a group of 1) within the memory budget.
@@ -157,7 +158,8 @@ class Planner {
   std::vector<uint8_t> fill_pool(const Manifest* manifest, const std::vector<uint8_t>& group,
                                  const std::vector<int64_t>& max_mem);
   uint64_t compute_fingerprint(const Manifest* manifest) const;  // fingerprint.cpp
-  PlanProblem problem(int world_size, int64_t epoch, uint64_t segment, std::vector<uint32_t> pool) const;
+  PlanProblem problem(int world_size, int64_t epoch, uint64_t segment,
+                      std::vector<uint32_t> pool) const;
   void resolve_budgets();
   void resolve_global_batch();
   ParallelLayout layout(int world_size) const;
@@ -171,7 +173,8 @@ class Planner {
   // Largest batch of bucket b that fits memory on a group of g (S / g tokens a GPU), 0 when
   // none does or S / g exceeds the configured token budget.
   int64_t max_batch_on(size_t b, int g) const;
-  void choose_groups(int world_size, int fixed_g, std::vector<uint8_t>& group, std::vector<int64_t>& max_mem) const;
+  void choose_groups(int world_size, int fixed_g, std::vector<uint8_t>& group,
+                     std::vector<int64_t>& max_mem) const;
   // What balanced's group searches (strategy/group_search.h) read of this planner.
   GroupSearch group_search(int world_size) const;
   // The problem with every sample on g ranks, as W / g ranks that each are one group.
@@ -186,14 +189,17 @@ class Planner {
   PlanOptions opt_;  // cfg_'s option words as types (resolve_options)
   ModelPreset model_;
   DevicePreset device_;
-  double collective_params_ = 0;  // parameters the collectives move: the preset's, or a measured link's gradients
+  double collective_params_ =
+      0;  // parameters the collectives move: the preset's, or a measured link's gradients
   BucketGrid grid_;
   Bucketing bucketing_;
   std::unique_ptr<CostModel> cost_;
-  std::shared_ptr<const Profile> profile_;    // cfg_.profile, parsed once (null: none)
+  std::shared_ptr<const Profile> profile_;      // cfg_.profile, parsed once (null: none)
   const CostModelEntry* cost_entry_ = nullptr;  // cfg_.cost_model in the cost registry
   // The profile the cost model prices with (its memory, link and step apply), else null.
-  const Profile* priced_profile() const { return cost_entry_->uses_profile ? profile_.get() : nullptr; }
+  const Profile* priced_profile() const {
+    return cost_entry_->uses_profile ? profile_.get() : nullptr;
+  }
   // The cost model of a compact cost object (online adaptation's refit, resume).
   std::unique_ptr<CostModel> adapted_cost(const std::string& cost_json) const;
   MemoryModel memory_;

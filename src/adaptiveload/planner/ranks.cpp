@@ -4,9 +4,9 @@
 #include <map>
 
 #include "adaptiveload/planner/option_ranges.h"
-#include "adaptiveload/util/option_word.h"
 #include "adaptiveload/util/error.h"
 #include "adaptiveload/util/format.h"
+#include "adaptiveload/util/option_word.h"
 
 namespace adaptiveload {
 namespace {
@@ -33,10 +33,10 @@ bool whole_number(const std::string& s, long long lo, long long hi, long long& o
 }  // namespace
 
 std::vector<std::string> parse_devices(const std::string& spec, int world_size) {
-  const std::string help =
-      " (" + option_word("devices") + "): give a device preset per rank in rank order, as runs "
-      "(h200:8,h100:8) or a list (h200,h200,h100,h100), " +
-      std::to_string(world_size) + " ranks in all (the world size)";
+  const std::string help = " (" + option_word("devices") +
+                           "): give a device preset per rank in rank order, as runs "
+                           "(h200:8,h100:8) or a list (h200,h200,h100,h100), " +
+                           std::to_string(world_size) + " ranks in all (the world size)";
   std::vector<std::string> out;
   for (const std::string& f : fields(spec)) {
     const size_t colon = f.rfind(':');
@@ -57,13 +57,12 @@ std::vector<std::string> parse_devices(const std::string& spec, int world_size) 
 }
 
 std::vector<double> parse_rank_speeds(const std::string& spec, int world_size) {
-  const std::string help =
-      " (" + option_word("rank_speed") +
-      "): give rank=factor pairs, e.g. 5=0.7,12=0.9, each rank "
-      "in 0.." +
-      std::to_string(world_size - 1) +
-      " once and each factor in (0, 100] "
-      "(its speed relative to its device)";
+  const std::string help = " (" + option_word("rank_speed") +
+                           "): give rank=factor pairs, e.g. 5=0.7,12=0.9, each rank "
+                           "in 0.." +
+                           std::to_string(world_size - 1) +
+                           " once and each factor in (0, 100] "
+                           "(its speed relative to its device)";
   std::vector<double> speed(size_t(world_size), 1.0);
   std::vector<uint8_t> seen(size_t(world_size), 0);
   for (const std::string& f : fields(spec)) {

@@ -143,15 +143,18 @@ constexpr int64_t kMaxSide = 65'536;        // as the manifest's limit
 
 std::map<std::string, std::map<int, int>> parse_fixed(const json& j, const std::string& where) {
   std::map<std::string, std::map<int, int>> out;
-  if (!j.is_object()) throw InputError(where, "fixed batch sizes must be an object tier -> frames -> B");
+  if (!j.is_object())
+    throw InputError(where, "fixed batch sizes must be an object tier -> frames -> B");
   for (auto& [tier, frames] : j.items()) {
-    if (!frames.is_object()) throw InputError(where, "fixed batch sizes of tier '" + tier + "' must be an object");
+    if (!frames.is_object())
+      throw InputError(where, "fixed batch sizes of tier '" + tier + "' must be an object");
     for (auto& [f, b] : frames.items()) {
       int fi = 0;
       try {
         fi = std::stoi(f);
       } catch (...) {
-        throw InputError(where, "fixed batch sizes: frame key '" + f + "' of tier '" + tier + "' is not an integer");
+        throw InputError(where, "fixed batch sizes: frame key '" + f + "' of tier '" + tier +
+                                    "' is not an integer");
       }
       // Open-Sora writes [keep_probability, batch_size]; a bare integer is the batch size.
       const json* bj = b.is_array() && b.size() == 2 ? &b[1] : &b;
@@ -197,7 +200,8 @@ ModelPreset load_model(const std::string& name_or_path) {
   m.heads = get_int(j, where, "heads", 1, kMaxDim);
   m.text_len = get_int(j, where, "text_len", 0, kMaxTextLen);
   std::string text_mode = get_or<std::string>(j, where, "text_mode", "cross");
-  if (text_mode != "cross" && text_mode != "joint") throw InputError(where, "field 'text_mode' must be \"cross\" or \"joint\"");
+  if (text_mode != "cross" && text_mode != "joint")
+    throw InputError(where, "field 'text_mode' must be \"cross\" or \"joint\"");
   m.joint_text = text_mode == "joint";
   std::string attention = get_or<std::string>(j, where, "attention", "full");
   if (attention != "full" && attention != "spatial_temporal")
@@ -265,9 +269,11 @@ DevicePreset load_device(const std::string& name_or_path) {
   d.half_efficiency_tokens = get_number_or(j, where, "half_efficiency_tokens", 0, 1e12, 2048.0);
   d.memory_reserve_fraction = get_number_or(j, where, "memory_reserve_fraction", 0, 0.99, 0.1);
   d.node_size = int(get_number_or(j, where, "node_size", 1, 1024, 8));
-  if (d.node_size & (d.node_size - 1)) throw InputError(where, "field 'node_size' must be a power of two (1, 2, 4, 8, ..)");
+  if (d.node_size & (d.node_size - 1))
+    throw InputError(where, "field 'node_size' must be a power of two (1, 2, 4, 8, ..)");
   // Default: the all-reduce bus bandwidth (the same links).
-  d.alltoall_bytes_per_s = get_number_or(j, where, "alltoall_gbps", 1e-6, 1e9, d.allreduce_bus_bytes_per_s / 1e9) * 1e9;
+  d.alltoall_bytes_per_s =
+      get_number_or(j, where, "alltoall_gbps", 1e-6, 1e9, d.allreduce_bus_bytes_per_s / 1e9) * 1e9;
   d.alltoall_latency_s = get_number_or(j, where, "alltoall_latency_us", 0, 1e9, 20.0) * 1e-6;
   return d;
 }
@@ -278,7 +284,8 @@ BucketGrid load_grid(const std::string& name_or_path) {
   g.name = get<std::string>(j, where, "name");
   g.fps = get_number(j, where, "fps", 1e-3, 1000);
   g.frames = get_int_list(j, where, "frames", 1, kMaxFrames);
-  if (g.frames.empty()) throw InputError(where, "field 'frames' must list at least one frame count");
+  if (g.frames.empty())
+    throw InputError(where, "field 'frames' must list at least one frame count");
   std::sort(g.frames.begin(), g.frames.end());
   g.frames.erase(std::unique(g.frames.begin(), g.frames.end()), g.frames.end());
   if (!j.contains("tiers") || !j["tiers"].is_array() || j["tiers"].empty())
@@ -289,8 +296,10 @@ BucketGrid load_grid(const std::string& name_or_path) {
     if (!tj.contains("sizes") || !tj["sizes"].is_object() || tj["sizes"].empty())
       throw InputError(where, "tier '" + t.name + "' needs a non-empty 'sizes' object");
     for (auto& [ratio, hw] : tj["sizes"].items()) {
-      if (!hw.is_array() || hw.size() != 2 || !hw[0].is_number_integer() || !hw[1].is_number_integer())
-        throw InputError(where, "tier '" + t.name + "' size '" + ratio + "' must be [height, width]");
+      if (!hw.is_array() || hw.size() != 2 || !hw[0].is_number_integer() ||
+          !hw[1].is_number_integer())
+        throw InputError(where,
+                         "tier '" + t.name + "' size '" + ratio + "' must be [height, width]");
       const std::string what = "tier '" + t.name + "' size '" + ratio + "'";
       TierSize s{ratio, int(int_value(hw[0], where, what + " height", 1, kMaxSide)),
                  int(int_value(hw[1], where, what + " width", 1, kMaxSide))};
@@ -298,8 +307,10 @@ BucketGrid load_grid(const std::string& name_or_path) {
     }
     g.tiers.push_back(std::move(t));
   }
-  std::stable_sort(g.tiers.begin(), g.tiers.end(), [](const Tier& a, const Tier& b) { return a.area() < b.area(); });
-  if (j.contains("fixed_batch_sizes")) g.fixed_batch_sizes = parse_fixed(j["fixed_batch_sizes"], where);
+  std::stable_sort(g.tiers.begin(), g.tiers.end(),
+                   [](const Tier& a, const Tier& b) { return a.area() < b.area(); });
+  if (j.contains("fixed_batch_sizes"))
+    g.fixed_batch_sizes = parse_fixed(j["fixed_batch_sizes"], where);
   return g;
 }
 

@@ -33,12 +33,12 @@ struct ModelPreset {
 struct DevicePreset {
   std::string name;
   double memory_bytes = 0;
-  double peak_flops = 0;       // dense bf16 FLOP/s
-  double efficiency = 0.45;    // achieved fraction of peak on large micro-batches
+  double peak_flops = 0;     // dense bf16 FLOP/s
+  double efficiency = 0.45;  // achieved fraction of peak on large micro-batches
   double allreduce_bus_bytes_per_s = 0;
   double allreduce_latency_s = 0;
-  double microbatch_overhead_s = 0;    // fixed cost of one forward+backward launch
-  double half_efficiency_tokens = 0;   // tokens per micro-batch at which efficiency halves
+  double microbatch_overhead_s = 0;      // fixed cost of one forward+backward launch
+  double half_efficiency_tokens = 0;     // tokens per micro-batch at which efficiency halves
   double memory_reserve_fraction = 0.1;  // kept free (allocator fragmentation, workspace)
   // Sequence parallelism: GPUs per node (a group never spans nodes) and the all-to-all
   // bandwidth per GPU within a node (bytes each GPU sends per second) and latency.

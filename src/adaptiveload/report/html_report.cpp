@@ -10,8 +10,8 @@
 #include "adaptiveload/presets/presets.h"
 #include "adaptiveload/report/metric_columns.h"
 #include "adaptiveload/report/step_chart.h"
-#include "adaptiveload/strategy/strategy.h"
 #include "adaptiveload/report/svg_chart.h"
+#include "adaptiveload/strategy/strategy.h"
 #include "adaptiveload/util/error.h"
 #include "adaptiveload/util/format.h"
 
@@ -52,8 +52,8 @@ std::string summary_table(const std::vector<Metrics>& metrics) {
     const Speedup s = speedup(m, base);
     for (const MetricColumn& c : metric_columns())
       if (c.in_html)
-        o << "<td data-key=\"" << c.key << "\" data-value=\"" << exact(column_value(c, m, s)) << "\">"
-          << c.text(m, s, true) << "</td>";
+        o << "<td data-key=\"" << c.key << "\" data-value=\"" << exact(column_value(c, m, s))
+          << "\">" << c.text(m, s, true) << "</td>";
     o << "</tr>\n";
   }
   o << "</tbody>\n</table>\n";
@@ -93,7 +93,9 @@ bool sp_in_use(const Planner& planner, const std::vector<Metrics>& metrics) {
 }
 
 bool mixes_groups(const StrategyEntry& s) { return s.mixes_groups(); }
-bool runs_one_group(const StrategyEntry& s) { return !s.mixes_groups() && !s.packs(); }  // packers: none
+bool runs_one_group(const StrategyEntry& s) {
+  return !s.mixes_groups() && !s.packs();
+}  // packers: none
 
 // The rows `<strategy> g=G` of the strategies that mix group sizes (balanced).
 bool has_fixed_group_rows(const std::vector<Metrics>& metrics) {
@@ -117,7 +119,8 @@ std::string sp_item(const Planner& planner, const std::vector<Metrics>& metrics)
   const auto& cfg = planner.config();
   const SpPolicy policy = planner.options().sp;
   std::ostringstream o;
-  o << "<li>sequence parallelism (Ulysses): policy <b>" << xml_escape(sp_policy_text(planner.options())) << "</b>";
+  o << "<li>sequence parallelism (Ulysses): policy <b>"
+    << xml_escape(sp_policy_text(planner.options())) << "</b>";
   if (policy == SpPolicy::kAuto)
     o << " (a sample that does not fit one GPU runs on the smallest group it fits, or a larger "
          "one where balanced's simulation says that shortens the epoch)";
@@ -160,13 +163,14 @@ std::string sp_item(const Planner& planner, const std::vector<Metrics>& metrics)
   if (policy == SpPolicy::kAuto || policy == SpPolicy::kPerSample || policy == SpPolicy::kMin)
     o << strategy_names(", ", " and ", mixes_groups) << " mixes group sizes per sample"
       << (policy == SpPolicy::kMin ? " (each on the smallest it fits)"
-                          : " and keeps the fastest choice it simulates")
-      << "; " << strategy_names(", ", " and ", runs_one_group) << " run every sample on g=" << planner.max_group()
-      << " (the largest any sample needs)";
+                                   : " and keeps the fastest choice it simulates")
+      << "; " << strategy_names(", ", " and ", runs_one_group)
+      << " run every sample on g=" << planner.max_group() << " (the largest any sample needs)";
   else
     o << "every strategy runs every sample on g=" << planner.max_group();
   if (has_fixed_group_rows(metrics))
-    o << "; the table's " << strategy_names(", ", " and ", mixes_groups) << " g=G rows put every sample on G";
+    o << "; the table's " << strategy_names(", ", " and ", mixes_groups)
+      << " g=G rows put every sample on G";
   o << ".</li>\n";
   return o.str();
 }
@@ -358,7 +362,8 @@ Report build_report(const Planner& planner, const Manifest* manifest,
     << (micro ? "; the same on every rank" : "")
     << "); fixed: share of GPU time in per-micro-batch fixed costs (overhead and small-batch "
        "inefficiency); useful: share of GPU time in trained samples' work at full efficiency; "
-       "tok dev: largest deviation of a step's tokens from their mean; sync s: seconds of the epoch in synchronisation the compute does not "
+       "tok dev: largest deviation of a step's tokens from their mean; sync s: seconds of the "
+       "epoch in synchronisation the compute does not "
        "hide ("
     << (micro ? "the exposed collectives of every slot" : "the all-reduce of every step")
     << "); epoch s: the simulated epoch, the sum over steps of "

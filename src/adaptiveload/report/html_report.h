@@ -27,8 +27,8 @@ namespace adaptiveload {
 
 struct ReportOptions {
   std::string title = "AdaptiveLoad report";
-  int64_t first_step = 0;    // first global step of the per-rank windows
-  int64_t steps = 24;        // steps per window
+  int64_t first_step = 0;  // first global step of the per-rank windows
+  int64_t steps = 24;      // steps per window
   // Machine-readable copy of the comparison (e.g. the CLI's comparison_json), embedded as
   // <script type="application/json" id="al-data">; data only, nothing runs. "" = none.
   std::string data_json;

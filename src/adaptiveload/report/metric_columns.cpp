@@ -23,19 +23,22 @@ double speedup_base(const std::vector<Metrics>& metrics) {
 
 Speedup speedup(const Metrics& m, double base) {
   if (m.dropped > 0 || base < 0) return {"-*", 0};
-  if (base > 0) return {fmt("%.2fx", m.throughput_samples_per_s / base), m.throughput_samples_per_s / base};
+  if (base > 0)
+    return {fmt("%.2fx", m.throughput_samples_per_s / base), m.throughput_samples_per_s / base};
   return {"-", 0};
 }
 
 std::string group_text(const Metrics& m) {
-  return m.group_min == m.group_max ? std::to_string(m.group_max)
-                                    : std::to_string(m.group_min) + "-" + std::to_string(m.group_max);
+  return m.group_min == m.group_max
+             ? std::to_string(m.group_max)
+             : std::to_string(m.group_min) + "-" + std::to_string(m.group_max);
 }
 
 const std::vector<MetricColumn>& metric_columns() {
   using S = const Speedup&;
   static const std::vector<MetricColumn> table = {
-      {"imbalance", "imbalance", 10, [](const Metrics& m, S, bool) { return percent(m.imbalance); }},
+      {"imbalance", "imbalance", 10,
+       [](const Metrics& m, S, bool) { return percent(m.imbalance); }},
       {"imbalance_step_mean", "max-mean", 11,
        [](const Metrics& m, S, bool) { return percent(m.imbalance_step_mean); }},
       {"imbalance_step_maxmin", "max-min", 11,
@@ -49,30 +52,37 @@ const std::vector<MetricColumn>& metric_columns() {
        [](const Metrics& m, S, bool) { return percent(m.peak_memory_utilization_mean); }},
       {"peak_memory_utilization_max", "mem max", 9,
        [](const Metrics& m, S, bool) { return percent(m.peak_memory_utilization_max); }},
-      {"diversity", "buckets", 8, [](const Metrics& m, S, bool) { return fmt("%.1f", m.diversity); }},
+      {"diversity", "buckets", 8,
+       [](const Metrics& m, S, bool) { return fmt("%.1f", m.diversity); }},
       {"steps", "steps", 7, [](const Metrics& m, S, bool html) { return count(m.steps, html); }},
       {"global_batch_samples_mean", "batch", 9,
        [](const Metrics& m, S, bool) { return fmt("%.1f", m.global_batch_samples_mean); }},
       {"micro_batches_per_rank_step", "mb/rank", 8,
        [](const Metrics& m, S, bool) { return fmt("%.2f", m.micro_batches_per_rank_step); }},
-      {"fixed_cost_fraction", "fixed", 7, [](const Metrics& m, S, bool) { return percent(m.fixed_cost_fraction); }},
-      {"useful_fraction", "useful", 7, [](const Metrics& m, S, bool) { return percent(m.useful_fraction); }},
+      {"fixed_cost_fraction", "fixed", 7,
+       [](const Metrics& m, S, bool) { return percent(m.fixed_cost_fraction); }},
+      {"useful_fraction", "useful", 7,
+       [](const Metrics& m, S, bool) { return percent(m.useful_fraction); }},
       {"global_batch_tokens_max_dev", "tok dev", 8,
        [](const Metrics& m, S, bool) { return percent(m.global_batch_tokens_max_dev); }},
       // `plan`'s table: the share of the epoch; the report: seconds.
       {"collective_s", "sync", 7,
        [](const Metrics& m, S, bool html) {
          return html ? fmt("%.1f", m.collective_s)
-                     : fmt("%.1f%%", m.epoch_time_s > 0 ? 100 * m.collective_s / m.epoch_time_s : 0.0);
+                     : fmt("%.1f%%",
+                           m.epoch_time_s > 0 ? 100 * m.collective_s / m.epoch_time_s : 0.0);
        },
        true, "sync s"},
-      {"epoch_time_s", "epoch s", 0, [](const Metrics& m, S, bool) { return fmt("%.0f", m.epoch_time_s); }},
+      {"epoch_time_s", "epoch s", 0,
+       [](const Metrics& m, S, bool) { return fmt("%.0f", m.epoch_time_s); }},
       // data-value: the largest size; the text gives the range.
       {"group_max", "g", 5, [](const Metrics& m, S, bool) { return group_text(m); }},
       {"padded", "padded", 8, [](const Metrics& m, S, bool html) { return count(m.padded, html); }},
       // `plan`'s table marks a strategy that dropped samples with '*' (its footnote).
       {"dropped", "dropped", 8,
-       [](const Metrics& m, S, bool html) { return count(m.dropped, html) + (html || m.dropped == 0 ? "" : "*"); }},
+       [](const Metrics& m, S, bool html) {
+         return count(m.dropped, html) + (html || m.dropped == 0 ? "" : "*");
+       }},
   };
   return table;
 }

@@ -51,7 +51,7 @@ constexpr double kMinBarPx = 2, kMinBinPx = 8;
 size_t ranks_per_bar(size_t world_size, size_t steps);
 
 // The chart of one plan's window; `y_max`: the seconds axis shared by every strategy's chart.
-ReportChart step_chart(const Plan& plan, const Metrics& m, const std::vector<StepBars>& bars, const StepWindow& win,
-                       double y_max);
+ReportChart step_chart(const Plan& plan, const Metrics& m, const std::vector<StepBars>& bars,
+                       const StepWindow& win, double y_max);
 
 }  // namespace adaptiveload

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "adaptiveload/util/option_word.h"
 #include "adaptiveload/util/error.h"
 #include "adaptiveload/util/format.h"
+#include "adaptiveload/util/option_word.h"
 
 namespace adaptiveload {
 
@@ -40,7 +40,9 @@ const std::vector<MetricField>& metric_fields() {
       {"dropped", &Metrics::dropped},
       // Share of the planned samples left out at the epoch's end (--end-policy drop).
       {"dropped_fraction",
-       +[](const Metrics& m) { return double(m.dropped) / double(std::max<int64_t>(1, m.samples + m.dropped)); }},
+       +[](const Metrics& m) {
+         return double(m.dropped) / double(std::max<int64_t>(1, m.samples + m.dropped));
+       }},
   };
   return table;
 }
@@ -69,7 +71,8 @@ double ring_allreduce_seconds(double bytes, int W, double bus_bytes_per_s, doubl
 }
 
 ParallelLayout parallel_layout(SyncMode sync, int world_size, const SeqParallel& sp, double params,
-                               const DevicePreset& device, bool sharded, bool reshard_after_forward, double overlap) {
+                               const DevicePreset& device, bool sharded, bool reshard_after_forward,
+                               double overlap) {
   ParallelLayout l;
   l.sync = sync;
   l.sp = sp;
@@ -157,8 +160,9 @@ void group_step_clocks(const Plan& plan, size_t t, Shapes& shapes, const Paralle
   }
   for (int r = 0; r < W; ++r)
     if (next[size_t(r)] != plan.rank_range(t, r).second)
-      throw ConfigError("plan of strategy '" + plan.strategy + "': in step " + std::to_string(t) + " rank " +
-                        std::to_string(r) + " waits for a sequence-parallel group whose ranks list other "
+      throw ConfigError("plan of strategy '" + plan.strategy + "': in step " + std::to_string(t) +
+                        " rank " + std::to_string(r) +
+                        " waits for a sequence-parallel group whose ranks list other "
                         "micro-batches (the plan would hang)");
 }
 
@@ -172,7 +176,8 @@ void micro_shape(const Plan& plan, uint64_t m, const SimEnv& env, MicroShape& ou
     return;
   }
   if (!env.sample_bucket)
-    throw ConfigError("plan of strategy '" + plan.strategy + "' has packed micro-batches; the simulator needs "
+    throw ConfigError("plan of strategy '" + plan.strategy +
+                      "' has packed micro-batches; the simulator needs "
                       "each sample's bucket (SimEnv::sample_bucket)");
   const uint32_t* ids = plan.ids(mb);
   const std::vector<uint16_t>& sb = *env.sample_bucket;
@@ -181,8 +186,8 @@ void micro_shape(const Plan& plan, uint64_t m, const SimEnv& env, MicroShape& ou
     if (k + 8 < mb.count && ids[k + 8] < sb.size()) __builtin_prefetch(sb.data() + ids[k + 8]);
     const uint16_t b = ids[k] < sb.size() ? sb[ids[k]] : kPackedBucket;
     if (b >= env.buckets->size())
-      throw ConfigError("plan of strategy '" + plan.strategy + "' packs sample " + std::to_string(ids[k]) +
-                        ", which has no bucket");
+      throw ConfigError("plan of strategy '" + plan.strategy + "' packs sample " +
+                        std::to_string(ids[k]) + ", which has no bucket");
     out.add((*env.buckets)[b]);
   }
 }
@@ -215,9 +220,10 @@ std::string check_rank_memory(const Plan& plan, const SimEnv& env) {
     for (uint64_t m = plan.rank_begin[i]; m < plan.rank_begin[i + 1]; ++m) {
       const double bytes = env.memory.bytes(shapes.of(m), plan.group(m));
       if (bytes > usable)
-        return "plan of strategy '" + plan.strategy + "': step " + std::to_string(i / W) + " rank " +
-               std::to_string(r) + " has a micro-batch of " + std::to_string(plan.micro_batches[m].count) +
-               " samples needing " + fmt_gb(bytes) + ", over the " + fmt_gb(usable) +
+        return "plan of strategy '" + plan.strategy + "': step " + std::to_string(i / W) +
+               " rank " + std::to_string(r) + " has a micro-batch of " +
+               std::to_string(plan.micro_batches[m].count) + " samples needing " + fmt_gb(bytes) +
+               ", over the " + fmt_gb(usable) +
                " its device may fill (a plan for other devices? plan with this " +
                option_word("devices") + ")";
     }
@@ -250,16 +256,19 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
                       " rank speeds (" + option_word("devices") + ", " + option_word("rank_speed") +
                       "): give one a rank");
   if (groups && plan.mb_group.size() != plan.micro_batches.size())
-    throw ConfigError("plan of strategy '" + m.name + "' has " + std::to_string(plan.mb_group.size()) +
-                      " group sizes for " + std::to_string(plan.micro_batches.size()) + " micro-batches");
+    throw ConfigError("plan of strategy '" + m.name + "' has " +
+                      std::to_string(plan.mb_group.size()) + " group sizes for " +
+                      std::to_string(plan.micro_batches.size()) + " micro-batches");
   std::vector<double> clock;
   std::vector<uint64_t> next;
   Shapes shapes(plan, env);
   if (groups) m.group_min = kMaxGroup, m.group_max = 1;
   for (uint8_t g : plan.mb_group)
     if (g < 1 || (g & (g - 1)) != 0 || W % g != 0)
-      throw ConfigError("plan of strategy '" + m.name + "' has a sequence-parallel group of " + std::to_string(int(g)) +
-                        " ranks; group sizes are powers of two that divide the world size " + std::to_string(W));
+      throw ConfigError("plan of strategy '" + m.name + "' has a sequence-parallel group of " +
+                        std::to_string(int(g)) +
+                        " ranks; group sizes are powers of two that divide the world size " +
+                        std::to_string(W));
   for (size_t t = 0; t < steps; ++t) {
     double mx = 0, mn = 1e300, sum = 0, peak = 0;
     for (size_t r = 0; r < W; ++r) {
@@ -301,9 +310,9 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
       for (size_t r = 1; r < W; ++r) {
         const auto [b, e] = plan.rank_range(t, int(r));
         if (e - b != slots)
-          throw ConfigError("plan of strategy '" + m.name + "' gives rank " + std::to_string(r) + " " +
-                            std::to_string(e - b) + " micro-batches in step " + std::to_string(t) +
-                            " and rank 0 " + std::to_string(slots) +
+          throw ConfigError("plan of strategy '" + m.name + "' gives rank " + std::to_string(r) +
+                            " " + std::to_string(e - b) + " micro-batches in step " +
+                            std::to_string(t) + " and rank 0 " + std::to_string(slots) +
                             "; micro sync mode needs the same count on every rank");
       }
       double smax = 0, smean = 0, smin = 0, comm = 0;
@@ -312,9 +321,11 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
         for (size_t r = 0; r < W; ++r) {
           const uint64_t mi = plan.rank_begin[t * W + r] + i;
           const int g = plan.group(mi);
-          if (g > 1 && plan.micro_batches[mi].begin != plan.micro_batches[plan.rank_begin[t * W + r - r % size_t(g)] + i].begin)
-            throw ConfigError("plan of strategy '" + m.name + "': in step " + std::to_string(t) + " slot " +
-                              std::to_string(i) + " rank " + std::to_string(r) + " is not running its sequence-parallel "
+          if (g > 1 && plan.micro_batches[mi].begin !=
+                           plan.micro_batches[plan.rank_begin[t * W + r - r % size_t(g)] + i].begin)
+            throw ConfigError("plan of strategy '" + m.name + "': in step " + std::to_string(t) +
+                              " slot " + std::to_string(i) + " rank " + std::to_string(r) +
+                              " is not running its sequence-parallel "
                               "group's micro-batch (the plan would hang)");
           const double x = shapes.time(mi) / env.layout.group_speed(r - r % size_t(g), g);
           x_max = std::max(x_max, x), x_min = std::min(x_min, x), x_sum += x;
@@ -353,9 +364,11 @@ Metrics simulate(const Plan& plan, const SimEnv& env) {
     m.global_batch_tokens_mean = double(m.tokens) / double(steps);
     for (const StepInfo& si : plan.steps) {
       if (n_mean > 0)
-        m.global_batch_samples_max_dev = std::max(m.global_batch_samples_max_dev, std::abs(double(si.samples) - n_mean) / n_mean);
+        m.global_batch_samples_max_dev = std::max(m.global_batch_samples_max_dev,
+                                                  std::abs(double(si.samples) - n_mean) / n_mean);
       if (tok_mean > 0)
-        m.global_batch_tokens_max_dev = std::max(m.global_batch_tokens_max_dev, std::abs(double(si.tokens) - tok_mean) / tok_mean);
+        m.global_batch_tokens_max_dev = std::max(m.global_batch_tokens_max_dev,
+                                                 std::abs(double(si.tokens) - tok_mean) / tok_mean);
     }
   }
   if (m.group_min > m.group_max) m.group_min = m.group_max;

@@ -32,7 +32,9 @@ struct SimEnv {
   // Ranks that are not alike (--devices): per rank its device's memory and the bytes it may
   // fill (empty: every rank device_memory_bytes). Rank r's peak counts against its own.
   std::vector<double> rank_memory_bytes, rank_usable_bytes;
-  double memory_of(size_t r) const { return rank_memory_bytes.empty() ? device_memory_bytes : rank_memory_bytes[r]; }
+  double memory_of(size_t r) const {
+    return rank_memory_bytes.empty() ? device_memory_bytes : rank_memory_bytes[r];
+  }
 };
 
 struct Metrics {
@@ -45,8 +47,8 @@ struct Metrics {
   double epoch_time_s = 0;
   double peak_memory_utilization_mean = 0;  // per step max_r peak / device memory
   double peak_memory_utilization_max = 0;
-  double diversity = 0;                     // mean distinct buckets per global step
-  double micro_batches_per_rank_step = 0;   // mean gradient-accumulation depth
+  double diversity = 0;                    // mean distinct buckets per global step
+  double micro_batches_per_rank_step = 0;  // mean gradient-accumulation depth
   double global_batch_samples_mean = 0;
   double global_batch_tokens_mean = 0;
   // Largest |x_t - mean| / mean over the steps of the global samples and tokens per step.
@@ -78,13 +80,16 @@ struct Metrics {
 // (report/metric_columns.h), and simulate() checks every real-valued one is finite, in this
 // order. A new field of Metrics is one line there.
 struct MetricField {
-  using Read = std::variant<double Metrics::*, int64_t Metrics::*, int Metrics::*, std::string Metrics::*,
-                            double (*)(const Metrics&)>;  // the last: derived from the others
+  using Read =
+      std::variant<double Metrics::*, int64_t Metrics::*, int Metrics::*, std::string Metrics::*,
+                   double (*)(const Metrics&)>;  // the last: derived from the others
   const char* key;
   Read read;
-  bool real() const { return !std::holds_alternative<int64_t Metrics::*>(read) &&
-                             !std::holds_alternative<int Metrics::*>(read) &&
-                             !std::holds_alternative<std::string Metrics::*>(read); }
+  bool real() const {
+    return !std::holds_alternative<int64_t Metrics::*>(read) &&
+           !std::holds_alternative<int Metrics::*>(read) &&
+           !std::holds_alternative<std::string Metrics::*>(read);
+  }
   // The value as a number (0 for text fields).
   double number(const Metrics& m) const;
 };
@@ -95,7 +100,8 @@ const MetricField& metric_field(const std::string& key);
 
 // Seconds of one ring all-reduce of `bytes` over W ranks: 2 (W-1)/W * bytes / bus bandwidth
 // + 2 (W-1) * latency. Zero for W = 1.
-double ring_allreduce_seconds(double bytes, int world_size, double bus_bytes_per_s, double latency_s);
+double ring_allreduce_seconds(double bytes, int world_size, double bus_bytes_per_s,
+                              double latency_s);
 
 // The parallel layout of `sync` on `world_size` ranks: each sync mode's collectives, from the
 // model's parameter count and the device's all-reduce bandwidth and latency (step: one fp32
@@ -103,7 +109,8 @@ double ring_allreduce_seconds(double bytes, int world_size, double bus_bytes_per
 // `sharded`, twice with `reshard_after_forward`, and its fp32 gradient reduce-scatter, of
 // which `overlap` hides behind compute). A new sync mode adds its collectives here.
 ParallelLayout parallel_layout(SyncMode sync, int world_size, const SeqParallel& sp, double params,
-                               const DevicePreset& device, bool sharded, bool reshard_after_forward, double overlap);
+                               const DevicePreset& device, bool sharded, bool reshard_after_forward,
+                               double overlap);
 
 Metrics simulate(const Plan& plan, const SimEnv& env);
 

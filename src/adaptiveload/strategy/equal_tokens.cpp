@@ -10,11 +10,14 @@ std::vector<int64_t> equal_tokens_batch_sizes(const PlanProblem& pr) {
   std::vector<int64_t> B(pr.buckets->size());
   for (size_t b = 0; b < B.size(); ++b) {
     int64_t S = (*pr.buckets)[b].tokens;
-    B[b] = std::max<int64_t>(1, std::min<int64_t>(pr.max_batch_memory[b], pr.mem_budget_tokens / S));
+    B[b] =
+        std::max<int64_t>(1, std::min<int64_t>(pr.max_batch_memory[b], pr.mem_budget_tokens / S));
   }
   return B;
 }
 
-Plan plan_equal_tokens(const PlanProblem& pr) { return plan_lockstep(pr, equal_tokens_batch_sizes(pr), "equal_tokens"); }
+Plan plan_equal_tokens(const PlanProblem& pr) {
+  return plan_lockstep(pr, equal_tokens_batch_sizes(pr), "equal_tokens");
+}
 
 }  // namespace adaptiveload

@@ -34,6 +34,7 @@ Plan run_on_groups(const GroupSearch& gs, const StrategyEntry& s, const PlanProb
 // samples:N) within kMaxBatchDev of their mean; a free batch always.
 inline bool keeps_global_batch(const Metrics& m, BatchKind kind) {
   if (kind == BatchKind::kFree) return true;
-  return (kind == BatchKind::kSamples ? m.global_batch_samples_max_dev : m.global_batch_tokens_max_dev) <= kMaxBatchDev;
+  return (kind == BatchKind::kSamples ? m.global_batch_samples_max_dev
+                                      : m.global_batch_tokens_max_dev) <= kMaxBatchDev;
 }
 }  // namespace adaptiveload

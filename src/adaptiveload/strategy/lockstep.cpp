@@ -18,7 +18,8 @@ BucketedPool shuffled_by_bucket(const PlanProblem& pr) {
   std::vector<uint64_t> fill(out.begin.begin(), out.begin.end() - 1);
   for (uint32_t id : ids) out.ids[fill[(*pr.sample_bucket)[id]]++] = id;
   Rng rng = problem_rng(pr, kPurposeBucketShuffle);
-  for (size_t b = 0; b < nb; ++b) rng.shuffle(out.ids.data() + out.begin[b], out.begin[b + 1] - out.begin[b]);
+  for (size_t b = 0; b < nb; ++b)
+    rng.shuffle(out.ids.data() + out.begin[b], out.begin[b + 1] - out.begin[b]);
   return out;
 }
 
@@ -70,7 +71,8 @@ SlotSteps steps_of_slots(const PlanProblem& pr, const std::vector<uint64_t>& key
   } else {
     std::vector<uint32_t> sorted(n);
     for (uint64_t i = 0; i < n; ++i) sorted[i] = uint32_t(i);
-    std::stable_sort(sorted.begin(), sorted.end(), [&](uint32_t a, uint32_t b) { return key[a] > key[b]; });
+    std::stable_sort(sorted.begin(), sorted.end(),
+                     [&](uint32_t a, uint32_t b) { return key[a] > key[b]; });
     // Snake over the steps: step of the i-th largest slot.
     std::vector<uint32_t> step_of(n);
     std::vector<uint64_t> count(steps + 1, 0);
@@ -86,7 +88,8 @@ SlotSteps steps_of_slots(const PlanProblem& pr, const std::vector<uint64_t>& key
     std::vector<uint64_t> pos_count(steps + 1, 0);
     for (uint64_t t = 0; t < steps; ++t) pos_count[step_perm[t] + 1] = count[t + 1];
     out.step_begin.assign(steps + 1, 0);
-    for (uint64_t t = 0; t < steps; ++t) out.step_begin[t + 1] = out.step_begin[t] + pos_count[t + 1];
+    for (uint64_t t = 0; t < steps; ++t)
+      out.step_begin[t + 1] = out.step_begin[t] + pos_count[t + 1];
     std::vector<uint64_t> fill(out.step_begin.begin(), out.step_begin.end() - 1);
     out.order.resize(n);
     for (uint32_t s : sorted) out.order[fill[step_perm[step_of[s]]]++] = s;
@@ -128,7 +131,8 @@ Plan plan_from_slots(const PlanProblem& pr, const char* name, const std::vector<
   return out.finish();
 }
 
-Plan plan_lockstep(const PlanProblem& pr, const std::vector<int64_t>& batch_of_bucket, const char* name) {
+Plan plan_lockstep(const PlanProblem& pr, const std::vector<int64_t>& batch_of_bucket,
+                   const char* name) {
   const int W = pr.world_size;
   BucketedPool pool = shuffled_by_bucket(pr);
   // A global batch smaller than W of these batches per step: smaller batches (as a bucket
@@ -140,7 +144,8 @@ Plan plan_lockstep(const PlanProblem& pr, const std::vector<int64_t>& batch_of_b
     uint64_t n_batches = 0;
     shrinkable = false;
     for (size_t b = 0; b < size.size(); ++b) {
-      const uint64_t n = pool.begin[b + 1] - pool.begin[b], B = uint64_t(std::max<int64_t>(size[b], 1));
+      const uint64_t n = pool.begin[b + 1] - pool.begin[b],
+                     B = uint64_t(std::max<int64_t>(size[b], 1));
       n_batches += (n + B - 1) / B;
       shrinkable = shrinkable || (n > 1 && B > 1);
     }
@@ -151,7 +156,8 @@ Plan plan_lockstep(const PlanProblem& pr, const std::vector<int64_t>& batch_of_b
     // At least 5% smaller each pass: the partial last batch of each bucket makes the count
     // grow slower than 1 / B.
     const double f = std::min(0.95, double(slots) / double(target));
-    for (int64_t& B : size) B = std::max<int64_t>(1, std::min<int64_t>(B - 1, int64_t(std::floor(double(B) * f))));
+    for (int64_t& B : size)
+      B = std::max<int64_t>(1, std::min<int64_t>(B - 1, int64_t(std::floor(double(B) * f))));
     return slots_of();
   });
   std::vector<SlotItem> batches;
@@ -176,12 +182,14 @@ Plan plan_lockstep(const PlanProblem& pr, const std::vector<int64_t>& batch_of_b
       }
     } else {
       for (size_t i = full * size_t(W); i < batches.size(); ++i)
-        for (uint32_t k = 0; k < batches[i].count; ++k) dropped.push_back(pool.ids[batches[i].begin + k]);
+        for (uint32_t k = 0; k < batches[i].count; ++k)
+          dropped.push_back(pool.ids[batches[i].begin + k]);
       batches.resize(full * size_t(W));
     }
   }
   const bool padded_last = rem > 0 && pr.end_policy == EndPolicy::kPad;
-  const SlotSteps steps = steps_of_slots(pr, slot_keys(pr, batches, uint64_t(W)), target, kPurposeStepOrder, padded_last);
+  const SlotSteps steps = steps_of_slots(pr, slot_keys(pr, batches, uint64_t(W)), target,
+                                         kPurposeStepOrder, padded_last);
   Plan plan = plan_from_slots(pr, name, pool.ids, batches, steps);
   plan.dropped = std::move(dropped);
   return plan;

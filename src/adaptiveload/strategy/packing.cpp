@@ -52,22 +52,25 @@ std::vector<Ticks> per_sample_ticks(const PlanProblem& pr) {
 // bin of one pack, or of as many packs as its tokens need (`bin_packs` > 1: a rank-step in step
 // sync, cut into packs after dealing), each paying its overhead and its ramp.
 struct PackCost {
-  Ticks overhead = 0, sample = 0;  // sample: pack_sample_s (every bin's samples pay it, as in a pack)
+  Ticks overhead = 0,
+        sample = 0;  // sample: pack_sample_s (every bin's samples pay it, as in a pack)
   double half = 0;
   int64_t pack_tokens = 1;
   uint64_t bin_packs = 1;
   Ticks of(Ticks work, int64_t tokens, uint64_t n) const {
     if (tokens <= 0) return 0;
-    const int64_t packs = bin_packs == 1 ? 1 : std::max<int64_t>(1, (tokens + pack_tokens - 1) / pack_tokens);
-    return overhead * packs + work + Ticks(std::llround(double(work) * half * double(packs) / double(tokens))) +
+    const int64_t packs =
+        bin_packs == 1 ? 1 : std::max<int64_t>(1, (tokens + pack_tokens - 1) / pack_tokens);
+    return overhead * packs + work +
+           Ticks(std::llround(double(work) * half * double(packs) / double(tokens))) +
            sample * Ticks(n);
   }
 };
 
 // Cuts ids[0, n) (one rank-step's samples) into packs that fit `room`, first fit by tokens,
 // longest first; reorders the ids pack by pack and returns each pack's sample count.
-std::vector<uint32_t> cut_into_packs(const PlanProblem& pr, const PackRoom& room, uint32_t* ids, uint64_t n,
-                                     std::vector<uint32_t>& scratch) {
+std::vector<uint32_t> cut_into_packs(const PlanProblem& pr, const PackRoom& room, uint32_t* ids,
+                                     uint64_t n, std::vector<uint32_t>& scratch) {
   auto S = [&](uint32_t id) { return pr.tokens((*pr.sample_bucket)[id]); };
   std::stable_sort(ids, ids + n, [&](uint32_t x, uint32_t y) { return S(x) > S(y); });
   std::vector<int64_t> used_tokens;
@@ -98,15 +101,15 @@ struct Deal {
   std::vector<uint32_t> bin_of;   // per pool position
   std::vector<int64_t> bin_tokens;
   std::vector<uint32_t> bin_count;
-  std::vector<Ticks> bin_load;    // the pack's cost
-  std::vector<uint32_t> at;       // at[(t * W + r) * P + s]: the bin of step t, rank r, slot s
+  std::vector<Ticks> bin_load;  // the pack's cost
+  std::vector<uint32_t> at;     // at[(t * W + r) * P + s]: the bin of step t, rank r, slot s
   Ticks epoch = 0;
-  double batch_dev = 0;           // largest |tokens of a step - mean| / mean
+  double batch_dev = 0;  // largest |tokens of a step - mean| / mean
 };
 
-bool deal_packs(const BucketedPool& pool, const std::vector<size_t>& order, const std::vector<Ticks>& per,
-                const std::vector<int64_t>& tokens, const PackRoom& pack_room, const PackCost& pc, uint64_t bins,
-                Deal& d) {
+bool deal_packs(const BucketedPool& pool, const std::vector<size_t>& order,
+                const std::vector<Ticks>& per, const std::vector<int64_t>& tokens,
+                const PackRoom& pack_room, const PackCost& pc, uint64_t bins, Deal& d) {
   PackRoom room = pack_room;  // a bin's: bin_packs packs' room
   room.max_tokens *= int64_t(pc.bin_packs), room.max_bytes *= double(pc.bin_packs);
   std::vector<uint32_t>& bin_of = d.bin_of;
@@ -148,12 +151,15 @@ bool deal_packs(const BucketedPool& pool, const std::vector<size_t>& order, cons
         uint64_t k = 1;
         if (left > 1) {
           const Ticks next = heap.empty() ? e.first : heap.front().first;
-          const uint64_t level = next > e.first ? uint64_t((next - e.first) / std::max<Ticks>(1, per[b] + pc.sample)) : 0;
+          const uint64_t level =
+              next > e.first ? uint64_t((next - e.first) / std::max<Ticks>(1, per[b] + pc.sample))
+                             : 0;
           k = std::max<uint64_t>({1, level, left / (4 * bins)});
           const uint64_t by_tokens = uint64_t((room.max_tokens - bin_tokens[j]) / S);
           const double per_bytes = room.sample_bytes(S);
           const uint64_t by_bytes =
-              per_bytes > 0 ? uint64_t(std::max(0.0, (room.max_bytes - bytes[j]) / per_bytes)) : left;
+              per_bytes > 0 ? uint64_t(std::max(0.0, (room.max_bytes - bytes[j]) / per_bytes))
+                            : left;
           k = std::max<uint64_t>(1, std::min({k, left, by_tokens, by_bytes}));
         }
         work[j] += Ticks(k) * per[b], bin_tokens[j] += int64_t(k) * S;
@@ -180,7 +186,9 @@ bool deal_packs(const BucketedPool& pool, const std::vector<size_t>& order, cons
   for (size_t b : order) total += double(pool.begin[b + 1] - pool.begin[b]) * double(per[b]);
   size_t short_from = order.size();
   if (pool.ids.size() > kSearchSamples)  // large pools only: the heap alone deals small ones
-    while (short_from > 0 && double(per[order[short_from - 1]]) * kShortShare < total / double(bins)) --short_from;
+    while (short_from > 0 &&
+           double(per[order[short_from - 1]]) * kShortShare < total / double(bins))
+      --short_from;
   for (size_t k = 0; k < short_from; ++k)
     if (!heap_deal(order[k], pool.begin[order[k]])) return false;
   if (short_from == order.size()) {
@@ -190,12 +198,15 @@ bool deal_packs(const BucketedPool& pool, const std::vector<size_t>& order, cons
   }
   double level = 0;
   for (size_t k = short_from; k < order.size(); ++k)
-    level += double(pool.begin[order[k] + 1] - pool.begin[order[k]]) * double(per[order[k]] + pc.sample);
+    level +=
+        double(pool.begin[order[k] + 1] - pool.begin[order[k]]) * double(per[order[k]] + pc.sample);
   std::vector<uint32_t> asc(bins);
-  for (uint64_t j = 0; j < bins; ++j) asc[j] = uint32_t(j), level += double(pc.of(work[j], bin_tokens[j], bin_count[j]));
+  for (uint64_t j = 0; j < bins; ++j)
+    asc[j] = uint32_t(j), level += double(pc.of(work[j], bin_tokens[j], bin_count[j]));
   const Ticks top = Ticks(level / double(bins));
   std::stable_sort(asc.begin(), asc.end(), [&](uint32_t x, uint32_t y) {
-    return pc.of(work[x], bin_tokens[x], bin_count[x]) < pc.of(work[y], bin_tokens[y], bin_count[y]);
+    return pc.of(work[x], bin_tokens[x], bin_count[x]) <
+           pc.of(work[y], bin_tokens[y], bin_count[y]);
   });
   size_t k = short_from;
   uint64_t i = pool.begin[order[k]];
@@ -207,7 +218,9 @@ bool deal_packs(const BucketedPool& pool, const std::vector<size_t>& order, cons
         continue;
       }
       const int64_t S = tokens[b];
-      if (!room.fits(bin_tokens[j], bytes[j], S) || pc.of(work[j] + per[b], bin_tokens[j] + S, bin_count[j] + 1) > top) break;
+      if (!room.fits(bin_tokens[j], bytes[j], S) ||
+          pc.of(work[j] + per[b], bin_tokens[j] + S, bin_count[j] + 1) > top)
+        break;
       work[j] += per[b], bin_tokens[j] += S, bytes[j] += room.sample_bytes(S), ++bin_count[j];
       bin_of[i++] = j;
     }
@@ -215,7 +228,8 @@ bool deal_packs(const BucketedPool& pool, const std::vector<size_t>& order, cons
   }
   // The rest through the heap, from the loads the sweep left.
   heap.resize(bins);
-  for (uint64_t j = 0; j < bins; ++j) heap[j] = {pc.of(work[j], bin_tokens[j], bin_count[j]), uint32_t(j)};
+  for (uint64_t j = 0; j < bins; ++j)
+    heap[j] = {pc.of(work[j], bin_tokens[j], bin_count[j]), uint32_t(j)};
   std::make_heap(heap.begin(), heap.end(), later);
   for (; k < order.size(); ++k) {
     if (!heap_deal(order[k], i)) return false;
@@ -236,14 +250,16 @@ void lay_out_slots(const PlanProblem& pr, Deal& d) {
   const uint64_t W = uint64_t(pr.world_size), K = d.steps, P = d.packs, slots = K * P;
   std::vector<uint32_t> sorted(K * W * P);
   for (uint64_t j = 0; j < sorted.size(); ++j) sorted[j] = uint32_t(j);
-  std::stable_sort(sorted.begin(), sorted.end(), [&](uint32_t x, uint32_t y) { return d.bin_load[x] > d.bin_load[y]; });
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [&](uint32_t x, uint32_t y) { return d.bin_load[x] > d.bin_load[y]; });
   std::vector<std::pair<int64_t, uint64_t>> slot_tokens(slots);  // (tokens, slot)
   for (uint64_t j = 0; j < slots; ++j) {
     int64_t t = 0;
     for (uint64_t r = 0; r < W; ++r) t += d.bin_tokens[sorted[j * W + r]];
     slot_tokens[j] = {t, j};
   }
-  std::stable_sort(slot_tokens.begin(), slot_tokens.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  std::stable_sort(slot_tokens.begin(), slot_tokens.end(),
+                   [](const auto& x, const auto& y) { return x.first > y.first; });
   Rng rng = problem_rng(pr, kPurposeStepOrder);
   std::vector<uint32_t> perm(K);
   for (uint64_t t = 0; t < K; ++t) perm[t] = uint32_t(t);
@@ -271,7 +287,8 @@ void lay_out(const PlanProblem& pr, double load_class, Deal& d) {
   std::vector<uint32_t> sorted(bins);
   for (uint64_t j = 0; j < bins; ++j) sorted[j] = uint32_t(j);
   if (grouped)
-    std::stable_sort(sorted.begin(), sorted.end(), [&](uint32_t x, uint32_t y) { return d.bin_load[x] > d.bin_load[y]; });
+    std::stable_sort(sorted.begin(), sorted.end(),
+                     [&](uint32_t x, uint32_t y) { return d.bin_load[x] > d.bin_load[y]; });
   else
     std::stable_sort(sorted.begin(), sorted.end(),
                      [&](uint32_t x, uint32_t y) { return d.bin_tokens[x] > d.bin_tokens[y]; });
@@ -290,8 +307,10 @@ void lay_out(const PlanProblem& pr, double load_class, Deal& d) {
       const double top = double(d.bin_load[sorted[start * per_step]]);
       while (end < K && double(d.bin_load[sorted[end * per_step]]) >= (1 - load_class) * top) ++end;
       const uint64_t c = end - start;
-      cls.assign(sorted.begin() + int64_t(start * per_step), sorted.begin() + int64_t(end * per_step));
-      std::stable_sort(cls.begin(), cls.end(), [&](uint32_t x, uint32_t y) { return d.bin_tokens[x] > d.bin_tokens[y]; });
+      cls.assign(sorted.begin() + int64_t(start * per_step),
+                 sorted.begin() + int64_t(end * per_step));
+      std::stable_sort(cls.begin(), cls.end(),
+                       [&](uint32_t x, uint32_t y) { return d.bin_tokens[x] > d.bin_tokens[y]; });
       for (uint64_t i = 0; i < cls.size(); ++i) {
         const uint64_t round = i / c, pos = i % c, t = start + (round % 2 ? c - 1 - pos : pos);
         sorted[t * per_step + round] = cls[i];
@@ -300,13 +319,15 @@ void lay_out(const PlanProblem& pr, double load_class, Deal& d) {
     }
     rng.shuffle(perm);
     for (uint64_t t = 0; t < K; ++t)
-      for (uint64_t q = 0; q < per_step; ++q) d.at[uint64_t(perm[t]) * per_step + (q % W) * P + q / W] = sorted[t * per_step + q];
+      for (uint64_t q = 0; q < per_step; ++q)
+        d.at[uint64_t(perm[t]) * per_step + (q % W) * P + q / W] = sorted[t * per_step + q];
   } else {
     for (uint64_t q = 0; q < W * P; ++q) {
       for (uint64_t t = 0; t < K; ++t) perm[t] = uint32_t(t);
       rng.shuffle(perm);
       const uint64_t r = q % W, s = q / W;
-      for (uint64_t i = 0; i < K; ++i) d.at[(uint64_t(perm[i]) * W + r) * P + s] = sorted[q * K + i];
+      for (uint64_t i = 0; i < K; ++i)
+        d.at[(uint64_t(perm[i]) * W + r) * P + s] = sorted[q * K + i];
     }
   }
   epoch_of(pr, d);
@@ -323,12 +344,14 @@ void epoch_of(const PlanProblem& pr, Deal& d) {
   double total = 0;
   for (uint64_t t = 0; t < K; ++t) {
     Ticks step = 0;
-    for (uint64_t k = t * W * P; k < (t + 1) * W * P; ++k) step_tokens[t] += double(d.bin_tokens[d.at[k]]);
+    for (uint64_t k = t * W * P; k < (t + 1) * W * P; ++k)
+      step_tokens[t] += double(d.bin_tokens[d.at[k]]);
     total += step_tokens[t];
     if (pr.layout.lockstep_slots()) {
       for (uint64_t s = 0; s < P; ++s) {
         Ticks slot = 0;
-        for (uint64_t r = 0; r < W; ++r) slot = std::max(slot, d.bin_load[d.at[(t * W + r) * P + s]]);
+        for (uint64_t r = 0; r < W; ++r)
+          slot = std::max(slot, d.bin_load[d.at[(t * W + r) * P + s]]);
         step += slot;
       }
     } else {
@@ -355,8 +378,9 @@ PackRoom PackRoom::of(const PlanProblem& pr) {
   r.max_bytes = pr.usable_bytes - pr.memory.static_bytes;
   r.m0 = pr.memory.m0, r.m1 = pr.memory.m1;
   if (r.max_tokens <= 0 || !(r.max_bytes > 0))
-    throw ConfigError("packing needs a memory budget: the problem has no token budget or no device memory beyond "
-                      "the model state");
+    throw ConfigError(
+        "packing needs a memory budget: the problem has no token budget or no device memory beyond "
+        "the model state");
   return r;
 }
 
@@ -373,14 +397,17 @@ Packs greedy_packs(const PlanProblem& pr, const PackRoom& room, int64_t target_t
   p.ids = pr.pool_ids();
   Rng rng = problem_rng(pr, kPurposeGreedyPack);
   rng.shuffle(p.ids);
-  const int64_t target = target_tokens > 0 ? std::min(target_tokens, room.max_tokens) : room.max_tokens;
+  const int64_t target =
+      target_tokens > 0 ? std::min(target_tokens, room.max_tokens) : room.max_tokens;
   int64_t used_tokens = 0;
   double used_bytes = 0;
   for (uint64_t i = 0; i < p.ids.size(); ++i) {
     const int64_t S = pr.tokens((*pr.sample_bucket)[p.ids[i]]);
     if (!room.fits(0, 0, S))
       throw ConfigError("a sample of " + std::to_string(S) + " tokens does not fit one pack (" +
-                        std::to_string(room.max_tokens) + " tokens); lower the resolution or raise " + option_word("mem_budget_tokens"));
+                        std::to_string(room.max_tokens) +
+                        " tokens); lower the resolution or raise " +
+                        option_word("mem_budget_tokens"));
     if (used_tokens > 0 && (used_tokens + S > target || !room.fits(used_tokens, used_bytes, S))) {
       p.begin.push_back(i);
       used_tokens = 0, used_bytes = 0;
@@ -410,9 +437,10 @@ Plan plan_balanced_packed(const BalancedProblem& pr) {
     const uint64_t c = pool.begin[b + 1] - pool.begin[b];
     if (c == 0) continue;
     if (!room.fits(0, 0, tokens[b]))
-      throw ConfigError("a sample of bucket " + (*pr.buckets)[b].name() + " (" + std::to_string(tokens[b]) +
-                        " tokens) does not fit one pack (" + std::to_string(room.max_tokens) +
-                        " tokens); raise " + option_word("mem_budget_tokens") + " or leave it on auto");
+      throw ConfigError("a sample of bucket " + (*pr.buckets)[b].name() + " (" +
+                        std::to_string(tokens[b]) + " tokens) does not fit one pack (" +
+                        std::to_string(room.max_tokens) + " tokens); raise " +
+                        option_word("mem_budget_tokens") + " or leave it on auto");
     order.push_back(b);
     total_tokens += double(c) * double(tokens[b]);
     total_bytes += double(c) * room.sample_bytes(tokens[b]);
@@ -432,8 +460,9 @@ Plan plan_balanced_packed(const BalancedProblem& pr) {
     K = uint64_t(std::max(1.0, std::ceil(total_work / (double(W) * cap))));
   }
   K = std::clamp<uint64_t>(K, 1, k_max);
-  const uint64_t p0 = uint64_t(std::max({1.0, std::ceil(total_tokens / (double(K * W) * kFill * double(room.max_tokens))),
-                                         std::ceil(total_bytes / (double(K * W) * kFill * room.max_bytes))}));
+  const uint64_t p0 = uint64_t(
+      std::max({1.0, std::ceil(total_tokens / (double(K * W) * kFill * double(room.max_tokens))),
+                std::ceil(total_bytes / (double(K * W) * kFill * room.max_bytes))}));
   // Candidates: the fewest packs a rank-step that hold its share, and more (room to balance a
   // rank-step whose long clips fill a pack's tokens before its cost is level; each pack more
   // costs an overhead); the fastest layout is kept.
@@ -458,10 +487,12 @@ Plan plan_balanced_packed(const BalancedProblem& pr) {
     d->packs = per_rank;
     d->bin_packs = slots ? 1 : p;
     pc.bin_packs = d->bin_packs;
-    if (d->steps * W * per_rank > UINT32_MAX) throw ConfigError("balanced: more than 2^32 packs in one epoch");
+    if (d->steps * W * per_rank > UINT32_MAX)
+      throw ConfigError("balanced: more than 2^32 packs in one epoch");
     if (!deal_packs(pool, order, per, tokens, room, pc, d->steps * W * per_rank, *d)) continue;
     ++tried;
-    for (const double load_class : {kStratified, kLoadClasses[0], kLoadClasses[1], kLoadClasses[2], kSlotsByLoad}) {
+    for (const double load_class :
+         {kStratified, kLoadClasses[0], kLoadClasses[1], kLoadClasses[2], kSlotsByLoad}) {
       if (load_class == kSlotsByLoad && (!slots || d->packs < 2)) continue;
       lay_out(pr, load_class, *d);
       auto keep = [&](Pick& k) {
@@ -475,7 +506,8 @@ Plan plan_balanced_packed(const BalancedProblem& pr) {
   }
   if (!fastest.deal) throw std::logic_error("balanced: packing found no room for a sample");
   // The batch is held where that costs at most kHoldCost of the epoch; else the fastest.
-  const Pick& pick = held.deal && double(held.epoch) <= (1 + kHoldCost) * double(fastest.epoch) ? held : fastest;
+  const Pick& pick =
+      held.deal && double(held.epoch) <= (1 + kHoldCost) * double(fastest.epoch) ? held : fastest;
   Deal& best = *pick.deal;
   std::vector<uint32_t>& bin_of = best.bin_of;
   const std::vector<uint32_t>& bin_count = best.bin_count;
@@ -499,7 +531,8 @@ Plan plan_balanced_packed(const BalancedProblem& pr) {
     MicroBatch mb;
     if (bin_count[j] > 0 && best.bin_packs > 1) {
       // A rank-step of step sync: its samples cut into packs, each a micro-batch.
-      const std::vector<uint32_t> packs = cut_into_packs(pr, room, plan.sample_ids.data() + next, bin_count[j], scratch);
+      const std::vector<uint32_t> packs =
+          cut_into_packs(pr, room, plan.sample_ids.data() + next, bin_count[j], scratch);
       for (uint32_t c : packs) {
         mb.begin = uint32_t(next), mb.count = c;
         mb.bucket = pack_bucket(pr, plan.sample_ids.data() + next, c);
@@ -516,7 +549,8 @@ Plan plan_balanced_packed(const BalancedProblem& pr) {
     } else {  // fewer samples than bins: a repeat of the epoch's cheapest sample, flagged
       if (cheapest == SIZE_MAX) cheapest = cheapest_bucket(pool, per);
       const SlotItem pad = padded_repeat(pool, cheapest);
-      mb.begin = uint32_t(plan.sample_ids.size()), mb.count = pad.count, mb.bucket = pad.bucket, mb.padded = pad.padded;
+      mb.begin = uint32_t(plan.sample_ids.size()), mb.count = pad.count, mb.bucket = pad.bucket,
+      mb.padded = pad.padded;
       plan.sample_ids.push_back(pool.ids[pad.begin]);
     }
     plan.micro_batches.push_back(mb);
@@ -528,7 +562,8 @@ Plan plan_balanced_packed(const BalancedProblem& pr) {
     Plan dropped = empty_plan(pr, "balanced");
     dropped.packed = true;
     for (const MicroBatch& mb : plan.micro_batches)
-      if (!mb.padded) dropped.dropped.insert(dropped.dropped.end(), plan.ids(mb), plan.ids(mb) + mb.count);
+      if (!mb.padded)
+        dropped.dropped.insert(dropped.dropped.end(), plan.ids(mb), plan.ids(mb) + mb.count);
     return dropped;
   }
   return plan;
@@ -581,7 +616,8 @@ Plan plan_greedy_pack(const PlanProblem& pr) {
         const uint64_t k = (round + i) * W + r;
         MicroBatch mb;
         if (k < np) {
-          mb.begin = uint32_t(packs.begin[k]), mb.count = uint32_t(packs.begin[k + 1] - packs.begin[k]);
+          mb.begin = uint32_t(packs.begin[k]),
+          mb.count = uint32_t(packs.begin[k + 1] - packs.begin[k]);
           mb.bucket = pack_bucket(pr, plan.sample_ids.data() + mb.begin, mb.count);
         } else {
           mb.begin = uint32_t(plan.sample_ids.size()), mb.count = 1, mb.padded = 1;

@@ -16,9 +16,9 @@ namespace adaptiveload {
 
 // The room one pack has, and what it holds so far.
 struct PackRoom {
-  int64_t max_tokens = 0;   // video tokens a pack may hold
-  double max_bytes = 0;     // bytes its samples may add to the static ones
-  double m0 = 0, m1 = 0;    // bytes per sample and per token (MemoryModel)
+  int64_t max_tokens = 0;  // video tokens a pack may hold
+  double max_bytes = 0;    // bytes its samples may add to the static ones
+  double m0 = 0, m1 = 0;   // bytes per sample and per token (MemoryModel)
 
   // The room of the problem's packs. Throws ConfigError when the problem has no memory budget.
   static PackRoom of(const PlanProblem& pr);

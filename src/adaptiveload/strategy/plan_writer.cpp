@@ -39,7 +39,8 @@ void total_steps(const PlanProblem& pr, Plan& plan) {
       for (uint64_t m = plan.rank_begin[t * W + r]; m < plan.rank_begin[t * W + r + 1]; ++m) {
         if (r % uint64_t(plan.group(m)) != 0) continue;  // listed again on the group's other ranks
         const MicroBatch& mb = plan.micro_batches[m];
-        add_to_step(plan.steps[t], mb.count, mb.padded ? 0 : uint64_t(pr.tokens(plan, mb)), mb.padded);
+        add_to_step(plan.steps[t], mb.count, mb.padded ? 0 : uint64_t(pr.tokens(plan, mb)),
+                    mb.padded);
         if (mb.padded) plan.padded_samples += mb.count;
       }
 }

@@ -47,24 +47,25 @@ struct PlanProblem {
   EndPolicy end_policy = EndPolicy::kPad;
 
   // Budgets, resolved by the planner (see planner.h) before any strategy runs.
-  std::vector<int64_t> max_batch_memory;  // per bucket: largest B that fits device memory (on its group)
+  std::vector<int64_t>
+      max_batch_memory;  // per bucket: largest B that fits device memory (on its group)
   // Sequence parallelism: per bucket, the group size g its samples run on (empty: all 1).
   // Only balanced plans buckets of different g together (plan_balanced_groups); the planner
   // hands the other strategies one g for all, as W / g ranks (run_common, context.h).
   std::vector<uint8_t> bucket_group;
   int group(uint16_t bucket) const { return bucket_group.empty() ? 1 : int(bucket_group[bucket]); }
-  int64_t mem_budget_tokens = 0;          // M_mem: B * S <= M_mem
-  double comp_budget = 0;                 // M_comp: B * S^p <= M_comp (0: none)
-  double p = 2;                           // the paper's exponent
-  double step_budget_s = 0;               // balanced: most seconds of work per rank per step
-  double allreduce_s = 0;                 // step mode: gradient all-reduce per step, seconds
-  std::vector<int64_t> fixed_batch;       // per bucket, for `fixed`
-  ParallelLayout layout;                  // sync mode and its collectives
+  int64_t mem_budget_tokens = 0;     // M_mem: B * S <= M_mem
+  double comp_budget = 0;            // M_comp: B * S^p <= M_comp (0: none)
+  double p = 2;                      // the paper's exponent
+  double step_budget_s = 0;          // balanced: most seconds of work per rank per step
+  double allreduce_s = 0;            // step mode: gradient all-reduce per step, seconds
+  std::vector<int64_t> fixed_batch;  // per bucket, for `fixed`
+  ParallelLayout layout;             // sync mode and its collectives
   // Seconds every global step adds beside its micro-batches: the gradient all-reduce (step
   // mode) and the step's fixed seconds (the optimizer step, ParallelLayout::step_fixed_s).
   double step_seconds() const { return allreduce_s + layout.step_fixed_s; }
   BatchKind batch_kind = BatchKind::kFree;
-  double batch_target = 0;                // samples or tokens per global step
+  double batch_target = 0;  // samples or tokens per global step
   // The plan layout release to plan as (PlanState::kLayout, 2): a state saved by an earlier
   // release resumes its epoch as that release planned it (PlanState::layout).
   int layout_release = 2;
@@ -110,8 +111,8 @@ constexpr uint8_t kServesBoth = kServesStep | kServesMicro;
 //   kHoldsBatch       in step sync with a global batch, keeps the tokens per step and the
 //                     step mix (BalancedProblem::hold) where a layout it tries does; Planner::
 //                     warnings says where its plan misses them.
-constexpr uint8_t kMixesGroups = 1, kNeedsFixedBatch = 2, kBaseline = 4, kPacks = 8, kPacksWhenAsked = 16,
-                  kHoldsBatch = 32;
+constexpr uint8_t kMixesGroups = 1, kNeedsFixedBatch = 2, kBaseline = 4, kPacks = 8,
+                  kPacksWhenAsked = 16, kHoldsBatch = 32;
 
 struct PlanContext;  // context.h: what the planner lends every strategy beside its problem
 
@@ -162,7 +163,8 @@ Plan plan_balanced(const PlanProblem& pr);
 // then grouped into the global batch's steps (steps_of_slots); with kFree, one per step.
 // Every rank runs the same number of micro-batches in every step, so these plans suit both
 // sync modes.
-Plan plan_lockstep(const PlanProblem& pr, const std::vector<int64_t>& batch_of_bucket, const char* name);
+Plan plan_lockstep(const PlanProblem& pr, const std::vector<int64_t>& batch_of_bucket,
+                   const char* name);
 
 // A micro-batch being placed: `count` samples of `bucket` starting at ids[begin] of the
 // bucketed pool (or of the padding list when padded).
@@ -195,8 +197,8 @@ inline uint64_t slot_step_count(uint64_t slots, uint64_t target) {
   return target == 0 ? slots : std::min(target, slots);
 }
 // last_at_end: the last slot (padded at the epoch's end) goes into the last step.
-SlotSteps steps_of_slots(const PlanProblem& pr, const std::vector<uint64_t>& key, uint64_t steps, uint64_t purpose,
-                         bool last_at_end = false);
+SlotSteps steps_of_slots(const PlanProblem& pr, const std::vector<uint64_t>& key, uint64_t steps,
+                         uint64_t purpose, bool last_at_end = false);
 
 // Writes a plan from slots of W items each (slot-major; item r of a slot runs on rank r):
 // step t gives rank r item r of each of the step's slots, in order.

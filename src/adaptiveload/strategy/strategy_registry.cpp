@@ -10,14 +10,16 @@ namespace {
 // (balanced) a driver of its own (strategy.h). A new strategy is its file plus one line here.
 const std::vector<StrategyEntry>& builtins() {
   static const std::vector<StrategyEntry> table = {
-      {"equal_tokens", "baseline: B = floor(M_mem / S), one micro-batch per rank per step", plan_equal_tokens,
-       kServesBoth, kBaseline},
-      {"fixed", "per-bucket batch sizes from a config (Open-Sora bucket_config style)", plan_fixed, kServesBoth,
-       kNeedsFixedBatch},
+      {"equal_tokens", "baseline: B = floor(M_mem / S), one micro-batch per rank per step",
+       plan_equal_tokens, kServesBoth, kBaseline},
+      {"fixed", "per-bucket batch sizes from a config (Open-Sora bucket_config style)", plan_fixed,
+       kServesBoth, kNeedsFixedBatch},
       {"dual", "the paper: B = floor(min(M_mem / S, M_comp / S^p))", plan_dual, kServesBoth},
-      {"balanced", "ours: dual-constraint micro-batches packed so every rank does equal work per step",
+      {"balanced",
+       "ours: dual-constraint micro-batches packed so every rank does equal work per step",
        plan_balanced, kServesBoth, kMixesGroups | kPacksWhenAsked | kHoldsBatch, run_balanced},
-      {"greedy_pack", "packing baseline: shuffle, fill each pack to the memory budget's tokens (THD packing)",
+      {"greedy_pack",
+       "packing baseline: shuffle, fill each pack to the memory budget's tokens (THD packing)",
        plan_greedy_pack, kServesBoth, kPacks},
   };
   return table;
@@ -40,9 +42,11 @@ const StrategyEntry& find_strategy(const std::string& name) {
 }
 
 void register_strategy(const StrategyEntry& entry) {
-  if (!entry.name || !*entry.name || !entry.fn) throw ConfigError("a strategy needs a name and a planner function");
+  if (!entry.name || !*entry.name || !entry.fn)
+    throw ConfigError("a strategy needs a name and a planner function");
   for (const auto& s : strategies())
-    if (std::string(s.name) == entry.name) throw ConfigError("strategy '" + std::string(entry.name) + "' is already registered");
+    if (std::string(s.name) == entry.name)
+      throw ConfigError("strategy '" + std::string(entry.name) + "' is already registered");
   registry().push_back(entry);
 }
 
@@ -61,7 +65,8 @@ std::string strategy_names(const char* sep, const char* last, bool (*only)(const
   for (const auto& s : strategies())
     if (!only || only(s)) names.push_back(s.name);
   std::string out;
-  for (size_t i = 0; i < names.size(); ++i) out += (i == 0 ? "" : i + 1 == names.size() ? last : sep) + std::string(names[i]);
+  for (size_t i = 0; i < names.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == names.size() ? last : sep) + std::string(names[i]);
   return out;
 }
 

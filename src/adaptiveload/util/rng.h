@@ -5,7 +5,6 @@
 // same sequence on every machine and compiler. Test vector (tests/test_rng.cpp): seed 42,
 // stream 54 -> 0xa15c02b7 0x7b47f409 0xba1d3330 0x83d2f293 0xbfa4784b 0xcbed606e.
 #include <cstdint>
-
 #include <pcg_random.hpp>
 #include <utility>
 #include <vector>

@@ -34,11 +34,11 @@
 #include <memory>
 #include <stdexcept>
 
+#include "adaptiveload/strategy/balanced/rank_steps.h"
+#include "adaptiveload/strategy/balanced/step_layout.h"
 #include "adaptiveload/strategy/packing.h"
 #include "adaptiveload/strategy/plan_writer.h"
-#include "adaptiveload/strategy/balanced/rank_steps.h"
 #include "adaptiveload/strategy/stages.h"
-#include "adaptiveload/strategy/balanced/step_layout.h"
 #include "adaptiveload/util/error.h"
 #include "adaptiveload/util/option_word.h"
 #include "adaptiveload/util/rng.h"
@@ -53,7 +53,8 @@ constexpr uint64_t kSearchSamples = 2'000'000;
 
 }  // namespace
 
-DealInputs deal_inputs(const PlanProblem& pr, const BucketedPool& pool, const std::vector<uint8_t>& take) {
+DealInputs deal_inputs(const PlanProblem& pr, const BucketedPool& pool,
+                       const std::vector<uint8_t>& take) {
   const size_t nb = pr.buckets->size();
   DealInputs in;
   in.pool = &pool;
@@ -74,7 +75,8 @@ DealInputs deal_inputs(const PlanProblem& pr, const BucketedPool& pool, const st
     in.min_new[b] = std::max<int64_t>(1, (in.fixed[b] + in.per[b] - 1) / in.per[b]);
     if (pool.begin[b + 1] > pool.begin[b] && (take.empty() || take[b])) in.order.push_back(b);
   }
-  std::stable_sort(in.order.begin(), in.order.end(), [&](size_t x, size_t y) { return in.per[x] > in.per[y]; });
+  std::stable_sort(in.order.begin(), in.order.end(),
+                   [&](size_t x, size_t y) { return in.per[x] > in.per[y]; });
   return in;
 }
 
@@ -105,7 +107,8 @@ StepDeal deal_steps(const BalancedProblem& pr, const DealInputs& in, uint64_t K,
   // of the two-phase split (coarse: one sample over a fraction of it).
   double level = double(work);
   for (size_t b : in.order)
-    level += double(in.fixed[b]) * std::ceil(double(pool.begin[b + 1] - pool.begin[b]) / double(in.mem_cap[b]));
+    level += double(in.fixed[b]) *
+             std::ceil(double(pool.begin[b + 1] - pool.begin[b]) / double(in.mem_cap[b]));
   level /= double(bins);
   const double shares[] = {1.0, 0.25, 0.1};
   const double coarse[] = {0, 1.0 / 8, 1.0 / 3};
@@ -121,7 +124,8 @@ StepDeal deal_steps(const BalancedProblem& pr, const DealInputs& in, uint64_t K,
       for (size_t b = 0; b < nb; ++b) {
         // In double first, capped before the conversion (fixed / per can be large).
         const double need = std::ceil(double(c.fixed[b]) / (f * double(c.per[b])));
-        c.min_new[b] = need >= double(c.mem_cap[b]) ? c.mem_cap[b] : std::max<int64_t>(1, int64_t(need));
+        c.min_new[b] =
+            need >= double(c.mem_cap[b]) ? c.mem_cap[b] : std::max<int64_t>(1, int64_t(need));
       }
       cands.push_back(std::move(c));
     }
@@ -146,11 +150,13 @@ StepDeal deal_steps(const BalancedProblem& pr, const DealInputs& in, uint64_t K,
     DealInputs c = in;
     c.world_size = W;
     c.images_first = true;
-    std::stable_partition(c.order.begin(), c.order.end(), [&](size_t b) { return c.image[b] != 0; });
+    std::stable_partition(c.order.begin(), c.order.end(),
+                          [&](size_t b) { return c.image[b] != 0; });
     uint64_t images = 0;
     for (size_t b : c.order)
       if (c.image[b]) images += pool.begin[b + 1] - pool.begin[b];
-    if (images >= bins && images < n_samples && n_samples <= kSearchSamples) cands.push_back(std::move(c));
+    if (images >= bins && images < n_samples && n_samples <= kSearchSamples)
+      cands.push_back(std::move(c));
   }
   if (!started && n_samples <= kSearchSamples) {
     // The cut's total load counts the fixed cost of every micro-batch, which only a cut
@@ -175,7 +181,8 @@ StepDeal deal_steps(const BalancedProblem& pr, const DealInputs& in, uint64_t K,
   // A bin that starts with work is not empty; with start loads, the plain LPT is kept even
   // where it leaves a bin empty (its caller fills them).
   uint64_t open_bins = bins;
-  if (started) open_bins = uint64_t(std::count(in.start->load.begin(), in.start->load.end(), int64_t(0)));
+  if (started)
+    open_bins = uint64_t(std::count(in.start->load.begin(), in.start->load.end(), int64_t(0)));
   const bool can_fill = n_samples >= open_bins;
   auto has_empty = [&](const BinCounts& counts) {
     for (uint64_t j = 0; j < bins; ++j)
@@ -201,7 +208,8 @@ StepDeal deal_steps(const BalancedProblem& pr, const DealInputs& in, uint64_t K,
   Pick fastest, batch_ok, mix_ok, both_ok;
   const Rng level_rng = problem_rng(pr, kPurposeLevelSteps);
   auto evaluate = [&](const DealInputs& c, bool keep_empty) {
-    auto counts = std::make_shared<BinCounts>(c.contiguous ? deal_contiguous(bins, c, nullptr) : deal_bins(bins, c, nullptr));
+    auto counts = std::make_shared<BinCounts>(c.contiguous ? deal_contiguous(bins, c, nullptr)
+                                                           : deal_bins(bins, c, nullptr));
     if (can_fill && !keep_empty && has_empty(*counts)) return;
     if (started && !counts->logged) return;  // its pieces are read back from the log
     auto consider = [&](const std::vector<uint32_t>& p) {
@@ -213,7 +221,8 @@ StepDeal deal_steps(const BalancedProblem& pr, const DealInputs& in, uint64_t K,
         BinCounts all;
         all.samples = counts->samples, all.tokens = counts->tokens, all.images = counts->images;
         for (uint64_t j = 0; j < bins; ++j)
-          all.samples[j] += in.start->samples[j], all.tokens[j] += in.start->tokens[j], all.images[j] += in.start->images[j];
+          all.samples[j] += in.start->samples[j], all.tokens[j] += in.start->tokens[j],
+              all.images[j] += in.start->images[j];
         sp = step_spread(all, p, W, by_tokens);
       } else {
         sp = step_spread(*counts, p, W, by_tokens);
@@ -237,7 +246,9 @@ StepDeal deal_steps(const BalancedProblem& pr, const DealInputs& in, uint64_t K,
       // The same layout evened (always faster where it changes; kept where the holds judge it
       // better). Up to kSearchSamples samples, as the other extra candidates (at 10M samples
       // x 8 ranks it took a third of the plan's time).
-      if (pr.even_steps() && n_samples <= kSearchSamples && level_steps(*counts, p, W, by_tokens, pr.hold, level_rng)) consider(p);
+      if (pr.even_steps() && n_samples <= kSearchSamples &&
+          level_steps(*counts, p, W, by_tokens, pr.hold, level_rng))
+        consider(p);
     }
   };
   auto choose = [&] {
@@ -248,7 +259,8 @@ StepDeal deal_steps(const BalancedProblem& pr, const DealInputs& in, uint64_t K,
                                                : &fastest;
     if (!k->counts) return;
     // Moved, not copied: the picks are not read again (a deal's log is 8 bytes a piece).
-    out.counts = std::move(*k->counts), out.perm = std::move(k->perm), out.inputs = *k->inputs, out.ticks = k->ticks;
+    out.counts = std::move(*k->counts), out.perm = std::move(k->perm), out.inputs = *k->inputs,
+    out.ticks = k->ticks;
   };
   for (const DealInputs& c : cands) evaluate(c, false);
   DealInputs plain = in;
@@ -314,7 +326,8 @@ Plan plan_balanced_with(const BalancedProblem& pr) {
     const uint64_t k_lo = std::max<uint64_t>(1, work / wc + (work % wc != 0 ? 1 : 0));
     const uint64_t k_hi =
         n_samples >= uint64_t(W) ? std::max<uint64_t>(1, n_samples / uint64_t(W)) : 1;
-    auto item = [&](uint64_t m) -> int64_t {  // m-th longest sample's ticks, 1-based; 0 past the end
+    auto item =
+        [&](uint64_t m) -> int64_t {  // m-th longest sample's ticks, 1-based; 0 past the end
       for (size_t b : in.order) {
         const uint64_t n = pool.begin[b + 1] - pool.begin[b];
         if (m <= n) return in.per[b];
@@ -325,12 +338,15 @@ Plan plan_balanced_with(const BalancedProblem& pr) {
     std::vector<std::pair<double, uint64_t>> candidates;
     for (uint64_t k = std::min(k_lo, k_hi); k <= k_hi; ++k) {
       const uint64_t m = k * uint64_t(W);
-      const double lb = std::max({double(item(1)), double(work) / double(m), double(item(m) + item(m + 1))});
+      const double lb =
+          std::max({double(item(1)), double(work) / double(m), double(item(m) + item(m + 1))});
       candidates.push_back({double(k) * (lb + double(allreduce)), k});
-      if (double(k) * double(allreduce) > candidates.front().first * 2) break;  // only more all-reduces from here
+      if (double(k) * double(allreduce) > candidates.front().first * 2)
+        break;  // only more all-reduces from here
     }
     std::sort(candidates.begin(), candidates.end());
-    candidates.resize(std::min<size_t>(candidates.size(), n_samples <= kSearchSamples ? kBalancedCandidates : 1));
+    candidates.resize(
+        std::min<size_t>(candidates.size(), n_samples <= kSearchSamples ? kBalancedCandidates : 1));
 
     // First pass: count each candidate, keep the fastest.
     for (const auto& cand : candidates) {
@@ -347,7 +363,8 @@ Plan plan_balanced_with(const BalancedProblem& pr) {
     const uint64_t k_max = n_samples >= uint64_t(W) ? n_samples / uint64_t(W) : 1;
     const uint64_t K = std::max<uint64_t>(1, std::min(target, k_max));
     StepDeal d = deal_steps(pr, in, K, allreduce, {});
-    best = std::move(d.counts), perm = std::move(d.perm), chosen = std::move(d.inputs), best_ticks = d.ticks;
+    best = std::move(d.counts), perm = std::move(d.perm), chosen = std::move(d.inputs),
+    best_ticks = d.ticks;
   }
   const uint64_t bins = perm.size();
 
@@ -380,7 +397,8 @@ Plan plan_balanced_with(const BalancedProblem& pr) {
     // The only step could not give every rank work: drop it.
     Plan dropped = empty_plan(pr, "balanced");
     for (const MicroBatch& mb : plan.micro_batches)
-      if (!mb.padded) dropped.dropped.insert(dropped.dropped.end(), plan.ids(mb), plan.ids(mb) + mb.count);
+      if (!mb.padded)
+        dropped.dropped.insert(dropped.dropped.end(), plan.ids(mb), plan.ids(mb) + mb.count);
     return dropped;
   }
   return plan;

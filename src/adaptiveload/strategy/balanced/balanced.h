@@ -32,13 +32,15 @@ struct MicroCut {
   uint64_t missing = 0;
   std::vector<Ticks> least;
 };
-MicroCut cut_for_slots(const PlanProblem& pr, const BucketedPool& pool, const std::vector<uint64_t>& from,
-                       uint64_t target, const std::vector<std::vector<int64_t>>& sizes);
+MicroCut cut_for_slots(const PlanProblem& pr, const BucketedPool& pool,
+                       const std::vector<uint64_t>& from, uint64_t target,
+                       const std::vector<std::vector<int64_t>>& sizes);
 
 // Step sync's dealing inputs for the bucketed pool: every bucket priced on one GPU, micro-batches
 // capped by the dual constraint, `order` the buckets with samples (of those with take[b];
 // empty: all), longest sample first.
-DealInputs deal_inputs(const PlanProblem& pr, const BucketedPool& pool, const std::vector<uint8_t>& take);
+DealInputs deal_inputs(const PlanProblem& pr, const BucketedPool& pool,
+                       const std::vector<uint8_t>& take);
 
 // The dealing of step sync chosen for K steps (K * W bins): the counts (logged), the bins laid
 // out as steps (perm: position t * W + r to its bin), the inputs that dealt it and its epoch

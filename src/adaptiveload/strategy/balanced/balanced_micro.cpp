@@ -22,8 +22,9 @@ namespace adaptiveload {
 // for the shortest epoch, computed from per-bucket counts (no pass over the samples); the
 // dual-constraint sizes themselves are one candidate. Slots are then grouped into the global
 // batch's steps (steps_of_slots): each step's ranks run the same number of micro-batches.
-MicroCut cut_for_slots(const PlanProblem& pr, const BucketedPool& pool, const std::vector<uint64_t>& from,
-                       uint64_t target, const std::vector<std::vector<int64_t>>& sizes) {
+MicroCut cut_for_slots(const PlanProblem& pr, const BucketedPool& pool,
+                       const std::vector<uint64_t>& from, uint64_t target,
+                       const std::vector<std::vector<int64_t>>& sizes) {
   const int W = pr.world_size;
   const uint64_t w = uint64_t(W);
   const size_t nb = pr.buckets->size();
@@ -79,7 +80,8 @@ MicroCut cut_for_slots(const PlanProblem& pr, const BucketedPool& pool, const st
         g.push_back({cost_of(x.b, hi), x.b, hi, take});
         g.push_back({cost_of(x.b, lo), x.b, lo, take});
       }
-      g.erase(std::remove_if(g.begin(), g.end(), [](const Group& y) { return y.mult == 0; }), g.end());
+      g.erase(std::remove_if(g.begin(), g.end(), [](const Group& y) { return y.mult == 0; }),
+              g.end());
       return take;
     });
     std::stable_sort(g.begin(), g.end(), [](const Group& x, const Group& y) {
@@ -108,7 +110,8 @@ MicroCut cut_for_slots(const PlanProblem& pr, const BucketedPool& pool, const st
   }
   constexpr int kGrid = 24;
   for (int i = 0; i < kGrid && hi_t > lo_t; ++i)
-    taus.push_back(int64_t(double(lo_t) * std::pow(double(hi_t) / double(lo_t), double(i) / (kGrid - 1))));
+    taus.push_back(
+        int64_t(double(lo_t) * std::pow(double(hi_t) / double(lo_t), double(i) / (kGrid - 1))));
   std::sort(taus.begin(), taus.end());
   taus.erase(std::unique(taus.begin(), taus.end()), taus.end());
   // Candidates are ranked by: slots short of the target (the global batch's step count: each
@@ -117,7 +120,9 @@ MicroCut cut_for_slots(const PlanProblem& pr, const BucketedPool& pool, const st
     uint64_t shortfall, pad;
     int64_t ticks;
     bool operator<(const Rank& o) const {
-      return shortfall != o.shortfall ? shortfall < o.shortfall : pad != o.pad ? pad < o.pad : ticks < o.ticks;
+      return shortfall != o.shortfall ? shortfall < o.shortfall
+             : pad != o.pad           ? pad < o.pad
+                                      : ticks < o.ticks;
     }
   };
   // Each step also runs the optimizer once: one step a slot (free), else the global batch's.
@@ -146,7 +151,8 @@ MicroCut cut_for_slots(const PlanProblem& pr, const BucketedPool& pool, const st
   for (int64_t tau : taus) {
     std::vector<int64_t> B(nb, 1);
     for (size_t b : live)
-      B[b] = std::max<int64_t>(1, std::min<int64_t>(cap[b], tau >= fixed[b] + per[b] ? (tau - fixed[b]) / per[b] : 1));
+      B[b] = std::max<int64_t>(
+          1, std::min<int64_t>(cap[b], tau >= fixed[b] + per[b] ? (tau - fixed[b]) / per[b] : 1));
     consider(B);
   }
   {
@@ -181,9 +187,11 @@ Plan plan_balanced_micro(const PlanProblem& pr) {
   const uint64_t w = uint64_t(pr.world_size);
   const BucketedPool pool = shuffled_by_bucket(pr);
   if (pool.ids.empty()) return empty_plan(pr, "balanced");
-  if (pool.ids.size() > UINT32_MAX) throw ConfigError("balanced: more than 2^32 samples in one epoch");
+  if (pool.ids.size() > UINT32_MAX)
+    throw ConfigError("balanced: more than 2^32 samples in one epoch");
   const uint64_t target = pr.target_steps();
-  MicroCut cut = cut_for_slots(pr, pool, std::vector<uint64_t>(pool.begin.begin(), pool.begin.end() - 1), target, {});
+  MicroCut cut = cut_for_slots(
+      pr, pool, std::vector<uint64_t>(pool.begin.begin(), pool.begin.end() - 1), target, {});
   std::vector<SlotItem>& items = cut.items;
   std::vector<uint32_t> dropped;
   bool padded_last = false;
@@ -196,7 +204,8 @@ Plan plan_balanced_micro(const PlanProblem& pr) {
       for (uint64_t r = rem; r < w; ++r) items.push_back(pad);
     } else {
       for (uint64_t i = items.size() - rem; i < items.size(); ++i)
-        for (uint32_t k = 0; k < items[i].count; ++k) dropped.push_back(pool.ids[items[i].begin + k]);
+        for (uint32_t k = 0; k < items[i].count; ++k)
+          dropped.push_back(pool.ids[items[i].begin + k]);
       items.resize(items.size() - rem);
     }
   }
@@ -204,7 +213,8 @@ Plan plan_balanced_micro(const PlanProblem& pr) {
   // Ranks of each slot in a seeded order, so no rank always draws the longest.
   Rng rng = problem_rng(pr, kPurposeSlotRanks);
   for (uint64_t s = 0; s < slots; ++s) rng.shuffle(items.data() + s * w, w);
-  const SlotSteps steps = steps_of_slots(pr, slot_keys(pr, items, w), target, kPurposeStepOrder, padded_last);
+  const SlotSteps steps =
+      steps_of_slots(pr, slot_keys(pr, items, w), target, kPurposeStepOrder, padded_last);
   Plan plan = plan_from_slots(pr, "balanced", pool.ids, items, steps);
   plan.dropped = std::move(dropped);
   return plan;

@@ -30,7 +30,8 @@ GroupBuckets group_bucket_costs(const PlanProblem& pr) {
   return c;
 }
 
-GroupItem group_item(const PlanProblem& pr, uint64_t begin, uint32_t count, uint16_t bucket, int g) {
+GroupItem group_item(const PlanProblem& pr, uint64_t begin, uint32_t count, uint16_t bucket,
+                     int g) {
   GroupItem it;
   it.begin = begin, it.count = it.own = count, it.bucket = bucket, it.group = uint8_t(g);
   it.cost = group_ticks(pr, MicroShape::uniform(count, (*pr.buckets)[bucket]), g);
@@ -38,8 +39,8 @@ GroupItem group_item(const PlanProblem& pr, uint64_t begin, uint32_t count, uint
 }
 
 // Cuts bucket b's samples [begin, end) into about equal micro-batches of at most B.
-void cut_bucket(std::vector<GroupItem>& out, const GroupBuckets& c, const PlanProblem& pr, size_t b, uint64_t begin, uint64_t end,
-         int64_t B) {
+void cut_bucket(std::vector<GroupItem>& out, const GroupBuckets& c, const PlanProblem& pr, size_t b,
+                uint64_t begin, uint64_t end, int64_t B) {
   const uint64_t n = end - begin;
   if (n == 0) return;
   B = std::max<int64_t>(1, std::min<int64_t>(B, c.cap[b]));
@@ -60,7 +61,8 @@ GroupItem split_half(GroupItem& src, const PlanProblem& pr) {
   src.count -= half, src.own = src.count;
   moved.begin = src.begin + src.count, moved.count = moved.own = half;
   src.cost = group_ticks(pr, MicroShape::uniform(src.count, (*pr.buckets)[src.bucket]), src.group);
-  moved.cost = group_ticks(pr, MicroShape::uniform(moved.count, (*pr.buckets)[moved.bucket]), moved.group);
+  moved.cost =
+      group_ticks(pr, MicroShape::uniform(moved.count, (*pr.buckets)[moved.bucket]), moved.group);
   return moved;
 }
 
@@ -73,8 +75,9 @@ int64_t batch_for(const GroupBuckets& c, size_t b, Ticks ticks) {
 
 // Writes the plan from, per rank-step (step-major), its list of item indices: an item on a
 // group of g ranks is listed on each of them, its ids written once.
-Plan write_group_plan(const PlanProblem& pr, const BucketedPool& pool, const std::vector<GroupItem>& items,
-                const std::vector<uint64_t>& list_begin, const std::vector<uint32_t>& lists, uint64_t steps) {
+Plan write_group_plan(const PlanProblem& pr, const BucketedPool& pool,
+                      const std::vector<GroupItem>& items, const std::vector<uint64_t>& list_begin,
+                      const std::vector<uint32_t>& lists, uint64_t steps) {
   const uint64_t W = uint64_t(pr.world_size);
   PlanWriter out(pr, "balanced", true);
   out.reserve(0, lists.size(), steps);
@@ -99,18 +102,26 @@ Plan write_group_plan(const PlanProblem& pr, const BucketedPool& pool, const std
 }
 
 // A padded repeat of one sample: the cheapest bucket of the smallest group size <= g.
-GroupItem group_padding(const PlanProblem& pr, const BucketedPool& pool, const GroupBuckets& c, int g) {
-  auto cost_of = [&](size_t b) { return group_ticks(pr, MicroShape::uniform(1, (*pr.buckets)[b]), c.g[b]); };
+GroupItem group_padding(const PlanProblem& pr, const BucketedPool& pool, const GroupBuckets& c,
+                        int g) {
+  auto cost_of = [&](size_t b) {
+    return group_ticks(pr, MicroShape::uniform(1, (*pr.buckets)[b]), c.g[b]);
+  };
   bool fits = false;
-  for (size_t b = 0; b < c.g.size() && !fits; ++b) fits = pool.begin[b + 1] > pool.begin[b] && c.g[b] <= g;
-  if (!fits) throw ConfigError("balanced: no sample fits a free block of " + std::to_string(g) + " ranks");
+  for (size_t b = 0; b < c.g.size() && !fits; ++b)
+    fits = pool.begin[b + 1] > pool.begin[b] && c.g[b] <= g;
+  if (!fits)
+    throw ConfigError("balanced: no sample fits a free block of " + std::to_string(g) + " ranks");
   // Smallest group first, then the cheapest; ties to the first bucket.
   const size_t b = padding_bucket(
       pool, [&](size_t x) { return c.g[x] <= g; },
-      [&](size_t x, size_t y) { return c.g[x] != c.g[y] ? c.g[x] < c.g[y] : cost_of(x) < cost_of(y); });
+      [&](size_t x, size_t y) {
+        return c.g[x] != c.g[y] ? c.g[x] < c.g[y] : cost_of(x) < cost_of(y);
+      });
   const SlotItem pad = padded_repeat(pool, b);
   GroupItem out;
-  out.cost = cost_of(b), out.begin = pad.begin, out.count = out.own = pad.count, out.bucket = pad.bucket;
+  out.cost = cost_of(b), out.begin = pad.begin, out.count = out.own = pad.count,
+  out.bucket = pad.bucket;
   out.group = uint8_t(c.g[b]), out.padded = pad.padded;
   return out;
 }

@@ -27,7 +27,7 @@ struct GroupItem {
 
 struct GroupBuckets {
   std::vector<int> g;
-  std::vector<int64_t> cap;        // largest micro-batch
+  std::vector<int64_t> cap;       // largest micro-batch
   std::vector<Ticks> per, fixed;  // per sample, fixed per micro-batch
 };
 

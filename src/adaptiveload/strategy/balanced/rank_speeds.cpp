@@ -28,7 +28,8 @@ struct Sample {
 
 class Dealer {
  public:
-  Dealer(const Plan& plan, const BalancedProblem& pr) : plan_(plan), pr_(pr), caps_(rank_caps(pr)) {}
+  Dealer(const Plan& plan, const BalancedProblem& pr)
+      : plan_(plan), pr_(pr), caps_(rank_caps(pr)) {}
 
   // The seconds `s` adds to rank r's micro-batch `mb` (null: a new one), or a negative
   // number where it does not fit there (another bucket, the rank's cap or memory).

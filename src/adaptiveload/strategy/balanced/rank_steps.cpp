@@ -15,11 +15,13 @@ namespace {
 class BinHeap {
  public:
   using Entry = std::pair<int64_t, uint32_t>;  // 16 bytes
-  explicit BinHeap(uint64_t bins, const std::vector<int64_t>* keys = nullptr) : n_(bins), buf_(bins + 4) {
+  explicit BinHeap(uint64_t bins, const std::vector<int64_t>* keys = nullptr)
+      : n_(bins), buf_(bins + 4) {
     // Children of i are 4i+1..4i+4: h()[1] on a 64-byte boundary puts every such group on one.
     const auto addr = reinterpret_cast<uintptr_t>(buf_.data() + 1);
     first_ = size_t((64 - addr % 64) % 64) / sizeof(Entry);
-    for (uint64_t j = 0; j < bins; ++j) h()[j] = {keys ? (*keys)[j] : 0, uint32_t(j)};  // all zero: a heap
+    for (uint64_t j = 0; j < bins; ++j)
+      h()[j] = {keys ? (*keys)[j] : 0, uint32_t(j)};  // all zero: a heap
     if (keys && bins > 1)
       for (size_t i = (bins - 2) / 4 + 1; i-- > 0;) sift(i);
   }
@@ -75,7 +77,8 @@ std::vector<int64_t> phase_two_offsets(BinCounts& c, int W, double fine) {
   const uint64_t bins = c.load.size(), w = uint64_t(W), K = bins / w;
   std::vector<uint32_t> order(bins);
   for (uint64_t j = 0; j < bins; ++j) order[j] = uint32_t(j);
-  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return c.load[a] > c.load[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint32_t a, uint32_t b) { return c.load[a] > c.load[b]; });
   double coarse = 0;
   for (int64_t x : c.load) coarse += double(x);
   std::vector<double> lead(K);
@@ -111,28 +114,31 @@ BinCounts deal_bins(uint64_t bins, const DealInputs& in, BinWriter* w) {
   // About one piece per micro-batch of the dual constraint's size, plus the merges.
   if (c.logged) {
     uint64_t pieces = bins;
-    for (size_t b : in.order) pieces += (in.pool->begin[b + 1] - in.pool->begin[b]) / uint64_t(in.mem_cap[b]) + 1;
+    for (size_t b : in.order)
+      pieces += (in.pool->begin[b + 1] - in.pool->begin[b]) / uint64_t(in.mem_cap[b]) + 1;
     c.log.reserve(pieces);
   }
   // Everything a decision reads or writes of its bin, together: one cache line, not one per
   // array (the bins of 10M samples outgrow the caches). Copied into `c` at the end.
   struct Bin {
     int64_t load = 0;
-    int64_t offset = 0;      // phase two: its load beyond the common level
+    int64_t offset = 0;  // phase two: its load beyond the common level
     uint64_t tokens = 0;
     uint32_t samples = 0, mbs = 0, images = 0;
-    uint32_t open_count = 0;            // samples in its latest micro-batch
-    uint16_t last_bucket = kNoBucket;   // bucket of that micro-batch
+    uint32_t open_count = 0;           // samples in its latest micro-batch
+    uint16_t last_bucket = kNoBucket;  // bucket of that micro-batch
   };
   std::vector<Bin> st(bins);
   BinHeap heap(bins);
   if (in.start) {
-    if (in.start->load.size() != bins || in.start->offset.size() != bins || in.coarse_threshold > 0 || in.images_first ||
-        in.contiguous)
-      throw std::logic_error("balanced: start loads need one load and offset per bin and a one-phase deal");
+    if (in.start->load.size() != bins || in.start->offset.size() != bins ||
+        in.coarse_threshold > 0 || in.images_first || in.contiguous)
+      throw std::logic_error(
+          "balanced: start loads need one load and offset per bin and a one-phase deal");
     std::vector<int64_t> keys(bins);
     for (uint64_t j = 0; j < bins; ++j)
-      st[j].load = in.start->load[j], st[j].offset = in.start->offset[j], keys[j] = st[j].load - st[j].offset;
+      st[j].load = in.start->load[j], st[j].offset = in.start->offset[j],
+      keys[j] = st[j].load - st[j].offset;
     heap = BinHeap(bins, &keys);
   }
   // A piece of n samples of bucket b, from position `next` of the pool, to bin j: written (with
@@ -162,7 +168,8 @@ BinCounts deal_bins(uint64_t bins, const DealInputs& in, BinWriter* w) {
     }
   };
   // Given pieces: each whole to the bin of least load - offset (replay_deal writes them).
-  if (w && !in.pieces.empty()) throw std::logic_error("balanced: given pieces are dealt by the counting pass only");
+  if (w && !in.pieces.empty())
+    throw std::logic_error("balanced: given pieces are dealt by the counting pass only");
   for (const DealInputs::Piece& p : in.pieces) {
     const auto [load, j] = heap.top();
     Bin& s = st[j];
@@ -197,8 +204,9 @@ BinCounts deal_bins(uint64_t bins, const DealInputs& in, BinWriter* w) {
         const uint32_t j = uint32_t(cut_bin);
         Bin& s = st[j];
         const bool merge = s.last_bucket == b && int64_t(s.open_count) < in.mem_cap[b];
-        const int64_t n = std::min<int64_t>({int64_t(std::max<uint64_t>(quota - cut_have, 1)), int64_t(end - next),
-                                             merge ? in.mem_cap[b] - int64_t(s.open_count) : in.mem_cap[b]});
+        const int64_t n = std::min<int64_t>(
+            {int64_t(std::max<uint64_t>(quota - cut_have, 1)), int64_t(end - next),
+             merge ? in.mem_cap[b] - int64_t(s.open_count) : in.mem_cap[b]});
         place(j, s, b, next, n, merge);
         s.load += n * in.per[b] + (merge ? 0 : in.fixed[b]);
         next += uint64_t(n), cut_have += uint64_t(n), cut_left -= uint64_t(n);
@@ -216,7 +224,8 @@ BinCounts deal_bins(uint64_t bins, const DealInputs& in, BinWriter* w) {
       for (uint64_t j = 0; j < bins; ++j) c.load[j] = st[j].load;
       const std::vector<int64_t> offset = phase_two_offsets(c, in.world_size, fine);
       std::vector<int64_t> keys(bins);
-      for (uint64_t j = 0; j < bins; ++j) st[j].offset = offset[j], keys[j] = st[j].load - offset[j];
+      for (uint64_t j = 0; j < bins; ++j)
+        st[j].offset = offset[j], keys[j] = st[j].load - offset[j];
       heap = BinHeap(bins, &keys);
     }
     uint64_t next = in.pool->begin[b];
@@ -230,7 +239,9 @@ BinCounts deal_bins(uint64_t bins, const DealInputs& in, BinWriter* w) {
       Bin& s = st[j];
       const bool merge = !in.whole && s.last_bucket == b && int64_t(s.open_count) < cap;
       const int64_t gap = heap.second() - load - (merge ? 0 : fixed);
-      int64_t n = in.whole ? cap : std::max<int64_t>(merge ? 1 : min_new, gap > 0 ? (gap + per - 1) / per : 1);
+      int64_t n = in.whole
+                      ? cap
+                      : std::max<int64_t>(merge ? 1 : min_new, gap > 0 ? (gap + per - 1) / per : 1);
       n = std::min<int64_t>({n, int64_t(end - next), merge ? cap - int64_t(s.open_count) : cap});
       place(j, s, b, next, n, merge);
       next += uint64_t(n);
@@ -240,13 +251,15 @@ BinCounts deal_bins(uint64_t bins, const DealInputs& in, BinWriter* w) {
   }
   for (uint64_t j = 0; j < bins; ++j) {
     c.load[j] = st[j].load;
-    if (!w) c.samples[j] = st[j].samples, c.mbs[j] = st[j].mbs, c.tokens[j] = st[j].tokens, c.images[j] = st[j].images;
+    if (!w)
+      c.samples[j] = st[j].samples, c.mbs[j] = st[j].mbs, c.tokens[j] = st[j].tokens,
+      c.images[j] = st[j].images;
   }
   return c;
 }
 
-BinWriter lay_out_bins(Plan& plan, const BinCounts& c, const std::vector<uint32_t>& perm, bool pad_empty,
-                       uint64_t spare_ids) {
+BinWriter lay_out_bins(Plan& plan, const BinCounts& c, const std::vector<uint32_t>& perm,
+                       bool pad_empty, uint64_t spare_ids) {
   const uint64_t bins = perm.size();
   BinWriter w;
   w.plan = &plan;
@@ -281,7 +294,8 @@ void replay_deal(const BinCounts& c, const DealInputs& in, BinWriter& w) {
       w.put(*in.pool, uint32_t(e >> 32), p.bucket, next[p.bucket], int64_t(p.n), false);
       next[p.bucket] += p.n;
     }
-    if (i != in.pieces.size()) throw std::logic_error("balanced: the deal's log does not match its pieces");
+    if (i != in.pieces.size())
+      throw std::logic_error("balanced: the deal's log does not match its pieces");
     return;
   }
   for (size_t b : in.order) {
@@ -303,13 +317,15 @@ void replay_deal(const BinCounts& c, const DealInputs& in, BinWriter& w) {
 // samples (images) this gives few micro-batches per bin, where LPT gives every bin a piece
 // of every bucket. Both passes make identical decisions.
 BinCounts deal_contiguous(uint64_t bins, const DealInputs& in, BinWriter* w) {
-  if (in.start) throw std::logic_error("balanced: a contiguous cut lays the bins out anew; no start loads");
+  if (in.start)
+    throw std::logic_error("balanced: a contiguous cut lays the bins out anew; no start loads");
   BinCounts c(bins, true);  // its decisions need the sample counts in both passes
   double remaining = in.contiguous_total;
   if (!(remaining > 0))
     for (size_t b : in.order) {
       const double n = double(in.pool->begin[b + 1] - in.pool->begin[b]);
-      remaining += n * double(in.per[b]) + double(in.fixed[b]) * std::ceil(n / double(in.mem_cap[b]));
+      remaining +=
+          n * double(in.per[b]) + double(in.fixed[b]) * std::ceil(n / double(in.mem_cap[b]));
     }
   uint64_t j = 0;
   double target = remaining / double(bins);
@@ -330,7 +346,8 @@ BinCounts deal_contiguous(uint64_t bins, const DealInputs& in, BinWriter* w) {
       }
       const double room = target - double(c.load[j]) - double(fixed);
       const double fit = std::ceil(room / double(per));
-      int64_t n = j + 1 == bins || fit >= double(end - next) ? int64_t(end - next) : std::max<int64_t>(1, int64_t(fit));
+      int64_t n = j + 1 == bins || fit >= double(end - next) ? int64_t(end - next)
+                                                             : std::max<int64_t>(1, int64_t(fit));
       n = std::min<int64_t>({n, int64_t(end - next), cap});
       if (left > later) n = std::min<int64_t>(n, int64_t(left - later));
       left -= uint64_t(n);

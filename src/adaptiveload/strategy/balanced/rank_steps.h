@@ -108,8 +108,8 @@ struct BinCounts {
 // appended, the ids (with room for spare_ids more) and micro-batches sized, and the writer's
 // cursors per bin returned. pad_empty: an empty bin gets one micro-batch, for its caller to
 // write a padded repeat into.
-BinWriter lay_out_bins(Plan& plan, const BinCounts& c, const std::vector<uint32_t>& perm, bool pad_empty,
-                       uint64_t spare_ids);
+BinWriter lay_out_bins(Plan& plan, const BinCounts& c, const std::vector<uint32_t>& perm,
+                       bool pad_empty, uint64_t spare_ids);
 // Deals every sample of in.pool (buckets in in.order) longest first to the least-loaded of
 // `bins` bins, with water filling for short samples and the two phases of
 // DealInputs::coarse_threshold; with a writer, also writes the plan's ids and micro-batches.

@@ -47,19 +47,23 @@ namespace adaptiveload {
 namespace {
 
 // `pool` gains the one-GPU samples' ids again, in the order they are written (appended).
-Plan plan_step(const BalancedProblem& pr, BucketedPool& pool, const GroupBuckets& c, uint64_t K, __int128 work) {
+Plan plan_step(const BalancedProblem& pr, BucketedPool& pool, const GroupBuckets& c, uint64_t K,
+               __int128 work) {
   const uint64_t W = uint64_t(pr.world_size);
   const Ticks share = Ticks(work / __int128(K * W));  // per rank-step
   // Wide micro-batches (placed here) and one-GPU ones (one candidate of the dealing below).
   std::vector<GroupItem> items, ones;
   for (size_t b = 0; b < c.g.size(); ++b)
-    cut_bucket(c.g[b] > 1 ? items : ones, c, pr, b, pool.begin[b], pool.begin[b + 1], batch_for(c, b, share / 4));
+    cut_bucket(c.g[b] > 1 ? items : ones, c, pr, b, pool.begin[b], pool.begin[b + 1],
+               batch_for(c, b, share / 4));
   std::vector<uint32_t> order(items.size());
   std::iota(order.begin(), order.end(), 0u);
   std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-    return items[a].group != items[b].group ? items[a].group > items[b].group : items[a].cost > items[b].cost;
+    return items[a].group != items[b].group ? items[a].group > items[b].group
+                                            : items[a].cost > items[b].cost;
   });
-  std::stable_sort(ones.begin(), ones.end(), [](const GroupItem& a, const GroupItem& b) { return a.cost > b.cost; });
+  std::stable_sort(ones.begin(), ones.end(),
+                   [](const GroupItem& a, const GroupItem& b) { return a.cost > b.cost; });
   std::vector<int64_t> clock(K * W, 0);
   std::vector<uint64_t> where(items.size());  // t * W + first rank of its block
   // Rank-ticks of the wide items from position i on and of every one-GPU item (128-bit: a sum
@@ -105,7 +109,8 @@ Plan plan_step(const BalancedProblem& pr, BucketedPool& pool, const GroupBuckets
     // instead of spreading every room thin.
     std::set<std::pair<int64_t, uint64_t>> rooms;  // (room, j * K + t)
     for (uint64_t t = 0; t < K; ++t)
-      for (uint64_t j = 0; j < per_step; ++j) rooms.insert({level[t] - clock[t * W + j * uint64_t(g)], j * K + t});
+      for (uint64_t j = 0; j < per_step; ++j)
+        rooms.insert({level[t] - clock[t * W + j * uint64_t(g)], j * K + t});
     for (; i < order.size() && items[order[i]].group == g; ++i) {
       const Ticks cost = items[order[i]].cost;
       auto it = rooms.lower_bound({cost, 0});
@@ -131,11 +136,13 @@ Plan plan_step(const BalancedProblem& pr, BucketedPool& pool, const GroupBuckets
     DealInputs::StartLoads start;
     start.load.resize(K * W), start.offset.resize(K * W);
     for (uint64_t t = 0; t < K; ++t)
-      for (uint64_t r = 0; r < W; ++r) start.load[r * K + t] = clock[t * W + r], start.offset[r * K + t] = level[t];
+      for (uint64_t r = 0; r < W; ++r)
+        start.load[r * K + t] = clock[t * W + r], start.offset[r * K + t] = level[t];
     start.samples.assign(K * W, 0), start.images.assign(K * W, 0), start.tokens.assign(K * W, 0);
     for (const uint32_t n : order) {  // each wide micro-batch once, at its block's first rank
       const uint64_t j = (where[n] % W) * K + where[n] / W;
-      start.samples[j] += items[n].count, start.tokens[j] += uint64_t(items[n].count) * uint64_t(in.tokens[items[n].bucket]);
+      start.samples[j] += items[n].count,
+          start.tokens[j] += uint64_t(items[n].count) * uint64_t(in.tokens[items[n].bucket]);
       if (in.image[items[n].bucket]) start.images[j] += items[n].count;
     }
     in.start = &start;
@@ -146,13 +153,15 @@ Plan plan_step(const BalancedProblem& pr, BucketedPool& pool, const GroupBuckets
     // Written as balanced writes its plan (replay_deal), rank-step by rank-step, into ids
     // appended to the pool's: each micro-batch then is one item over consecutive ids.
     Plan one;
-    BinWriter w = lay_out_bins(one, d.counts, d.perm, false, 0);  // position x: rank x % W of step x / W
+    BinWriter w =
+        lay_out_bins(one, d.counts, d.perm, false, 0);  // position x: rank x % W of step x / W
     replay_deal(d.counts, d.inputs, w);
     const uint64_t mbs = one.micro_batches.size();
     const uint64_t base = pool.ids.size();
     pool.ids.insert(pool.ids.end(), one.sample_ids.begin(), one.sample_ids.end());
     std::vector<uint32_t>().swap(one.sample_ids);
-    items.reserve(items.size() + mbs), where.reserve(items.size() + mbs), order.reserve(items.size() + mbs);
+    items.reserve(items.size() + mbs), where.reserve(items.size() + mbs),
+        order.reserve(items.size() + mbs);
     for (uint64_t x = 0; x < K * W; ++x)
       for (uint64_t m = one.rank_begin[x]; m < one.rank_begin[x + 1]; ++m) {
         const MicroBatch& mb = one.micro_batches[m];
@@ -167,25 +176,30 @@ Plan plan_step(const BalancedProblem& pr, BucketedPool& pool, const GroupBuckets
   for (uint32_t n : order)
     for (int k = 0; k < items[n].group; ++k) ++count[where[n] + uint64_t(k)];
   std::vector<std::vector<uint32_t>> ones_of_step;  // built only when some rank-step is empty
-  std::priority_queue<std::pair<uint32_t, uint32_t>> largest;  // (count, item) of one-GPU items; lazily current
+  std::priority_queue<std::pair<uint32_t, uint32_t>>
+      largest;  // (count, item) of one-GPU items; lazily current
   for (uint64_t t = 0; t < K; ++t)
     for (uint64_t r = 0; r < W; ++r) {
       if (count[t * W + r]) continue;
       if (ones_of_step.empty()) {
         ones_of_step.resize(K);
         for (uint32_t n : order)
-          if (items[n].group == 1) ones_of_step[where[n] / W].push_back(n), largest.push({items[n].count, n});
+          if (items[n].group == 1)
+            ones_of_step[where[n] / W].push_back(n), largest.push({items[n].count, n});
       }
       size_t best = SIZE_MAX;
       for (uint32_t n : ones_of_step[t])
-        if (items[n].count > 1 && (best == SIZE_MAX || items[n].count > items[best].count)) best = n;
+        if (items[n].count > 1 && (best == SIZE_MAX || items[n].count > items[best].count))
+          best = n;
       if (best == SIZE_MAX) {
         // None in this step: the largest one-GPU micro-batch of any step gives half.
-        while (!largest.empty() && items[largest.top().second].count != largest.top().first) largest.pop();
+        while (!largest.empty() && items[largest.top().second].count != largest.top().first)
+          largest.pop();
         if (!largest.empty() && largest.top().first > 1) best = largest.top().second;
       }
       // Otherwise the smallest group any bucket has; its aligned block is empty too (blocks nest).
-      const GroupItem moved = best != SIZE_MAX ? split_half(items[best], pr) : group_padding(pr, pool, c, int(W));
+      const GroupItem moved =
+          best != SIZE_MAX ? split_half(items[best], pr) : group_padding(pr, pool, c, int(W));
       const uint64_t first = r - r % moved.group;
       items.push_back(moved);
       where.push_back(t * W + first);
@@ -193,12 +207,14 @@ Plan plan_step(const BalancedProblem& pr, BucketedPool& pool, const GroupBuckets
       for (uint64_t k = 0; k < moved.group; ++k) count[t * W + first + k] = 1;
       if (moved.count > 1 && !moved.padded) ones_of_step[t].push_back(uint32_t(items.size() - 1));
       if (best != SIZE_MAX) largest.push({items[best].count, uint32_t(best)});
-      if (moved.group == 1 && !moved.padded) largest.push({moved.count, uint32_t(items.size() - 1)});
+      if (moved.group == 1 && !moved.padded)
+        largest.push({moved.count, uint32_t(items.size() - 1)});
     }
   // A block's micro-batches of one bucket become one, as large as memory allows: the same
   // work with fewer fixed costs.
   {
-    std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>> open;  // (block, bucket) -> head, tail
+    std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>>
+        open;  // (block, bucket) -> head, tail
     const uint64_t nb = c.g.size();
     for (uint32_t n : order) {
       const uint64_t key = where[n] * nb + items[n].bucket;
@@ -210,13 +226,16 @@ Plan plan_step(const BalancedProblem& pr, BucketedPool& pool, const GroupBuckets
           f->second.second = n;
           items[n].merged = 1;
           head.count += items[n].count;
-          head.cost = group_ticks(pr, MicroShape::uniform(head.count, (*pr.buckets)[head.bucket]), head.group);
+          head.cost = group_ticks(pr, MicroShape::uniform(head.count, (*pr.buckets)[head.bucket]),
+                                  head.group);
           continue;
         }
       }
       open[key] = {n, n};
     }
-    order.erase(std::remove_if(order.begin(), order.end(), [&](uint32_t n) { return items[n].merged != 0; }), order.end());
+    order.erase(std::remove_if(order.begin(), order.end(),
+                               [&](uint32_t n) { return items[n].merged != 0; }),
+                order.end());
   }
   // Lists in placement order (largest group first), steps shuffled.
   std::vector<uint32_t> perm(K);
@@ -241,23 +260,27 @@ Plan plan_step(const BalancedProblem& pr, BucketedPool& pool, const GroupBuckets
 
 // One micro-sync plan for target tau, the one-GPU fill of a wide slot cut to at most
 // fill_cap (both ticks).
-Plan micro_once(const PlanProblem& pr, const BucketedPool& pool, const GroupBuckets& c, uint64_t K, Ticks tau,
-                Ticks fill_cap) {
+Plan micro_once(const PlanProblem& pr, const BucketedPool& pool, const GroupBuckets& c, uint64_t K,
+                Ticks tau, Ticks fill_cap) {
   const uint64_t W = uint64_t(pr.world_size);
   const size_t nb = c.g.size();
   // Wide micro-batches, longest first, packed into slots on aligned free blocks.
   std::vector<GroupItem> items;
   std::vector<uint64_t> next(pool.begin.begin(), pool.begin.end() - 1);  // one-GPU samples left
   for (size_t b = 0; b < nb; ++b)
-    if (c.g[b] > 1) cut_bucket(items, c, pr, b, pool.begin[b], pool.begin[b + 1], batch_for(c, b, tau)), next[b] = pool.begin[b + 1];
-  std::stable_sort(items.begin(), items.end(), [](const GroupItem& a, const GroupItem& b) { return a.cost > b.cost; });
+    if (c.g[b] > 1)
+      cut_bucket(items, c, pr, b, pool.begin[b], pool.begin[b + 1], batch_for(c, b, tau)),
+          next[b] = pool.begin[b + 1];
+  std::stable_sort(items.begin(), items.end(),
+                   [](const GroupItem& a, const GroupItem& b) { return a.cost > b.cost; });
   std::vector<std::vector<uint32_t>> slots;  // per slot, item index per rank (UINT32_MAX: free)
   std::vector<Ticks> slot_max;
   constexpr size_t kOpenSlots = 4;  // recent slots a wide micro-batch may still join
   for (uint32_t n = 0; n < items.size(); ++n) {
     const uint64_t g = items[n].group;
     bool placed = false;
-    for (size_t s = slots.size() > kOpenSlots ? slots.size() - kOpenSlots : 0; s < slots.size() && !placed; ++s)
+    for (size_t s = slots.size() > kOpenSlots ? slots.size() - kOpenSlots : 0;
+         s < slots.size() && !placed; ++s)
       for (uint64_t first = 0; first < W && !placed; first += g) {
         bool free = true;
         for (uint64_t k = 0; k < g && free; ++k) free = slots[s][first + k] == UINT32_MAX;
@@ -283,7 +306,8 @@ Plan micro_once(const PlanProblem& pr, const BucketedPool& pool, const GroupBuck
       if (left > best_work) best_work = left, best = b;
     }
     if (best == SIZE_MAX) return false;
-    const uint64_t n = std::min<uint64_t>(pool.begin[best + 1] - next[best], uint64_t(batch_for(c, best, ticks)));
+    const uint64_t n =
+        std::min<uint64_t>(pool.begin[best + 1] - next[best], uint64_t(batch_for(c, best, ticks)));
     items.push_back(group_item(pr, next[best], uint32_t(n), uint16_t(best), 1));
     next[best] += n;
     return true;
@@ -315,8 +339,10 @@ Plan micro_once(const PlanProblem& pr, const BucketedPool& pool, const GroupBuck
   for (size_t b : ones) at_tau[b] = batch_for(c, b, tau);
   const MicroCut rest = cut_for_slots(pr, pool, next, K > made ? K - made : 0, {at_tau});
   const size_t first_rest = items.size();
-  for (const SlotItem& x : rest.items) items.push_back(group_item(pr, x.begin, x.count, x.bucket, 1));
-  for (uint64_t k = 0; k < rest.missing; ++k) items.push_back(group_padding(pr, pool, c, 1));  // what no split made up
+  for (const SlotItem& x : rest.items)
+    items.push_back(group_item(pr, x.begin, x.count, x.bucket, 1));
+  for (uint64_t k = 0; k < rest.missing; ++k)
+    items.push_back(group_padding(pr, pool, c, 1));  // what no split made up
   Rng ranks = problem_rng(pr, kPurposeSlotRanks);
   for (size_t n = first_rest; n < items.size(); n += W) {
     slots.emplace_back(W);
@@ -330,20 +356,23 @@ Plan micro_once(const PlanProblem& pr, const BucketedPool& pool, const GroupBuck
       const GroupItem& it = items[slots[s][r]];
       if (r % it.group == 0) key[s] += batch_weight(pr, it.bucket, it.count);  // once per group
     }
-  const SlotSteps st = steps_of_slots(pr, key, std::min<uint64_t>(K, slots.size()), kPurposeStepOrder);
+  const SlotSteps st =
+      steps_of_slots(pr, key, std::min<uint64_t>(K, slots.size()), kPurposeStepOrder);
   const uint64_t steps = st.step_begin.size() - 1;
   std::vector<uint64_t> begin(steps * W + 1, 0);
   std::vector<uint32_t> lists;
   lists.reserve(slots.size() * W);
   for (uint64_t t = 0; t < steps; ++t)
     for (uint64_t r = 0; r < W; ++r) {
-      for (uint64_t k = st.step_begin[t]; k < st.step_begin[t + 1]; ++k) lists.push_back(slots[st.order[k]][r]);
+      for (uint64_t k = st.step_begin[t]; k < st.step_begin[t + 1]; ++k)
+        lists.push_back(slots[st.order[k]][r]);
       begin[t * W + r + 1] = lists.size();
     }
   return write_group_plan(pr, pool, items, begin, lists, steps);
 }
 
-Plan plan_micro(const PlanProblem& pr, const BucketedPool& pool, const GroupBuckets& c, uint64_t K, __int128 work) {
+Plan plan_micro(const PlanProblem& pr, const BucketedPool& pool, const GroupBuckets& c, uint64_t K,
+                __int128 work) {
   const uint64_t W = uint64_t(pr.world_size);
   // tau: the longest micro-batch any bucket's memory admits, at most a slot per step.
   Ticks tau = 0;
@@ -358,7 +387,8 @@ Plan plan_micro(const PlanProblem& pr, const BucketedPool& pool, const GroupBuck
   shrink_to_steps(K, p.num_steps(), 8, [&](uint64_t have) -> std::optional<uint64_t> {
     fill_cap = tau;
     // tau times max(1/4, 0.9 have / K), exactly: tau max(36 have, 10 K) / (40 K).
-    tau = Ticks(__int128(tau) * std::max<__int128>(__int128(36) * have, __int128(10) * K) / (__int128(40) * K));
+    tau = Ticks(__int128(tau) * std::max<__int128>(__int128(36) * have, __int128(10) * K) /
+                (__int128(40) * K));
     Plan q = micro_once(pr, pool, c, K, tau, fill_cap);
     if (q.num_steps() <= have) return std::nullopt;
     p = std::move(q);
@@ -373,12 +403,14 @@ Plan plan_balanced_groups(const BalancedProblem& pr) {
   const uint64_t W = uint64_t(pr.world_size);
   BucketedPool pool = shuffled_by_bucket(pr);
   if (pool.ids.empty()) return empty_plan(pr, "balanced");
-  if (pool.ids.size() > UINT32_MAX) throw ConfigError("balanced: more than 2^32 samples in one epoch");
+  if (pool.ids.size() > UINT32_MAX)
+    throw ConfigError("balanced: more than 2^32 samples in one epoch");
   const GroupBuckets c = group_bucket_costs(pr);
   for (size_t b = 0; b < c.g.size(); ++b)
     if (pool.begin[b + 1] > pool.begin[b] && (W % uint64_t(c.g[b]) != 0))
-      throw ConfigError("balanced: sequence-parallel group of " + std::to_string(c.g[b]) + " for bucket " +
-                        (*pr.buckets)[b].name() + " does not divide the world size " + std::to_string(W));
+      throw ConfigError("balanced: sequence-parallel group of " + std::to_string(c.g[b]) +
+                        " for bucket " + (*pr.buckets)[b].name() +
+                        " does not divide the world size " + std::to_string(W));
   // Rank-ticks of the epoch's work, each bucket at its largest micro-batch (its fixed cost
   // spread over the cap, rounded to the nearest tick per bucket).
   __int128 work = 0;
@@ -395,9 +427,11 @@ Plan plan_balanced_groups(const BalancedProblem& pr) {
   // At most as many steps as give every rank a sample in each (a group's sample counts on
   // each of its g ranks); beyond that the steps would be padding.
   uint64_t rank_samples = 0;
-  for (size_t b = 0; b < c.g.size(); ++b) rank_samples += (pool.begin[b + 1] - pool.begin[b]) * uint64_t(c.g[b]);
+  for (size_t b = 0; b < c.g.size(); ++b)
+    rank_samples += (pool.begin[b + 1] - pool.begin[b]) * uint64_t(c.g[b]);
   K = std::max<uint64_t>(1, std::min<uint64_t>(K, rank_samples / W));
-  return pr.layout.lockstep_slots() ? plan_micro(pr, pool, c, K, work) : plan_step(pr, pool, c, K, work);
+  return pr.layout.lockstep_slots() ? plan_micro(pr, pool, c, K, work)
+                                    : plan_step(pr, pool, c, K, work);
 }
 
 }  // namespace adaptiveload

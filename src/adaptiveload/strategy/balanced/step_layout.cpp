@@ -8,7 +8,8 @@
 namespace adaptiveload {
 
 // Epoch ticks of a dealing once bins are laid out as steps by `perm`.
-int64_t epoch_ticks(const BinCounts& c, const std::vector<uint32_t>& perm, int W, int64_t allreduce) {
+int64_t epoch_ticks(const BinCounts& c, const std::vector<uint32_t>& perm, int W,
+                    int64_t allreduce) {
   int64_t total = 0;
   for (size_t t = 0; t < perm.size() / size_t(W); ++t) {
     int64_t mx = 0;
@@ -34,8 +35,8 @@ std::vector<uint32_t> shuffled_steps(const std::vector<uint32_t>& laid, int W, R
   rng.shuffle(step_perm);
   std::vector<uint32_t> out(laid.size());
   for (uint64_t t = 0; t < K; ++t) {
-    std::copy(laid.begin() + int64_t(step_perm[t] * w), laid.begin() + int64_t((step_perm[t] + 1) * w),
-              out.begin() + int64_t(t * w));
+    std::copy(laid.begin() + int64_t(step_perm[t] * w),
+              laid.begin() + int64_t((step_perm[t] + 1) * w), out.begin() + int64_t(t * w));
     rng.shuffle(out.data() + t * w, w);
   }
   return out;
@@ -51,7 +52,8 @@ double batch_dev_of(double x, double mean) { return std::abs(x - mean) / mean; }
 // A step's batch: the tokens (or samples) of its w bins from `step`.
 uint64_t step_batch(const BinCounts& c, const uint32_t* step, uint64_t w, bool by_tokens) {
   uint64_t x = 0;
-  for (uint64_t r = 0; r < w; ++r) x += by_tokens ? c.tokens[step[r]] : uint64_t(c.samples[step[r]]);
+  for (uint64_t r = 0; r < w; ++r)
+    x += by_tokens ? c.tokens[step[r]] : uint64_t(c.samples[step[r]]);
   return x;
 }
 
@@ -79,7 +81,8 @@ bool step_unmixed(const BinCounts& c, const uint32_t* step, uint64_t w, MixWante
 // `batch_dev` the largest |x_t - mean| / mean of the steps' tokens (or samples), `unmixed`
 // the share of steps without an image while the pool has one for every step, or without a
 // clip while it has one for every step.
-StepSpread step_spread(const BinCounts& c, const std::vector<uint32_t>& perm, int W, bool by_tokens) {
+StepSpread step_spread(const BinCounts& c, const std::vector<uint32_t>& perm, int W,
+                       bool by_tokens) {
   const uint64_t w = uint64_t(W), K = perm.size() / w;
   const MixWanted want = mix_wanted(c, perm, K);
   std::vector<double> x(K, 0);
@@ -103,7 +106,8 @@ StepSpread step_spread(const BinCounts& c, const std::vector<uint32_t>& perm, in
 // go together, W to a step, so that as few steps as possible wait on them; the others are
 // dealt in a snake by descending samples (or tokens) over the remaining steps, so that every
 // step gets a like mix and about the same global batch. Step order and ranks are shuffled.
-std::vector<uint32_t> stratified_bins(const BinCounts& c, int W, bool by_tokens, bool group_tall, Rng rng) {
+std::vector<uint32_t> stratified_bins(const BinCounts& c, int W, bool by_tokens, bool group_tall,
+                                      Rng rng) {
   const uint64_t bins = c.load.size(), w = uint64_t(W), K = bins / w;
   if (!group_tall) {
     // Every bin in the snake: the steps' global batches and mixes as even as the bins allow,
@@ -111,7 +115,8 @@ std::vector<uint32_t> stratified_bins(const BinCounts& c, int W, bool by_tokens,
     std::vector<uint32_t> all(bins);
     for (uint64_t j = 0; j < bins; ++j) all[j] = uint32_t(j);
     auto key = [&](uint32_t j) { return by_tokens ? c.tokens[j] : uint64_t(c.samples[j]); };
-    std::stable_sort(all.begin(), all.end(), [&](uint32_t a, uint32_t b) { return key(a) > key(b); });
+    std::stable_sort(all.begin(), all.end(),
+                     [&](uint32_t a, uint32_t b) { return key(a) > key(b); });
     std::vector<uint32_t> laid(bins);
     for (uint64_t i = 0; i < bins; ++i) laid[snake_step(i, K) * w + i / K] = all[i];
     return shuffled_steps(laid, W, rng);
@@ -141,8 +146,10 @@ std::vector<uint32_t> stratified_bins(const BinCounts& c, int W, bool by_tokens,
   const uint64_t K2 = K - tall_steps;
   if (K2 > 0) {
     auto key = [&](uint32_t j) { return by_tokens ? c.tokens[j] : uint64_t(c.samples[j]); };
-    std::stable_sort(rest.begin(), rest.end(), [&](uint32_t a, uint32_t b) { return key(a) > key(b); });
-    for (uint64_t i = 0; i < rest.size(); ++i) laid[(tall_steps + snake_step(i, K2)) * w + i / K2] = rest[i];
+    std::stable_sort(rest.begin(), rest.end(),
+                     [&](uint32_t a, uint32_t b) { return key(a) > key(b); });
+    for (uint64_t i = 0; i < rest.size(); ++i)
+      laid[(tall_steps + snake_step(i, K2)) * w + i / K2] = rest[i];
   }
   return shuffled_steps(laid, W, rng);
 }
@@ -156,8 +163,8 @@ std::vector<uint32_t> stratified_bins(const BinCounts& c, int W, bool by_tokens,
 // batch held, no step ends further from it than kMaxBatchDev or than the starting layout's
 // furthest step (more steps may come near that limit). Passes stop at the first after the
 // first that changes nothing.
-bool level_steps(const BinCounts& c, std::vector<uint32_t>& perm, int W, bool by_tokens, uint8_t hold,
-                 Rng rng) {
+bool level_steps(const BinCounts& c, std::vector<uint32_t>& perm, int W, bool by_tokens,
+                 uint8_t hold, Rng rng) {
   const uint64_t w = uint64_t(W), K = perm.size() / w;
   if (K < 2 || w < 2) return false;  // one rank a step: nothing to even
   const MixWanted want = mix_wanted(c, perm, K);
@@ -181,7 +188,8 @@ bool level_steps(const BinCounts& c, std::vector<uint32_t>& perm, int W, bool by
   bool any = false;
   for (int pass = 0; pass < kLevelPasses; ++pass) {
     for (uint64_t t = 0; t < K; ++t) order[t] = t, tops[t] = top(t);
-    std::stable_sort(order.begin(), order.end(), [&](uint64_t x, uint64_t y) { return tops[x] > tops[y]; });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](uint64_t x, uint64_t y) { return tops[x] > tops[y]; });
     bool changed = false;
     for (uint64_t i = uint64_t(pass % 2); i + 1 < K; i += 2) {
       const uint64_t s = order[i], u = order[i + 1];
@@ -189,7 +197,8 @@ bool level_steps(const BinCounts& c, std::vector<uint32_t>& perm, int W, bool by
       uint32_t* pu = perm.data() + u * w;
       std::copy(ps, ps + w, pool.begin());
       std::copy(pu, pu + w, pool.begin() + int64_t(w));
-      std::stable_sort(pool.begin(), pool.end(), [&](uint32_t x, uint32_t y) { return c.load[x] > c.load[y]; });
+      std::stable_sort(pool.begin(), pool.end(),
+                       [&](uint32_t x, uint32_t y) { return c.load[x] > c.load[y]; });
       const int64_t now = tops[s] + tops[u];
       const double limit = std::max({kMaxBatchDev, dist(ps), dist(pu)});
       const int mixed_now = unmixed(ps) + unmixed(pu);

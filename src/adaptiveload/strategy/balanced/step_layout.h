@@ -37,8 +37,8 @@ std::vector<uint32_t> stratified_bins(const BinCounts& c, int W, bool by_tokens,
 // no step without an image or a clip. Passes repeat until one after the first changes nothing
 // (at most kLevelPasses); the ranks of every changed step are shuffled with `rng`. Returns
 // whether any step changed (perm is unchanged otherwise); every change lowers epoch_ticks.
-bool level_steps(const BinCounts& c, std::vector<uint32_t>& perm, int W, bool by_tokens, uint8_t hold,
-                 Rng rng);
+bool level_steps(const BinCounts& c, std::vector<uint32_t>& perm, int W, bool by_tokens,
+                 uint8_t hold, Rng rng);
 constexpr int kLevelPasses = 4;
 
 }  // namespace adaptiveload
