@@ -123,7 +123,7 @@ def main():
 
     bad = []
     seen = {}  # (binary and arguments, test name) -> result: two binaries may hold the same names
-    for key, names, r in shards_done:
+    for key, _names, r in shards_done:
         seen.update({(key, n): v for n, v in r["results"].items()})
         failed = [n for n, v in r["results"].items() if v == "FAILED"]
         if r["rc"] != 0 or failed:
@@ -136,7 +136,7 @@ def main():
     for r in bad:
         print(f"---- {r['binary']} shard {r['shard']}: exit {r['rc']} ----")
         print(r["text"][-20000:])
-    for key, names, r in shards_done:
+    for _key, _names, r in shards_done:
         print(f"gtest_batches: {r['binary']} shard {r['shard']}: {len(r['results'])} tests in {r['seconds']:.0f} s")
     print(f"gtest_batches: {len(wanted)} gtest cases in {len(groups)} binaries/argument sets, "
           f"{len(jobs)} processes: {passed} passed, {skipped} skipped by the test, {len(failed)} failed, "

@@ -11,8 +11,10 @@ import torch  # noqa: F401  (loads libtorch before the extension)
 from ._torch_check import check_torch_release
 
 check_torch_release(torch.__version__)
-from . import _C  # noqa: F401  (registers torch.ops.adaptiveload.*)
-from . import nn
+from . import (
+    _C,  # noqa: F401  (registers torch.ops.adaptiveload.*)
+    nn,
+)
 from .ops import fused_adaln
 from .sampler import AdaptiveBatchSampler, PlannedStep
 

@@ -25,9 +25,21 @@ import time
 import torch
 
 from . import calibrate_step, co_runners, link
+
 # The fits and their errors (no torch), re-exported: calibrate.fit, calibrate.pack_price, ...
-from .calibrate_fit import (draw_packs, fit, fit_jitter, jitter_sigma, log_spread, pack_parts,  # noqa: F401
-                            pack_price, packs_path, rel_errors, shape_tokens, with_packs)
+from .calibrate_fit import (  # noqa: F401
+    draw_packs,
+    fit,
+    fit_jitter,
+    jitter_sigma,
+    log_spread,
+    pack_parts,
+    pack_price,
+    packs_path,
+    rel_errors,
+    shape_tokens,
+    with_packs,
+)
 from .calibrate_step import point_step  # calibrate.point_step, as before
 from .models import wan_dit
 from .packing import pack
@@ -181,7 +193,8 @@ def check_args(p: argparse.ArgumentParser, args) -> torch.device:
         p.error(f"--held-out: the {args.sweep or args.config} sweep has no held-out shapes (sweeps with them: "
                 f"{', '.join(sorted(HELD_OUT))})")
     if (args.sweep or args.config) not in SHAPES:
-        p.error(f"--config {args.config} has no sweep of its own; choose one with --sweep ({', '.join(sorted(SHAPES))})")
+        p.error(f"--config {args.config} has no sweep of its own; choose one with --sweep "
+                f"({', '.join(sorted(SHAPES))})")
     for name, v in (("--max-batch", args.max_batch), ("--reps", args.reps), ("--layers", args.layers),
                     ("--max-tokens", args.max_tokens), ("--threads", args.threads)):
         if v is not None and v < 1:

@@ -1,8 +1,9 @@
 """Processes that train beside a measurement (calibrate --co-runners): on one CPU host,
 torchrun's ranks compute at the same time and may share the caches, the memory bandwidth and,
 on a VM, the physical cores; where they do, a profile measured alone prices their micro-batches
-too low (docs/evaluation.md measured both kinds of host). Each co-runner trains the model (forward + backward, one thread) on the sweep's shapes in
-turn until told to stop, and counts its steps so the caller can show they ran."""
+too low (docs/evaluation.md measured both kinds of host). Each co-runner trains the model
+(forward + backward, one thread) on the sweep's shapes in turn until told to stop, and counts
+its steps so the caller can show they ran."""
 import contextlib
 import multiprocessing as mp
 import time

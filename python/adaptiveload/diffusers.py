@@ -14,8 +14,14 @@ The code is in two layers: diffusers_adaln.py (the fused adaLN patch, and the re
 the installed diffusers' Wan code that both calls rely on) and diffusers_packed.py (the packed
 forward, on top of it); this module names what users import from either.
 """
-from .diffusers_adaln import (KNOWN_SOURCES, UnrecognisedWanModelError, UnsupportedWanModelError, is_fused,
-                              restore_eager_adaln, use_fused_adaln)
+from .diffusers_adaln import (
+    KNOWN_SOURCES,
+    UnrecognisedWanModelError,
+    UnsupportedWanModelError,
+    is_fused,
+    restore_eager_adaln,
+    use_fused_adaln,
+)
 from .diffusers_packed import packed_forward
 
 __all__ = ["use_fused_adaln", "restore_eager_adaln", "is_fused", "packed_forward", "UnrecognisedWanModelError",

@@ -9,8 +9,10 @@ from typing import Optional
 
 import torch
 
-from . import _C  # noqa: F401  (registers the ops)
-from . import _fake  # noqa: F401  (registers their fake kernels)
+from . import (
+    _C,  # noqa: F401  (registers the ops)
+    _fake,  # noqa: F401  (registers their fake kernels)
+)
 
 
 def fused_adaln(

@@ -15,9 +15,9 @@ torch.cuda.max_memory_allocated). One JSON line per dtype at the end.
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
-import statistics
 import time
 
 import torch

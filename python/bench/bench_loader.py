@@ -25,10 +25,9 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
+import adaptiveload  # noqa: E402
 import cache_fixtures  # noqa: E402
 import media_gen  # noqa: E402
-
-import adaptiveload  # noqa: E402
 from adaptiveload import data_rate  # noqa: E402
 from adaptiveload.cache import load_encoders, write_index, write_rows  # noqa: E402
 from adaptiveload.media import MediaDataset  # noqa: E402

@@ -31,9 +31,8 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
-import media_gen  # noqa: E402
-
 import adaptiveload  # noqa: E402
+import media_gen  # noqa: E402
 from adaptiveload.media import MediaDataset, collate_media  # noqa: E402
 
 

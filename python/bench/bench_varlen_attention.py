@@ -74,7 +74,7 @@ def bucketed(inp):
     """-> fn(requires_grad) running one scaled_dot_product_attention per bucket of equal lengths."""
     groups = buckets(inp["lengths"])
     batches = []
-    for n, idx in groups.items():  # [B, L, H, d] rows, as a model holds them
+    for _n, idx in groups.items():  # [B, L, H, d] rows, as a model holds them
         q, k, v = (torch.stack([inp["qkv"][i][j] for i in idx]).requires_grad_() for j in range(3))
         batches.append((idx, q, k, v, torch.stack([inp["grad"][i] for i in idx])))
 

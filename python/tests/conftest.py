@@ -21,8 +21,6 @@ def torchrun(nproc, log_dir, extra_paths=()):
     """(command prefix, environment) to run a script under torchrun (torch.distributed.run)
     with `nproc` local processes on CPU: the package (and `extra_paths`) importable, one
     OpenMP thread per process."""
-    import torch
-
     env = dict(os.environ)
     pkg_root = os.path.dirname(os.path.dirname(adaptiveload.__file__))
     env["PYTHONPATH"] = os.pathsep.join([pkg_root, *extra_paths] + [p for p in [env.get("PYTHONPATH")] if p])

@@ -113,7 +113,8 @@ def main(out_path, device_path, manifest_path):
             ropt.zero_grad(set_to_none=True)
             for row in by_step[st.step]:
                 x0, ctx = sample_data(row, shapes[row], c)
-                (wan_dit.flow_matching_loss(replay, x0, ctx, loss_gen(row)).mean() / (st.global_samples + st.padded_samples)).backward()
+                (wan_dit.flow_matching_loss(replay, x0, ctx, loss_gen(row)).mean()
+                 / (st.global_samples + st.padded_samples)).backward()
             ropt.step()
         rfinal = torch.cat([p.detach().reshape(-1) for p in rparams])
         result = {

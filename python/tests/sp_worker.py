@@ -260,7 +260,7 @@ def main(out_path, manifests):
         replay = make_model(c)  # the epoch without sequence parallelism, one process
         rparams = list(replay.parameters())
         ropt = torch.optim.SGD(rparams, lr=LR)
-        for size, ids in steps:
+        for _size, ids in steps:
             ropt.zero_grad(set_to_none=True)
             for i in ids:
                 x0, ctx = sample_data(i, samples[i][1], c)

@@ -18,10 +18,19 @@ pytest.importorskip("diffusers")
 pytest.importorskip("transformers")
 
 import adaptiveload  # noqa: E402
-from adaptiveload.cache import (CacheDataset, CacheEntryError, CacheShapeError, Encoders, collate_pack,  # noqa: E402
-                                collate_stack, load_encoders, write_index, write_rows)
-from adaptiveload.cache import _format  # noqa: E402
 import cache_fixtures as fx  # noqa: E402
+from adaptiveload.cache import (  # noqa: E402
+    CacheDataset,
+    CacheEntryError,
+    CacheShapeError,
+    Encoders,
+    _format,
+    collate_pack,
+    collate_stack,
+    load_encoders,
+    write_index,
+    write_rows,
+)
 from conftest import HERE, run_guarded, torchrun  # noqa: E402
 
 SAMPLER = dict(model="tiny-dit", grid="tiny", device="cpu", world_size=1, rank=0, seed=0)
@@ -251,7 +260,7 @@ def to_musubi(reference, out):
     image_video_dataset.py's names: the item's original size in the name, latents [C, f, h, w])."""
     os.makedirs(out)
     rows = []
-    for i, line in enumerate(open(os.path.join(reference, "index.jsonl"))):
+    for _i, line in enumerate(open(os.path.join(reference, "index.jsonl"))):
         r = json.loads(line)
         entry = adaptiveload.cache.read_entry(os.path.join(reference, r["path"]), r["source_row"],
                                               (16, 1 + (r["num_frames"] - 1) // 4, r["height"] // 8, r["width"] // 8))

@@ -43,4 +43,5 @@ def test_a_co_runner_that_dies_is_reported_by_name():
 def test_bad_co_runner_counts_are_refused(bad, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         calibrate.main(["--config", "tiny", "--device", "cpu", "--out", str(tmp_path / "p.json"), *bad])
-    assert e.value.code == 2 and "--co-runners must be a count of processes from 0 (off) to 256" in capsys.readouterr().err
+    assert e.value.code == 2
+    assert "--co-runners must be a count of processes from 0 (off) to 256" in capsys.readouterr().err

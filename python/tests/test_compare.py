@@ -1,6 +1,7 @@
 """compare's tables (adaptiveload.training.compare, which examples/compare.py runs) without
-training: the repetitions' medians and ranges, the paired ratios, the split of a measured epoch beside its prediction, and the speed probe
-(moved out of test_diffusers_wan.py, which skips without diffusers; these need none)."""
+training: the repetitions' medians and ranges, the paired ratios, the split of a measured epoch
+beside its prediction, and the speed probe (moved out of test_diffusers_wan.py, which skips
+without diffusers; these need none)."""
 import json
 
 import pytest

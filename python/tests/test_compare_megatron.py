@@ -9,7 +9,6 @@ import pytest
 
 from adaptiveload import _C
 from adaptiveload._manifest import load_manifest
-
 from conftest import REPO
 
 spec = importlib.util.spec_from_file_location("compare_megatron", os.path.join(REPO, "bench", "compare_megatron.py"))

@@ -21,6 +21,7 @@ import functools
 
 import pytest
 import torch
+
 from conftest import as_loaded_in_bf16
 
 pytest.importorskip("diffusers")

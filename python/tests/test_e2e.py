@@ -32,7 +32,7 @@ def planned_ids(strategy, world_size, steps):
         s = adaptiveload.AdaptiveBatchSampler(MANIFESTS, model="tiny-dit", device="cpu", grid="tiny",
                                               strategy=strategy, world_size=world_size, rank=r, mem_budget=4096,
                                               checkpointing=False, on_bad_row="skip", on_oversize="skip")
-        for t, st in zip(range(steps), s.steps()):
+        for _t, st in zip(range(steps), s.steps()):
             for mb in st.micro_batches:
                 ids.update(mb)
     return ids

@@ -25,7 +25,9 @@ import shutil
 import subprocess
 import sys
 import time
-from conftest import kill_tree, torchrun as run_under_torchrun  # noqa: E402
+
+from conftest import kill_tree
+from conftest import torchrun as run_under_torchrun
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SEED = 5

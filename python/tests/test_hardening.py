@@ -437,7 +437,7 @@ def test_load_state_dict_inside_a_loop_raises():
     s = sampler()
     state = sampler().state_dict()
     with pytest.raises(RuntimeError, match=r"load_state_dict\(\) was called while an iteration"):
-        for i, mb in enumerate(s):
+        for i, _mb in enumerate(s):
             if i == 1:
                 s.load_state_dict(state)
 
@@ -454,7 +454,7 @@ def test_set_epoch_inside_a_dataloader_loop_raises():
     s = sampler(world_size=2)
     loader = DataLoader(RowIds(), batch_sampler=s, num_workers=0)
     with pytest.raises(RuntimeError, match=r"set_epoch\(1\)"):
-        for i, batch in enumerate(loader):
+        for i, _batch in enumerate(loader):
             if i == 1:
                 s.set_epoch(1)
 
@@ -490,7 +490,7 @@ def test_loops_that_use_set_epoch_correctly_run_whole_epochs():
         got.append(mb)
     assert got == epoch(5)
     # A loop left early (break), then the next epoch: no error, the new epoch is whole.
-    for i, mb in enumerate(s):
+    for i, _mb in enumerate(s):
         if i == 2:
             break
     s.set_epoch(6)

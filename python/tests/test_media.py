@@ -8,10 +8,9 @@ import pytest
 import torch
 
 import adaptiveload
+import media_gen
 from adaptiveload import media
 from adaptiveload.media import BadMediaError, MediaDataset, collate_media
-
-import media_gen
 
 pytestmark = [pytest.mark.skipif(not media_gen.have_ffmpeg(), reason="the ffmpeg command is not installed"),
               pytest.mark.filterwarnings("ignore:AdaptiveBatchSampler:UserWarning")]  # the plan's mix on tiny sets
@@ -107,7 +106,7 @@ def test_epoch_moves_the_window_and_keys_may_carry_it(tmp_path):
 
 
 def test_captions_from_the_manifest(tmp_path):
-    clip = _flat_clip(str(tmp_path), "c.mkv", frames=20)
+    _flat_clip(str(tmp_path), "c.mkv", frames=20)
     manifest = tmp_path / "m.jsonl"
     manifest.write_text('{"path": "c.mkv", "num_frames": 20, "height": 96, "width": 96, "fps": 30, '
                         '"text": "a grey square, caf\\u00e9"}\n')

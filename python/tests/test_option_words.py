@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 
-from adaptiveload import AdaptiveBatchSampler, _C
+from adaptiveload import _C, AdaptiveBatchSampler
 
 FIELDS = ["path", "num_frames", "height", "width", "fps"]
 # A CLI flag in a message: --word, or a one-letter -w, where a word starts.
@@ -115,7 +115,7 @@ def drive(tmp_path, rows=(), **kw):
         warnings.simplefilter("always")
         try:
             AdaptiveBatchSampler(**kw)
-        except Exception as e:  # noqa: BLE001: every refusal's text is checked
+        except Exception as e:  # noqa: BLE001  (every refusal's text is checked)
             texts.append(f"{type(e).__name__}: {e}")
     texts += [str(w.message) for w in caught]
     return texts

@@ -55,7 +55,8 @@ def test_steps_global_counts_and_lockstep():
     for t, steps in enumerate(zip(*per_rank)):
         assert [st.step for st in steps] == [t] * 3
         assert len({(st.global_samples, st.global_tokens, st.padded_samples) for st in steps}) == 1
-        assert sum(len(mb) for st in steps for mb in st.micro_batches) == steps[0].global_samples + steps[0].padded_samples
+        assert (sum(len(mb) for st in steps for mb in st.micro_batches)
+                == steps[0].global_samples + steps[0].padded_samples)
         assert steps[0].global_tokens > 0 and all(st.micro_batches for st in steps)
     # balanced: ranks may run different numbers of micro-batches; len counts them per rank.
     assert sum(len(s) for s in ss) == sum(len(st.micro_batches) for p in per_rank for st in p)

@@ -130,7 +130,8 @@ def test_online_adaptation_keeps_the_profiles_cost_per_sample_of_a_pack(tmp_path
         times = []
         for s, st in zip(ss, steps):
             p = s._planner(2)
-            times.append(sum(p.micro_batch_seconds(mb) for mb in st.micro_batches) * 1.2 * (1 + 0.03 * (2 * rng.random() - 1)))
+            times.append(sum(p.micro_batch_seconds(mb) for mb in st.micro_batches) * 1.2
+                         * (1 + 0.03 * (2 * rng.random() - 1)))
         for s in ss:
             s.observe_step(steps[0].step, times)
     assert ss[0].adaptations, "no refit in the epoch"

@@ -16,9 +16,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from conftest import DATASETS, HERE, run_guarded, torchrun
 from adaptiveload import sequence_parallel as spl
 from adaptiveload.models import wan_dit
+from conftest import DATASETS, HERE, run_guarded, torchrun
 
 RTOL, ATOL = 1e-5, 1e-6
 HANG_TIMEOUT_S = 240
@@ -262,7 +262,7 @@ def test_torchrun_planned_epoch_with_groups_of_1_2_4(tmp_path):
     for e in records:
         by_mb[(e["step"], e["ranks"][0], tuple(e["rows"]))].append(e)
     trained = collections.Counter()
-    for (step, first, rows), es in by_mb.items():
+    for (step, _first, rows), es in by_mb.items():
         assert sorted(e["rank"] for e in es) == es[0]["ranks"], (step, rows)
         assert sorted(e["position"] for e in es) == list(range(len(es)))
         for k, tokens in enumerate(es[0]["tokens"]):

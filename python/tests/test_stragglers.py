@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from adaptiveload import AdaptiveBatchSampler, _C
+from adaptiveload import _C, AdaptiveBatchSampler
 from conftest import DATASETS
 
 MANIFEST = [os.path.join(DATASETS, "taichi_hd.csv"), os.path.join(DATASETS, "coco2017_val_images.csv")]
@@ -98,7 +98,8 @@ def test_a_straggler_mid_epoch_is_found_within_two_refits_and_idle_falls_to_the_
     blind = make(**plan)
     blind_times, _ = run([blind], straggler)
     blind_idle = idle(blind_times[settled:], sync)
-    print(f"\n{sync} sync, packing {packing}: straggler rank {SLOW_RANK} at {SLOW}x from step {onset} of {learner[0].num_steps}, refits every {every}: "
+    print(f"\n{sync} sync, packing {packing}: straggler rank {SLOW_RANK} at {SLOW}x from step {onset} of "
+          f"{learner[0].num_steps}, refits every {every}: "
           f"found at step {first['step']} (factor {first['ranks'][SLOW_RANK]}), settled at step {settled}; idle of "
           f"steps {settled}.. : learned {100 * learned_idle:.2f}%, stated-speed plan {100 * stated_idle:.2f}%, "
           f"uniform balanced {100 * blind_idle:.2f}%")

@@ -70,11 +70,15 @@ def timer_spy(monkeypatch):
             active[0] = False
             return super().__exit__(*exc)
     monkeypatch.setattr(train_dit, "Timer", Spied)
+
+    def spy_on(name, draw):  # binds this draw's name and function now, not the loop's last
+        def spy(*a, **k):
+            seen.append((name, active[0]))
+            return draw(*a, **k)
+        return spy
+
     for name in ("make_batch", "sample_inputs", "pack_inputs"):
-        def spy(*a, _draw=getattr(train_dit, name), _name=name, **k):
-            seen.append((_name, active[0]))
-            return _draw(*a, **k)
-        monkeypatch.setattr(train_dit, name, spy)
+        monkeypatch.setattr(train_dit, name, spy_on(name, getattr(train_dit, name)))
     return seen
 
 

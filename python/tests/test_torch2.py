@@ -250,7 +250,8 @@ def test_fp64_matches_the_eager_formula_to_fp64_precision():
     torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
     # float32 modulation with float64 x (the modulation may be float32 or x's dtype)
     y32 = adaptiveload.fused_adaln(x, shift.float(), scale.float(), w, b)
-    ref32 = torch.nn.functional.layer_norm(x, (29,), w, b, eps=EPS) * (1 + scale.float().double()) + shift.float().double()
+    ref32 = (torch.nn.functional.layer_norm(x, (29,), w, b, eps=EPS) * (1 + scale.float().double())
+             + shift.float().double())
     torch.testing.assert_close(y32, ref32, rtol=1e-12, atol=1e-12)
 
 

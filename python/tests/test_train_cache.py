@@ -15,8 +15,8 @@ if not (torch.distributed.is_available() and torch.distributed.is_gloo_available
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
 import adaptiveload  # noqa: E402
-from adaptiveload.cache import load_encoders  # noqa: E402
 import cache_fixtures as fx  # noqa: E402
+from adaptiveload.cache import load_encoders  # noqa: E402
 from adaptiveload.training import train_dit  # noqa: E402
 from conftest import REPO, run_guarded, torchrun  # noqa: E402
 

@@ -312,7 +312,8 @@ def test_interleaved_runs_train_what_they_train_one_after_another(tmp_path):
     # Sequential: every equal_tokens line before every balanced line. Interleaved: the steps in
     # the order they ran alternate between the strategies while both still have steps.
     order = lambda log: [s for i, s in enumerate(e["strategy"] for e in log)  # noqa: E731
-                         if i == 0 or (log[i - 1]["strategy"], log[i - 1]["step"]) != (log[i]["strategy"], log[i]["step"])]
+                         if i == 0
+                         or (log[i - 1]["strategy"], log[i - 1]["step"]) != (log[i]["strategy"], log[i]["step"])]
     assert order(seq) == sorted(order(seq), key=["equal_tokens", "balanced"].index)
     turns = order(inter)
     steps = {s: turns.count(s) for s in ("equal_tokens", "balanced")}

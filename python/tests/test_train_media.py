@@ -17,10 +17,9 @@ if not (torch.distributed.is_available() and torch.distributed.is_gloo_available
 
 import adaptiveload  # noqa: E402
 import media_gen  # noqa: E402
+from adaptiveload.training import train_dit  # noqa: E402
 from conftest import REPO, run_guarded, torchrun  # noqa: E402
 from test_train_cache import TRAIN_RTOL, read_logs  # noqa: E402
-
-from adaptiveload.training import train_dit  # noqa: E402
 
 SCRIPT = os.path.join(REPO, "examples", "train_dit.py")
 pytestmark = [pytest.mark.skipif(not media_gen.have_ffmpeg(), reason="the ffmpeg command is not installed"),
@@ -90,8 +89,9 @@ def test_vae_from_a_folder_is_the_one_trained_with(media, tmp_path):
     """--vae loads a local diffusers folder: the tiny VAE the cache tests save (the same config
     and seed as the default tiny VAE) gives the default's losses, sample for sample, and the
     same VAE with other weights gives other losses (the folder's weights are the ones used)."""
-    import cache_fixtures
     from diffusers import AutoencoderKLWan
+
+    import cache_fixtures
 
     same = cache_fixtures.make_models(str(tmp_path / "models"))["vae"]
     other = AutoencoderKLWan.from_pretrained(same)
@@ -102,7 +102,8 @@ def test_vae_from_a_folder_is_the_one_trained_with(media, tmp_path):
     base = train_args(media, "off", "ddp") + ["--world-size", "2"]
     threads = torch.get_num_threads()
     try:
-        for name, extra in (("default", []), ("same", ["--vae", same]), ("other", ["--vae", str(tmp_path / "other_vae")])):
+        for name, extra in (("default", []), ("same", ["--vae", same]),
+                            ("other", ["--vae", str(tmp_path / "other_vae")])):
             train_dit.main(base + extra + ["--log-samples", str(tmp_path / f"{name}.jsonl")])
     finally:
         torch.set_num_threads(threads)

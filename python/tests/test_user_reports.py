@@ -34,7 +34,8 @@ def test_an_unreachable_global_batch_is_a_warning(tmp_path):
     with pytest.warns(UserWarning, match=r"plans 124 steps, not the 1,000 of the global batch.*fill at most 124"):
         s = AdaptiveBatchSampler(m, world_size=8, rank=0, global_batch="steps:1000")
     assert s.num_steps == 124
-    with pytest.warns(UserWarning, match=r"not the 997 of the global batch \(samples:1\): 997 samples on 8 ranks fill at most 124"):
+    with pytest.warns(UserWarning,
+                      match=r"not the 997 of the global batch \(samples:1\): 997 samples on 8 ranks fill at most 124"):
         AdaptiveBatchSampler(m, world_size=8, rank=0, global_batch="samples:1", strategy="dual")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a reachable step count plans without a word about it
@@ -43,14 +44,16 @@ def test_an_unreachable_global_batch_is_a_warning(tmp_path):
 
 
 def test_repeated_paths_are_reported_skipped_or_refused():
-    with pytest.warns(UserWarning, match=r"(?s)5,000 row\(s\) repeat the path of an earlier row.*same manifest given twice"):
+    with pytest.warns(UserWarning,
+                      match=r"(?s)5,000 row\(s\) repeat the path of an earlier row.*same manifest given twice"):
         s = AdaptiveBatchSampler([COCO, COCO], world_size=2, rank=0, strategy="dual")
     assert len(s.planned_rows()) > 5000
     with pytest.warns(UserWarning, match=r"left out \(on_duplicate='skip'\)"):
         s = AdaptiveBatchSampler([COCO, COCO], world_size=2, rank=0, strategy="dual", on_duplicate="skip")
     planned = s.planned_rows()
     assert len(planned) < 5000 and max(planned) < 5000  # only the first copy of each path
-    with pytest.raises(ValueError, match=r"coco2017_val_images.csv:2: path 'coco/val2017/000000397133.jpg' repeats row 0"):
+    with pytest.raises(ValueError,
+                       match=r"coco2017_val_images.csv:2: path 'coco/val2017/000000397133.jpg' repeats row 0"):
         AdaptiveBatchSampler([COCO, COCO], world_size=2, rank=0, on_duplicate="error")
     with pytest.raises(ValueError, match="on_duplicate"):
         AdaptiveBatchSampler(COCO, world_size=2, rank=0, on_duplicate="keep")
@@ -78,7 +81,8 @@ def test_step_samples_leave_the_padded_repeats_out():
     padded = 0
     for t, st in enumerate(steps[0]):
         run = sum(len(mb) for ranks in steps for mb in ranks[t].micro_batches)
-        repeats = sum(len(mb) for ranks in steps for mb, pad in zip(ranks[t].micro_batches, ranks[t].padded_micro_batches) if pad)
+        repeats = sum(len(mb) for ranks in steps
+                      for mb, pad in zip(ranks[t].micro_batches, ranks[t].padded_micro_batches) if pad)
         assert st.global_samples == run - repeats and st.padded_samples == repeats
         padded += repeats
     assert padded > 0  # the case this test is about

@@ -9,8 +9,16 @@ A cache folder is also a manifest: AdaptiveBatchSampler(cache_dir) and `adaptive
 musubi-tuner's cache folders are read the same way. See docs/data.md.
 """
 from .reader import CacheDataset, CacheEntryError, collate_pack, collate_stack, read_entry
-from .writer import (CacheReport, CacheShapeError, Encoders, load_encoders, load_vae, vae_encoder, write_index,
-                     write_rows)
+from .writer import (
+    CacheReport,
+    CacheShapeError,
+    Encoders,
+    load_encoders,
+    load_vae,
+    vae_encoder,
+    write_index,
+    write_rows,
+)
 
 __all__ = ["CacheDataset", "CacheEntryError", "collate_pack", "collate_stack", "read_entry", "CacheReport",
            "CacheShapeError", "Encoders", "load_encoders", "load_vae", "vae_encoder", "write_index", "write_rows"]

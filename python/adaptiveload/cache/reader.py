@@ -16,7 +16,7 @@ micro-batch's planned sample count: normalise the loss by the plan's counts (the
 never by the rows that arrived, so a skipped row changes no other sample's weight.
 """
 import os
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 import torch
 from safetensors import SafetensorError, safe_open

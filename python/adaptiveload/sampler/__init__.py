@@ -13,8 +13,16 @@ a rank's micro-batches and normalise the loss. See docs/python.md.
 # _adaptation (online refits), _state (state_dict / load_state_dict), _introspection, _step
 # (PlannedStep) and _sampler (the class over them).
 from ._adaptation import MIN_FIT_TOKEN_COUNTS, MIN_OBSERVATIONS
-from ._ranges import (COST_MODELS, MAX_COMP_BUDGET, MAX_INT64, MAX_MEM_BUDGET, MAX_SEED, MAX_STEP_SECONDS,
-                      MAX_WORLD_SIZE, strategies)
+from ._ranges import (
+    COST_MODELS,
+    MAX_COMP_BUDGET,
+    MAX_INT64,
+    MAX_MEM_BUDGET,
+    MAX_SEED,
+    MAX_STEP_SECONDS,
+    MAX_WORLD_SIZE,
+    strategies,
+)
 from ._sampler import AdaptiveBatchSampler
 from ._state import STATE_FORMAT, STATE_VERSION
 from ._step import PlannedStep

@@ -11,10 +11,26 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 
 from .. import _checks
-from ._ranges import (ADAPT_KINDS, COST_MODELS, GLOBAL_BATCH_FORMS, MAX_COMP_BUDGET, MAX_INT64, MAX_MEM_BUDGET,
-                      MAX_SEED, MAX_SP_SIZE, MAX_WORLD_SIZE, ON_BAD_ROW, ON_DUPLICATE, ON_OVERSIZE, PACKINGS, SHARDINGS,
-                      SP_POLICIES,
-                      SYNCS, strategies, words)
+from ._ranges import (
+    ADAPT_KINDS,
+    COST_MODELS,
+    GLOBAL_BATCH_FORMS,
+    MAX_COMP_BUDGET,
+    MAX_INT64,
+    MAX_MEM_BUDGET,
+    MAX_SEED,
+    MAX_SP_SIZE,
+    MAX_WORLD_SIZE,
+    ON_BAD_ROW,
+    ON_DUPLICATE,
+    ON_OVERSIZE,
+    PACKINGS,
+    SHARDINGS,
+    SP_POLICIES,
+    SYNCS,
+    strategies,
+    words,
+)
 
 WHERE = "AdaptiveBatchSampler: "  # the prefix of the constructor's errors and warnings
 

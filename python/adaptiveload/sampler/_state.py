@@ -61,8 +61,8 @@ class _State:
         repeated (a step that was only partly handed out is planned again, as its optimizer
         step never ran). A state saved at the end of epoch e leaves nothing to iterate; the
         iteration after that one repeats epoch e, or runs the later epoch set_epoch() had
-        chosen before the load (set_epoch after the load starts it at once). Raises ValueError for a corrupted state or one saved for
-        another manifest, options, strategy or seed."""
+        chosen before the load (set_epoch after the load starts it at once). Raises ValueError
+        for a corrupted state or one saved for another manifest, options, strategy or seed."""
         if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
             raise ValueError(f"not an adaptiveload sampler state (no 'format': {STATE_FORMAT!r})")
         if isinstance(state.get("version"), bool) or state.get("version") != STATE_VERSION:

@@ -19,8 +19,14 @@ compare runs it per strategy and writes the table (docs/evaluation.md). Its piec
 (the command line), inputs (random inputs at the planned buckets), data_feed (a latent
 cache's), subset (manifest subsets), metrics (timing and the metrics), build (the models).
 """
-from .distributed import (PackedForward, check_micro_batch_counts, finish_distributed, full_state_dict,
-                          init_distributed, parallelize)
+from .distributed import (
+    PackedForward,
+    check_micro_batch_counts,
+    finish_distributed,
+    full_state_dict,
+    init_distributed,
+    parallelize,
+)
 from .loss import buckets_loss, flow_matching_loss_of, loss_scale, step_loss
 
 __all__ = ["PackedForward", "check_micro_batch_counts", "finish_distributed", "full_state_dict", "init_distributed",

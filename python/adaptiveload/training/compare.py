@@ -117,7 +117,8 @@ def markdown(rows, meta):
     pct = lambda v: "-" if v is None else percent(v)  # noqa: E731
     num = lambda v, f="{:.2f}": "-" if v is None else f.format(v)  # noqa: E731
     for r in rows:
-        mem = "-" if r["peak_memory_gb"] is None else f"{r['peak_memory_gb']:.1f} GB ({pct(r['peak_memory_utilization'])})"
+        mem = ("-" if r["peak_memory_gb"] is None
+               else f"{r['peak_memory_gb']:.1f} GB ({pct(r['peak_memory_utilization'])})")
         out.append(f"| {r['strategy']} | {'on' if r['fused_adaln'] else 'off'} | {pct(r['imbalance'])} / "
                    f"{pct(r['imbalance_predicted'])} | {num(r['throughput_samples_per_s'])} / "
                    f"{num(r['throughput_predicted'])} | {num(r['tokens_per_s'], '{:.0f}')} | {mem} | "
@@ -155,7 +156,8 @@ def calibrate_profile(targs, path: str, max_batch: Optional[int], reps: int) -> 
     with open(path, "w") as f:
         f.write(profile + "\n")
     held_text = (f"; on {summary['held_out_points']} held-out points (shapes not fitted) median "
-                 f"{100 * summary['held_out_median_rel_error']:.1f}%, max {100 * summary['held_out_max_rel_error']:.1f}%"
+                 f"{100 * summary['held_out_median_rel_error']:.1f}%, "
+                 f"max {100 * summary['held_out_max_rel_error']:.1f}%"
                  if held else "")
     print(f"calibrated {a.model} ({a.config}, {c.layers} layers, sweep {sweep}) on {name}: {len(points)} points, fit "
           f"error median {100 * summary['median_rel_error']:.1f}%, max {100 * summary['max_rel_error']:.1f}%"
@@ -345,7 +347,8 @@ def markdown_repeated(rows, meta):
                    f"{pct(r['imbalance_median'])} [{pct(r['imbalance_min'])} - {pct(r['imbalance_max'])}] | "
                    f"{pct(r['imbalance_predicted'])}{jit(r, 'imbalance_predicted_jitter', pct)} | "
                    f"{r['samples_per_s_median']:.2f} [{r['samples_per_s_min']:.2f} - {r['samples_per_s_max']:.2f}] | "
-                   f"{r['samples_per_s_predicted']:.2f}{jit(r, 'samples_per_s_predicted_jitter', lambda v: f'{v:.2f}')} | "
+                   f"{r['samples_per_s_predicted']:.2f}"
+                   f"{jit(r, 'samples_per_s_predicted_jitter', lambda v: f'{v:.2f}')} | "
                    f"{sp} |" + cell(r))
     waited = [r for r in rows if r.get("idle_measured_runs")]
     if waited:

@@ -89,14 +89,37 @@ from ..models import wan_dit, wan_dit_packed
 from ..sampler import AdaptiveBatchSampler
 from .build import build_model
 from .data_feed import cache_feed, cache_inputs, check_feed_args, feed_order, media_encoder, media_feed, media_inputs
-from .distributed import (check_micro_batch_counts, exit_now, finish_distributed, full_state_dict,  # noqa: F401
-                          init_distributed, parallelize, sp_groups)
+from .distributed import (  # noqa: F401
+    check_micro_batch_counts,
+    exit_now,
+    finish_distributed,
+    full_state_dict,
+    init_distributed,
+    parallelize,
+    sp_groups,
+)
 from .inputs import make_batch, pack_inputs, sample_inputs
 from .loss import buckets_loss, flow_matching_loss_of, loss_scale, step_loss
-from .metrics import (Timer, interleaved_order, jitter_prediction, metrics, profile_inputs_timed,  # noqa: F401
-                      profile_jitter, sync_wait)
-from .options import (DEFAULT_MANIFESTS, PACKING_STRATEGIES, PACKINGS, PAPER, check_packed_model,  # noqa: F401
-                      inputs_timed_of, mem_budget_of, planned_runs, sampler_sync_options)
+from .metrics import (  # noqa: F401
+    Timer,
+    interleaved_order,
+    jitter_prediction,
+    metrics,
+    profile_inputs_timed,
+    profile_jitter,
+    sync_wait,
+)
+from .options import (  # noqa: F401
+    DEFAULT_MANIFESTS,
+    PACKING_STRATEGIES,
+    PACKINGS,
+    PAPER,
+    check_packed_model,
+    inputs_timed_of,
+    mem_budget_of,
+    planned_runs,
+    sampler_sync_options,
+)
 from .options import parse_args as _parse_args
 from .options import parser as _parser
 from .subset import load_subset, locate, report_left_out
