@@ -180,3 +180,17 @@ def cache_inputs(batch: list, c, seed: int, epoch: int, device, dtype, packed: b
         t, noise = _noise(s["row"], s["latent"].shape, seed, epoch)
         drawn.append((s["latent"], _text(s["text"], c.text_len), t, noise))
     return _stacked(drawn, device, dtype, packed)
+
+
+def loader_waits(feed, times: List[List[float]], world: int, ddp: bool) -> dict:
+    """The seconds each rank's trainer waited for the loader (--data cache / media) in the
+    measured steps, and that wait as a share of the rank's timed compute plus the wait; under
+    torchrun gathered from every rank (a collective: every rank calls it)."""
+    waits = [feed.wait_s.get(r, 0.0) for r in range(world)]
+    if ddp:
+        gathered = [None] * world
+        torch.distributed.all_gather_object(gathered, feed.wait_s.get(torch.distributed.get_rank(), 0.0))
+        waits = [float(w) for w in gathered]
+    compute = [sum(T[r] for T in times) for r in range(world)]
+    share = [w / (w + c) if w + c > 0 else 0.0 for w, c in zip(waits, compute)]
+    return {"data_wait_s": waits, "data_wait_share": share, "loader_workers": feed.loader.num_workers}

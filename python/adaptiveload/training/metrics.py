@@ -137,3 +137,22 @@ def interleaved_order(prices: List[List[float]]) -> List[tuple]:
             before += x
     keyed.sort()
     return [(k, i) for _, k, i in keyed]
+
+
+def say_result(r: dict, args, dist_rank: int) -> None:
+    """Rank 0 prints a run's line: measured and predicted idle and samples/s."""
+    if dist_rank != 0:
+        return
+    m, p = r["measured"], r["predicted"]
+    pk = f" packing={r['packing']:3s}" if args.packing != "off" or r["packing"] == "on" else ""
+    print(f"{r['strategy']:13s}{pk} fused={'on ' if r['fused_adaln'] else 'off'} "
+          f"imbalance {100 * m['imbalance']:5.1f}% "
+          f"(predicted {100 * p['imbalance']:5.1f}%)  {m['throughput_samples_per_s']:8.2f} samples/s "
+          f"(predicted {p['throughput_samples_per_s']:8.2f})  steps {m['steps']}"
+          + (f"  with jitter: imbalance {100 * p['with_jitter']['imbalance']:5.1f}% "
+             f"{p['with_jitter']['throughput_samples_per_s']:8.2f} samples/s" if "with_jitter" in p else "")
+          + (f"  idle at the barrier {100 * m['idle_measured']:5.1f}% (busy outside the timed compute "
+             f"{100 * m['outside_compute']:4.1f}%)" if "idle_measured" in m else "")
+          + ("  waited for data (s): " + " ".join(f"r{i} {w:.3f}" for i, w in enumerate(m["data_wait_s"]))
+             if "data_wait_s" in m else ""),
+          flush=True)

@@ -88,7 +88,16 @@ from .. import link
 from ..models import wan_dit, wan_dit_packed
 from ..sampler import AdaptiveBatchSampler
 from .build import build_model
-from .data_feed import cache_feed, cache_inputs, check_feed_args, feed_order, media_encoder, media_feed, media_inputs
+from .data_feed import (
+    cache_feed,
+    cache_inputs,
+    check_feed_args,
+    feed_order,
+    loader_waits,
+    media_encoder,
+    media_feed,
+    media_inputs,
+)
 from .distributed import (  # noqa: F401
     check_micro_batch_counts,
     exit_now,
@@ -107,6 +116,7 @@ from .metrics import (  # noqa: F401
     metrics,
     profile_inputs_timed,
     profile_jitter,
+    say_result,
     sync_wait,
 )
 from .options import (  # noqa: F401
@@ -515,39 +525,6 @@ def strategy_steps(args, strategy: str, fused: bool, dist_rank: int, dist_world:
         "plan_steps": total_steps,
         "adaptations": adaptations,
     }
-
-
-def say_result(r: dict, args, dist_rank: int) -> None:
-    """Rank 0 prints a run's line: measured and predicted idle and samples/s."""
-    if dist_rank != 0:
-        return
-    m, p = r["measured"], r["predicted"]
-    pk = f" packing={r['packing']:3s}" if args.packing != "off" or r["packing"] == "on" else ""
-    print(f"{r['strategy']:13s}{pk} fused={'on ' if r['fused_adaln'] else 'off'} "
-          f"imbalance {100 * m['imbalance']:5.1f}% "
-          f"(predicted {100 * p['imbalance']:5.1f}%)  {m['throughput_samples_per_s']:8.2f} samples/s "
-          f"(predicted {p['throughput_samples_per_s']:8.2f})  steps {m['steps']}"
-          + (f"  with jitter: imbalance {100 * p['with_jitter']['imbalance']:5.1f}% "
-             f"{p['with_jitter']['throughput_samples_per_s']:8.2f} samples/s" if "with_jitter" in p else "")
-          + (f"  idle at the barrier {100 * m['idle_measured']:5.1f}% (busy outside the timed compute "
-             f"{100 * m['outside_compute']:4.1f}%)" if "idle_measured" in m else "")
-          + ("  waited for data (s): " + " ".join(f"r{i} {w:.3f}" for i, w in enumerate(m["data_wait_s"]))
-             if "data_wait_s" in m else ""),
-          flush=True)
-
-
-def loader_waits(feed, times: List[List[float]], world: int, ddp: bool) -> dict:
-    """The seconds each rank's trainer waited for the loader (--data cache / media) in the
-    measured steps, and that wait as a share of the rank's timed compute plus the wait; under
-    torchrun gathered from every rank (a collective: every rank calls it)."""
-    waits = [feed.wait_s.get(r, 0.0) for r in range(world)]
-    if ddp:
-        gathered = [None] * world
-        torch.distributed.all_gather_object(gathered, feed.wait_s.get(torch.distributed.get_rank(), 0.0))
-        waits = [float(w) for w in gathered]
-    compute = [sum(T[r] for T in times) for r in range(world)]
-    share = [w / (w + c) if w + c > 0 else 0.0 for w, c in zip(waits, compute)]
-    return {"data_wait_s": waits, "data_wait_share": share, "loader_workers": feed.loader.num_workers}
 
 
 def main(argv=None, exit_process: bool = False) -> List[dict]:

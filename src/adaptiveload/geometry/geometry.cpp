@@ -75,6 +75,8 @@ std::array<int64_t, 4> latent_shape(const Bucket& b, const ModelPreset& m) {
           b.width / m.vae_w};
 }
 
+// long-function: one pass over the manifest's rows; its caches (the dense key map, the per-size
+// spatial choice) and the fixed rows' own buckets share locals
 Bucketing assign_buckets(const Manifest& manifest, const BucketGrid& grid,
                          const ModelPreset& model) {
   Bucketing out;

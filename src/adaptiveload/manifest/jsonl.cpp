@@ -29,6 +29,8 @@ bool fast_json_fields(std::string_view s, std::string_view (&out)[kColumns]) {
   return fast_json_object(s.data(), s.data() + s.size(), out) == s.data() + s.size();
 }
 
+// long-function: the JSONL fast path parsing one object (keys compared in place, strings scanned
+// 16 bytes at a time, numbers) in one loop: a hot loop, no calls per field
 const char* fast_json_object(const char* p, const char* const e,
                              std::string_view (&out)[kColumns]) {
   auto ws = [&] {

@@ -17,6 +17,8 @@ constexpr int kCompSearchPoints = 32;
 
 }  // namespace
 
+// long-function: M_mem, then the M_comp search (its expected-epoch formula and the small-pool full
+// search share the candidate grid), then the output checks, in order
 void Planner::resolve_budgets() {
   const auto& buckets = bucketing_.buckets;
   const std::vector<uint8_t> live = live_buckets(pool_, bucketing_.sample_bucket, buckets.size());

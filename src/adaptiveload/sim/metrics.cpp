@@ -231,6 +231,8 @@ std::string check_rank_memory(const Plan& plan, const SimEnv& env) {
   return "";
 }
 
+// long-function: one walk over the plan's steps, ranks and micro-batches that fills every metric
+// from the same per-rank clocks
 Metrics simulate(const Plan& plan, const SimEnv& env) {
   Metrics m;
   m.name = plan.strategy;

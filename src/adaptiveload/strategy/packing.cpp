@@ -1,4 +1,5 @@
-// Packed micro-batches: the greedy packer and balanced with packing (packing.h).
+// Packed micro-batches: the greedy packs and balanced with packing (packing.h; the greedy_pack
+// strategy is greedy_pack.cpp).
 //
 // balanced, packed. Every rank-step holds P packs and every pack ("bin") is dealt to the same
 // cost, so a step's ranks end together in step sync and a slot's ranks (one pack each) in
@@ -41,12 +42,6 @@ constexpr int kPackCandidates = 4;
 // form one load class (wider classes: steps nearer the global batch, a little slower).
 constexpr double kLoadClasses[] = {0.01, 0.03, 0.1};
 constexpr double kStratified = -1, kSlotsByLoad = -2;  // the other layouts' tags
-
-std::vector<Ticks> per_sample_ticks(const PlanProblem& pr) {
-  std::vector<Ticks> per(pr.buckets->size());
-  for (size_t b = 0; b < per.size(); ++b) per[b] = sample_ticks(pr, (*pr.buckets)[b]).per;
-  return per;
-}
 
 // A bin's cost in ticks from its work (ticks) and tokens: the cost model's pack formula, for a
 // bin of one pack, or of as many packs as its tokens need (`bin_packs` > 1: a rank-step in step
@@ -107,6 +102,8 @@ struct Deal {
   double batch_dev = 0;  // largest |tokens of a step - mean| / mean
 };
 
+// long-function: LPT with room and the short-sample sweep deal into the same heap and bins, so one
+// function keeps their shared state
 bool deal_packs(const BucketedPool& pool, const std::vector<size_t>& order,
                 const std::vector<Ticks>& per, const std::vector<int64_t>& tokens,
                 const PackRoom& pack_room, const PackCost& pc, uint64_t bins, Deal& d) {
@@ -372,6 +369,12 @@ void epoch_of(const PlanProblem& pr, Deal& d) {
 
 }  // namespace
 
+std::vector<Ticks> per_sample_ticks(const PlanProblem& pr) {
+  std::vector<Ticks> per(pr.buckets->size());
+  for (size_t b = 0; b < per.size(); ++b) per[b] = sample_ticks(pr, (*pr.buckets)[b]).per;
+  return per;
+}
+
 PackRoom PackRoom::of(const PlanProblem& pr) {
   PackRoom r;
   r.max_tokens = pr.mem_budget_tokens;
@@ -418,6 +421,8 @@ Packs greedy_packs(const PlanProblem& pr, const PackRoom& room, int64_t target_t
   return p;
 }
 
+// long-function: the candidate search over packs per rank-step, the held-batch choice and the
+// writing of the chosen deal share the deals in place (no copies past kSearchSamples samples)
 Plan plan_balanced_packed(const BalancedProblem& pr) {
   const uint64_t W = uint64_t(pr.world_size);
   Plan plan = empty_plan(pr, "balanced");
@@ -566,71 +571,6 @@ Plan plan_balanced_packed(const BalancedProblem& pr) {
         dropped.dropped.insert(dropped.dropped.end(), plan.ids(mb), plan.ids(mb) + mb.count);
     return dropped;
   }
-  return plan;
-}
-
-Plan plan_greedy_pack(const PlanProblem& pr) {
-  const uint64_t W = uint64_t(pr.world_size);
-  Plan plan = empty_plan(pr, "greedy_pack");
-  plan.packed = true;
-  const PackRoom room = PackRoom::of(pr);
-  // With a global batch of K steps, packs of the step's tokens over the ranks (one pack a
-  // rank-step, more where they do not fit the memory budget); free: packs of the budget.
-  const uint64_t K = pr.target_steps();
-  int64_t target = 0;
-  if (K > 0) {
-    double total = 0;
-    for (uint32_t id : pr.pool_ids()) total += double(pr.tokens((*pr.sample_bucket)[id]));
-    target = int64_t(std::max(1.0, std::floor(total / double(K * W))));
-  }
-  const Packs packs = greedy_packs(pr, room, target);
-  uint64_t np = packs.size();
-  if (np == 0) return plan;
-  if (np % W != 0 && pr.end_policy == EndPolicy::kDrop) {
-    // The last packs cannot give every rank one: their samples are dropped.
-    const uint64_t keep = np - np % W;
-    for (uint64_t k = keep; k < np; ++k)
-      plan.dropped.insert(plan.dropped.end(), packs.ids.begin() + int64_t(packs.begin[k]),
-                          packs.ids.begin() + int64_t(packs.begin[k + 1]));
-    np = keep;
-    if (np == 0) return plan;
-  }
-  // Rounds of W packs (one a rank), the last completed by padded repeats; the K steps take
-  // `base` or base + 1 rounds each (every rank of a step the same count), fewer steps when
-  // there are fewer rounds.
-  const uint64_t rounds = (np + W - 1) / W;
-  const uint64_t steps = K > 0 ? std::min(K, rounds) : rounds;
-  const uint64_t base = rounds / steps, extra = rounds % steps;
-  plan.sample_ids.assign(packs.ids.begin(), packs.ids.begin() + int64_t(packs.begin[np]));
-  // The padding sample: the cheapest of the pool, the first of it in the shuffled order.
-  const std::vector<Ticks> per = per_sample_ticks(pr);
-  uint32_t pad_id = packs.ids[0];
-  for (uint32_t id : packs.ids)
-    if (per[(*pr.sample_bucket)[id]] < per[(*pr.sample_bucket)[pad_id]]) pad_id = id;
-  uint64_t round = 0;
-  for (uint64_t t = 0; t < steps; ++t) {
-    const uint64_t a = base + (t < extra ? 1 : 0);
-    // Rank r of step t runs pack (round + i) * W + r for its a rounds i.
-    for (uint64_t r = 0; r < W; ++r) {
-      for (uint64_t i = 0; i < a; ++i) {
-        const uint64_t k = (round + i) * W + r;
-        MicroBatch mb;
-        if (k < np) {
-          mb.begin = uint32_t(packs.begin[k]),
-          mb.count = uint32_t(packs.begin[k + 1] - packs.begin[k]);
-          mb.bucket = pack_bucket(pr, plan.sample_ids.data() + mb.begin, mb.count);
-        } else {
-          mb.begin = uint32_t(plan.sample_ids.size()), mb.count = 1, mb.padded = 1;
-          mb.bucket = (*pr.sample_bucket)[pad_id];
-          plan.sample_ids.push_back(pad_id);
-        }
-        plan.micro_batches.push_back(mb);
-      }
-      plan.rank_begin.push_back(plan.micro_batches.size());
-    }
-    round += a;
-  }
-  total_steps(pr, plan);
   return plan;
 }
 

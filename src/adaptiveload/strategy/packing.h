@@ -45,6 +45,9 @@ Packs greedy_packs(const PlanProblem& pr, const PackRoom& room, int64_t target_t
 // else their bucket (a pack of one bucket is a bucketed micro-batch).
 uint16_t pack_bucket(const PlanProblem& pr, const uint32_t* ids, uint64_t n);
 
+// Each bucket's per-sample cost in ticks (sample_ticks(...).per), by bucket index.
+std::vector<Ticks> per_sample_ticks(const PlanProblem& pr);
+
 // balanced with packing: every pack of every rank-step dealt to the same cost (so rank-steps
 // in step sync and lockstep slots in micro sync are level alike); steps take a like mix of
 // packs (stratified by tokens), holding the global batch.

@@ -80,6 +80,8 @@ DealInputs deal_inputs(const PlanProblem& pr, const BucketedPool& pool,
   return in;
 }
 
+// long-function: the dealing candidates (minimum micro-batch shares, whole batches, images first)
+// are tried over the same inputs and compared in one place
 StepDeal deal_steps(const BalancedProblem& pr, const DealInputs& in, uint64_t K, int64_t allreduce,
                     std::vector<DealInputs> extra) {
   StepDeal out;
@@ -276,6 +278,8 @@ StepDeal deal_steps(const BalancedProblem& pr, const DealInputs& in, uint64_t K,
 
 Plan plan_balanced(const PlanProblem& pr) { return plan_balanced_with(BalancedProblem(pr)); }
 
+// long-function: the step-count search, the dealing and the in-place writing of the bins, in order,
+// over one set of deal inputs
 Plan plan_balanced_with(const BalancedProblem& pr) {
   if (pr.packing) return plan_balanced_packed(pr);
   if (!pr.bucket_group.empty()) return plan_balanced_groups(pr);

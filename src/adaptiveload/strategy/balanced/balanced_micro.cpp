@@ -22,6 +22,8 @@ namespace adaptiveload {
 // for the shortest epoch, computed from per-bucket counts (no pass over the samples); the
 // dual-constraint sizes themselves are one candidate. Slots are then grouped into the global
 // batch's steps (steps_of_slots): each step's ranks run the same number of micro-batches.
+// long-function: the tau search ranks candidate cuts computed from per-bucket counts; the ranking
+// and the expansion of the winner share the groups
 MicroCut cut_for_slots(const PlanProblem& pr, const BucketedPool& pool,
                        const std::vector<uint64_t>& from, uint64_t target,
                        const std::vector<std::vector<int64_t>>& sizes) {

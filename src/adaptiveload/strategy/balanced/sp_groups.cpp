@@ -47,6 +47,8 @@ namespace adaptiveload {
 namespace {
 
 // `pool` gains the one-GPU samples' ids again, in the order they are written (appended).
+// long-function: wide items placed by best fit, then the one-GPU ones dealt onto the same step
+// levels (lambda): both stages update the same clocks
 Plan plan_step(const BalancedProblem& pr, BucketedPool& pool, const GroupBuckets& c, uint64_t K,
                __int128 work) {
   const uint64_t W = uint64_t(pr.world_size);
