@@ -39,6 +39,15 @@ struct PlanOptions {
   // The files the options read (manifests, --profile, --fixed-config, preset files), named by
   // their flags, for the output check (output_files.h).
   std::vector<NamedFile> input_files() const;
+
+ private:
+  // add_to's options by topic, in --help's order: what to plan (manifests, presets, ranks,
+  // strategy, seed, epoch); budgets and cost model; memory layout, sync, global batch, sequence
+  // parallelism and packing; policies, the loader check and the output flags.
+  void add_input_options(CLI::App& app, bool with_manifest);
+  void add_budget_options(CLI::App& app);
+  void add_layout_options(CLI::App& app);
+  void add_policy_options(CLI::App& app);
 };
 
 // Everything the CLI computed for a set of strategies.
@@ -61,6 +70,7 @@ Comparison compare(const Planner& planner, const PlanOptions& o);
 Manifest load_manifests(const PlanOptions& o);
 Manifest demo_manifest(BadRowPolicy policy);
 
+// How a comparison is shown, defined in plan_report.cpp:
 // Human table and JSON object of a comparison; `inputs` describes manifests and budgets.
 void print_table(const Planner& planner, const Manifest& manifest, const Comparison& c,
                  std::ostream& out);

@@ -12,7 +12,9 @@
 namespace adaptiveload {
 namespace py {
 
+void bind_manifest(pybind11::module_& m);
 void bind_planner(pybind11::module_& m);
+void bind_registry(pybind11::module_& m);
 void bind_media(pybind11::module_& m);
 void bind_adaptation(pybind11::module_& m);
 
@@ -36,7 +38,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       PyErr_SetString(PyExc_ValueError, e.what());
     }
   });
+  // In the order the one bind_planner had: a class before the functions whose signatures
+  // (in their docstrings) name it.
+  al::py::bind_manifest(m);
   al::py::bind_planner(m);
+  al::py::bind_registry(m);
   al::py::bind_media(m);
   al::py::bind_adaptation(m);
   // The op's input checks, for the fake kernel (adaptiveload/_fake.py) on concrete shapes:
