@@ -1,7 +1,7 @@
 #pragma once
 // The planner's options: the one table the core's checks (Planner's constructors), the CLI's
 // parsing and help (cli/plan_options.cpp), the Python sampler (_C.option_ranges(),
-// python/csrc/planner_py.cpp) and the core's messages all read. A numeric option has bounds
+// python/csrc/registry_py.cpp) and the core's messages all read. A numeric option has bounds
 // (0 = auto where `zero_is_auto`); a named one its choices; a text one (a file, a preset, a
 // form the core parses) only its names. Each option has the CLI's flag and the sampler's
 // argument: a core message names an option through option_word() (util/option_word.h, defined

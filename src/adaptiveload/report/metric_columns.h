@@ -1,5 +1,5 @@
 #pragma once
-// The columns of a strategy comparison, one list for `plan`'s table (cli/plan_options.cpp)
+// The columns of a strategy comparison, one list for `plan`'s table (cli/plan_report.cpp)
 // and the report's summary table (report/html_report.cpp). Each column names the metric
 // field it shows (sim/metrics.h, metric_fields(): the key of `plan --json` and the report's
 // data-key) and says how each of the two tables writes it; `speedup` is the one column that
