@@ -24,16 +24,25 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 T_ALL=$(date +%s)
 
-# One compiler cache for this run's builds (build/, build-python/, the sanitizer and fuzz builds),
-# in the clone (.ccache, git-ignored; AL_CCACHE_DIR for another): the package build recompiles
-# the core and the CUDA kernels with the commands build/ used, and pip's isolated build in
-# python/tests/test_package_install.py does again. A fresh clone starts with an empty cache.
+# One compiler cache for the builds (build/, build-python/, the sanitizer and fuzz builds),
+# kept between runs in the user's cache folder (${XDG_CACHE_HOME:-~/.cache}/adaptiveload/ccache,
+# at most 5 GB; AL_CCACHE_DIR for another), as CI systems keep ccache's folder: the package
+# build recompiles the core and the CUDA kernels with the commands build/ used, pip's isolated
+# build in python/tests/test_package_install.py does again, and the next run (of any clone)
+# recompiles only what changed. ccache keys each object by the preprocessed source, the
+# compiler and every flag, so a hit is the object the compiler would make. A new machine starts
+# with an empty cache (docs/testing.md: the run's time cold and warm).
 # CC/CXX as CMake picks them by default (cc, c++): scikit-build-core would otherwise take
 # Python's sysconfig compiler (x86_64-linux-gnu-g++), the same g++ under another name, which
 # ccache keys apart.
 export CC="${CC:-cc}" CXX="${CXX:-c++}"
 if command -v ccache >/dev/null 2>&1; then
-  export CCACHE_DIR="${AL_CCACHE_DIR:-$PWD/.ccache}"
+  export CCACHE_DIR="${AL_CCACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/adaptiveload/ccache}"
+  export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
+  # Paths under the clone hashed relative to it, and the working folder left out of the key
+  # of objects with debug information: another clone of the same sources hits the same objects
+  # (their debug information then names that clone's folder as the compile folder).
+  export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"
   export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_CUDA_COMPILER_LAUNCHER=ccache
 fi
 names=()
