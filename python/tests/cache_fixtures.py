@@ -2,6 +2,7 @@
 (test_cache.py, and `python -m adaptiveload.cache --source cache_fixtures:SyntheticSource` in
 its subprocess runs). Nothing is downloaded: the VAE and the UMT5 encoder are built from small
 configs with a fixed seed, the tokenizer is a word-level `tokenizers` model over WORDS."""
+import json
 import os
 import time
 
@@ -94,3 +95,29 @@ def write_reference(sampler, encoders, out: str):
     rep = write_rows(sampler, SyntheticSource(sampler), encoders, out, rows)
     write_index(sampler, out, rows)
     return out, rep
+
+
+def to_musubi(reference, out):
+    """The reference cache rewritten as musubi-tuner writes a Wan cache (cache_io.py's keys,
+    image_video_dataset.py's names: the item's original size in the name, latents [C, f, h, w])."""
+    from safetensors.torch import save_file
+
+    import adaptiveload.cache
+
+    os.makedirs(out)
+    rows = []
+    for _i, line in enumerate(open(os.path.join(reference, "index.jsonl"))):
+        r = json.loads(line)
+        entry = adaptiveload.cache.read_entry(os.path.join(reference, r["path"]), r["source_row"],
+                                              (16, 1 + (r["num_frames"] - 1) // 4, r["height"] // 8, r["width"] // 8))
+        lat, text = entry["latent"], entry["text"]
+        _, f, h, w = lat.shape
+        key = f"item{r['source_row']:03d}"
+        window = f"_00000-{r['num_frames']:03d}" if r["num_frames"] > 1 else ""
+        meta = {"architecture": "wan", "width": str(r["width"] + 8), "height": str(r["height"] + 8),
+                "format_version": "1.0.1"}
+        name = f"{key}{window}_{r['width'] + 8:04d}x{r['height'] + 8:04d}_wan.safetensors"
+        save_file({f"latents_{f}x{h}x{w}_float32": lat}, os.path.join(out, name), metadata=meta)
+        save_file({"varlen_t5_float32": text}, os.path.join(out, f"{key}_wan_te.safetensors"), metadata=meta)
+        rows.append(r)
+    return rows

@@ -255,31 +255,9 @@ def test_bad_media_is_reported_and_left_out_of_the_cache(setup, encoders, tmp_pa
     assert write_index(s, str(tmp_path), [2, 3]) == 1
 
 
-def to_musubi(reference, out):
-    """The reference cache rewritten as musubi-tuner writes a Wan cache (cache_io.py's keys,
-    image_video_dataset.py's names: the item's original size in the name, latents [C, f, h, w])."""
-    os.makedirs(out)
-    rows = []
-    for _i, line in enumerate(open(os.path.join(reference, "index.jsonl"))):
-        r = json.loads(line)
-        entry = adaptiveload.cache.read_entry(os.path.join(reference, r["path"]), r["source_row"],
-                                              (16, 1 + (r["num_frames"] - 1) // 4, r["height"] // 8, r["width"] // 8))
-        lat, text = entry["latent"], entry["text"]
-        _, f, h, w = lat.shape
-        key = f"item{r['source_row']:03d}"
-        window = f"_00000-{r['num_frames']:03d}" if r["num_frames"] > 1 else ""
-        meta = {"architecture": "wan", "width": str(r["width"] + 8), "height": str(r["height"] + 8),
-                "format_version": "1.0.1"}
-        name = f"{key}{window}_{r['width'] + 8:04d}x{r['height'] + 8:04d}_wan.safetensors"
-        save_file({f"latents_{f}x{h}x{w}_float32": lat}, os.path.join(out, name), metadata=meta)
-        save_file({"varlen_t5_float32": text}, os.path.join(out, f"{key}_wan_te.safetensors"), metadata=meta)
-        rows.append(r)
-    return rows
-
-
 def test_musubi_folder_plans_like_the_equivalent_manifest_and_reads(reference, tmp_path):
     out = str(tmp_path / "musubi")
-    rows = to_musubi(reference, out)
+    rows = fx.to_musubi(reference, out)
     m = sampler_of(out)
     eq = sampler_of([{"path": r["path"], "num_frames": r["num_frames"], "height": r["height"], "width": r["width"],
                       "fps": 16 if r["num_frames"] > 1 else None} for r in rows])

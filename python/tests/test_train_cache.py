@@ -75,3 +75,28 @@ def test_torchrun_trains_every_cached_sample_once_with_loader_workers(cache, tmp
     assert got.keys() == ref.keys()
     for k, e in got.items():
         assert e["losses"] == pytest.approx(ref[k]["losses"], rel=TRAIN_RTOL), k
+
+
+def test_a_musubi_tuner_cache_folder_trains_like_the_cache_it_was_made_from(cache, tmp_path):
+    """A musubi-tuner latent cache folder (its file names and safetensors keys) is a training set:
+    train_dit --data cache on it, 2 ranks emulated in one process with 2 DataLoader workers,
+    trains every planned item once, in the steps and with the losses of the same samples read
+    from this project's own cache."""
+    musubi = str(tmp_path / "musubi")
+    fx.to_musubi(cache, musubi)
+    logs = {}
+    threads = torch.get_num_threads()
+    try:
+        for name, folder in (("own", cache), ("musubi", musubi)):
+            logs[name] = tmp_path / f"{name}.jsonl"
+            train_dit.main(train_args(folder, "off", "ddp") + ["--world-size", "2", "--num-workers", "2",
+                                                               "--log-samples", str(logs[name])])
+    finally:
+        torch.set_num_threads(threads)
+    got, ref = read_logs([logs["musubi"]]), read_logs([logs["own"]])
+    planned = adaptiveload.AdaptiveBatchSampler(musubi, model="tiny-dit", grid="tiny", device="cpu", world_size=2,
+                                                rank=0).planned_rows()
+    assert sorted(i for e in got.values() if not e["padded"] for i in e["ids"]) == sorted(planned)
+    assert len(planned) >= 8 and got.keys() == ref.keys()
+    for k, e in got.items():
+        assert e["losses"] == pytest.approx(ref[k]["losses"], rel=TRAIN_RTOL), k
