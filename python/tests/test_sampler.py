@@ -276,6 +276,19 @@ def read_rows(path):
         return list(csv.DictReader(f))
 
 
+def test_sp_takes_a_group_size_as_an_int_or_a_string():
+    """sp=2 is the group size the docs describe, as sp="2" (it was refused: 'got int 2'); a bool
+    or a float is not a group size, and a size the world cannot hold names sp."""
+    as_int = AdaptiveBatchSampler(TAICHI, world_size=4, rank=0, sp=2)
+    as_text = AdaptiveBatchSampler(TAICHI, world_size=4, rank=0, sp="2")
+    assert list(as_int) == list(as_text) and len(list(as_int)) > 0
+    for bad in (True, 2.0):
+        with pytest.raises(TypeError, match="sp must be auto, min, per-sample, off or a group size"):
+            AdaptiveBatchSampler(TAICHI, world_size=4, rank=0, sp=bad)
+    with pytest.raises(ValueError, match=r"'3' \(sp\)"):
+        AdaptiveBatchSampler(TAICHI, world_size=4, rank=0, sp=3)
+
+
 def test_manifest_forms_give_the_same_plan():
     rows = read_rows(TAICHI)[:400] + read_rows(COCO)[:300]
     as_dicts = [dict(r, fps=(float(r["fps"]) if r["fps"] else None), num_frames=int(r["num_frames"])) for r in rows]

@@ -150,6 +150,8 @@ def check_options(*, model, device, strategy, world_size, rank, seed, drop_last,
         _checks.choice(sync, where + "sync", SYNCS)
     if global_batch is not None:
         global_batch = _checks.string(global_batch, where + "global_batch", words(GLOBAL_BATCH_FORMS))
+    if isinstance(sp, int) and not isinstance(sp, bool):  # sp=2 as well as "2": a group size
+        sp = str(sp)
     sp = _checks.string(sp, where + "sp", words(SP_POLICIES + ("a group size",)))
     sp_sizes_text = _sp_sizes_text(sp_sizes)
     if adapt_every is not None:

@@ -57,7 +57,7 @@ class AdaptiveBatchSampler(_Cursor, _Adaptation, _State, _Introspection, Sampler
     sp: sequence parallelism, as the CLI's --sp: 'auto' (a sample that does not fit one GPU
       runs on a group of ranks: the smallest it fits, or larger where that shortens the
       epoch), 'min' (the smallest), 'per-sample' (groups tried even when every sample fits),
-      'off', or a group size for every sample ('4'). Each micro-batch
+      'off', or a group size for every sample (4 or '4'). Each micro-batch
       of steps() / schedule() comes with its group's ranks (PlannedStep.groups).
     sp_sizes: allowed group sizes (powers of two; used where they divide the world size and
       the model's heads and fit in a node), e.g. (1, 2, 4, 8) or "1,2,4".
