@@ -10,7 +10,8 @@
 //   micro sync  slot by slot (every rank keeps one micro-batch a slot): the slot's micro-batches
 //               go longest to fastest, and the samples of each bucket (of the whole slot when
 //               packed) are shared among the ranks holding them so that the slow rank's
-//               micro-batch finishes with the others.
+//               micro-batch finishes with the others; unpacked, where the others are at
+//               their memory, the slow rank gives up samples into slots of their own (trim).
 // Every micro-batch stays within its own rank's memory (rank_caps). Plans with sequence-
 // parallel groups are returned as they are (not yet dealt by speed).
 #include <vector>

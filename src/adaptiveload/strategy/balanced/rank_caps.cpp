@@ -1,0 +1,31 @@
+// rank_caps (rank_speeds.h): per rank, its micro-batch caps grown with its memory.
+#include <algorithm>
+#include <cmath>
+
+#include "adaptiveload/strategy/balanced/rank_speeds.h"
+
+namespace adaptiveload {
+
+RankCaps rank_caps(const PlanProblem& pr) {
+  const size_t W = size_t(pr.world_size), nb = pr.buckets->size();
+  const std::vector<int64_t> dual = dual_batch_sizes(pr);
+  RankCaps c;
+  c.batch.assign(W, std::vector<int64_t>(nb, 0));
+  const double room = pr.usable_bytes - pr.memory.static_bytes;
+  for (size_t r = 0; r < W; ++r) {
+    const double usable = pr.rank_usable_bytes.empty() ? pr.usable_bytes : pr.rank_usable_bytes[r];
+    // The rank's room for activations over the reference device's: what its budgets grow by.
+    const double grow = room > 0 ? std::max(1.0, (usable - pr.memory.static_bytes) / room) : 1.0;
+    c.usable.push_back(usable);
+    c.pack_tokens.push_back(std::floor(double(pr.mem_budget_tokens) * grow));
+    for (size_t b = 0; b < nb; ++b) {
+      const int64_t fits = pr.memory.max_batch((*pr.buckets)[b].tokens, usable);
+      const double wanted = std::floor(double(dual[b]) * grow);
+      c.batch[r][b] =
+          std::min<int64_t>(fits, std::max<int64_t>(dual[b], int64_t(std::min(wanted, 1e15))));
+    }
+  }
+  return c;
+}
+
+}  // namespace adaptiveload
