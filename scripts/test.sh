@@ -36,8 +36,11 @@ T_ALL=$(date +%s)
 # Python's sysconfig compiler (x86_64-linux-gnu-g++), the same g++ under another name, which
 # ccache keys apart.
 export CC="${CC:-cc}" CXX="${CXX:-c++}"
-if command -v ccache >/dev/null 2>&1; then
-  export CCACHE_DIR="${AL_CCACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/adaptiveload/ccache}"
+al_ccache_dir="${AL_CCACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/adaptiveload/ccache}"
+# Without ccache, or where its folder cannot be written (ccache would then fail every compile),
+# the builds run uncached.
+if command -v ccache >/dev/null 2>&1 && mkdir -p "$al_ccache_dir" 2>/dev/null && [ -w "$al_ccache_dir" ]; then
+  export CCACHE_DIR="$al_ccache_dir"
   export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
   # Paths under the clone hashed relative to it, and the working folder left out of the key
   # of objects with debug information: another clone of the same sources hits the same objects
