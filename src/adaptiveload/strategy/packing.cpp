@@ -562,16 +562,9 @@ Plan plan_balanced_packed(const BalancedProblem& pr) {
     if ((k + 1) % P == 0) plan.rank_begin.push_back(plan.micro_batches.size());
   }
   total_steps(pr, plan);
-  if (plan.padded_samples > 0 && pr.end_policy == EndPolicy::kDrop) {
-    // Fewer samples than ranks: the only step cannot give every rank work; drop it.
-    Plan dropped = empty_plan(pr, "balanced");
-    dropped.packed = true;
-    for (const MicroBatch& mb : plan.micro_batches)
-      if (!mb.padded)
-        dropped.dropped.insert(dropped.dropped.end(), plan.ids(mb), plan.ids(mb) + mb.count);
-    return dropped;
-  }
-  return plan;
+  // Fewer samples than ranks: the only step cannot give every rank work; dropped under
+  // --end-policy drop.
+  return drop_padded_only_step(pr, std::move(plan), "balanced");
 }
 
 }  // namespace adaptiveload

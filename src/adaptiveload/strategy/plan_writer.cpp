@@ -45,6 +45,16 @@ void total_steps(const PlanProblem& pr, Plan& plan) {
       }
 }
 
+Plan drop_padded_only_step(const PlanProblem& pr, Plan plan, const char* name) {
+  if (plan.padded_samples == 0 || pr.end_policy != EndPolicy::kDrop) return plan;
+  Plan dropped = empty_plan(pr, name);
+  dropped.packed = plan.packed;
+  for (const MicroBatch& mb : plan.micro_batches)
+    if (!mb.padded)
+      dropped.dropped.insert(dropped.dropped.end(), plan.ids(mb), plan.ids(mb) + mb.count);
+  return dropped;
+}
+
 PlanWriter::PlanWriter(const PlanProblem& pr, const char* name, bool with_groups)
     : pr_(pr), plan_(empty_plan(pr, name)), groups_(with_groups) {}
 

@@ -19,6 +19,11 @@ Plan empty_plan(const PlanProblem& pr, const char* name);
 // (aligned) rank.
 void total_steps(const PlanProblem& pr, Plan& plan);
 
+// Under --end-policy drop, a plan whose only step needed padded repeats to give every rank work
+// (fewer samples than ranks) becomes a plan with no steps that lists its trained samples as
+// dropped (named `name`, packed as `plan` was); any other plan is returned as it is.
+Plan drop_padded_only_step(const PlanProblem& pr, Plan plan, const char* name);
+
 class PlanWriter {
  public:
   // with_groups: record each micro-batch's group size (Plan::mb_group).

@@ -33,6 +33,7 @@
 #include <cmath>
 #include <memory>
 #include <stdexcept>
+#include <utility>
 
 #include "adaptiveload/strategy/balanced/rank_steps.h"
 #include "adaptiveload/strategy/balanced/step_layout.h"
@@ -397,15 +398,8 @@ Plan plan_balanced_with(const BalancedProblem& pr) {
     plan.sample_ids.push_back(pool.ids[pad.begin]);
   }
   total_steps(pr, plan);
-  if (plan.padded_samples > 0 && pr.end_policy == EndPolicy::kDrop) {
-    // The only step could not give every rank work: drop it.
-    Plan dropped = empty_plan(pr, "balanced");
-    for (const MicroBatch& mb : plan.micro_batches)
-      if (!mb.padded)
-        dropped.dropped.insert(dropped.dropped.end(), plan.ids(mb), plan.ids(mb) + mb.count);
-    return dropped;
-  }
-  return plan;
+  // The only step could not give every rank work: dropped under --end-policy drop.
+  return drop_padded_only_step(pr, std::move(plan), "balanced");
 }
 
 }  // namespace adaptiveload
