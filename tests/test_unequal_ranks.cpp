@@ -68,6 +68,21 @@ Outcome balanced(const Manifest& m, const PlannerConfig& c,
   return {pl.simulate(p).throughput_samples_per_s, check_rank_memory(p, pl.sim_env(c.world_size))};
 }
 
+// 8 A100 + 8 H100: balanced's outcome there, and ideal (the uniform A100 and H100 balanced
+// plans' throughputs averaged by rank count). `c` comes back with the mixed devices set.
+struct Mixed {
+  Outcome mixed;
+  double ideal = 0;
+};
+Mixed a100_h100(const Manifest& m, PlannerConfig& c) {
+  c.device = "a100";
+  const double a100 = balanced(m, c).tput;
+  c.device = "h100";
+  const double h100 = balanced(m, c).tput;
+  c.devices = "a100:8,h100:8";
+  return {balanced(m, c), (a100 + h100) / 2};
+}
+
 std::string what_of(const std::function<void()>& f) {
   try {
     f();
@@ -194,6 +209,25 @@ TEST(UnequalRanks, OneSlowRankBalancedReachesIdeal) {
   }
 }
 
+// Taichi-HD + COCO, the issue's real data, in both sync modes. Step sync: balanced gives long
+// clips steps of their own (3 a rank, 12.8 s each), so within a step a 0.7x rank can take 2 of
+// them (a step of 36.4 s where its others end at 31) or 3; dealt against each step's share of
+// the time over the epoch (Dealer::fill), it holds 2 where the others hold 3 and 1 where they
+// hold 2. Micro sync unpacked: the slow rank's samples given up into slots of their own (trim).
+TEST(UnequalRanks, OneSlowRankTaichiCoco) {
+  for (const char* sync : {"step", "micro"})
+    for (bool packing : {false, true}) {
+      PlannerConfig c = wan16(sync, packing);
+      const double ideal = balanced(real_manifest(), c).tput * 15.7 / 16;
+      c.rank_speed = "5=0.7";
+      const Outcome with_speed = balanced(real_manifest(), c);
+      std::printf("Taichi-HD + COCO %s packing=%d: ideal %.4f, with the speed %.4f (%.2f%%)\n",
+                  sync, int(packing), ideal, with_speed.tput, 100 * with_speed.tput / ideal);
+      EXPECT_GE(with_speed.tput, 0.97 * ideal) << sync << " packing " << packing;
+      EXPECT_EQ(with_speed.memory, "");
+    }
+}
+
 // Acceptance (issue 53): 8 A100 + 8 H100, balanced within 10% of ideal (the uniform A100 and
 // uniform H100 plans' throughputs averaged by rank count), step sync bucketed and packed and
 // micro sync packed, far ahead of the strategies that deal equal work.
@@ -205,19 +239,30 @@ TEST(UnequalRanks, A100AndH100BalancedReachesIdeal) {
   for (const Case k : {Case{"step", false}, Case{"step", true}, Case{"micro", true}}) {
     const bool packing = k.packing;
     PlannerConfig c = wan16(k.sync, packing);
-    c.device = "a100";
-    const double a100 = balanced(mix(), c).tput;
-    c.device = "h100";
-    const double h100 = balanced(mix(), c).tput;
-    c.devices = "a100:8,h100:8";
-    const Outcome mixed = balanced(mix(), c);
-    const double ideal = (a100 + h100) / 2, dual = balanced(mix(), c, "dual").tput;
+    const auto [mixed, ideal] = a100_h100(mix(), c);
+    const double dual = balanced(mix(), c, "dual").tput;
     std::printf("%s packing=%d: ideal %.4f, balanced %.4f (%.1f%%), dual %.4f\n", k.sync,
                 int(packing), ideal, mixed.tput, 100 * mixed.tput / ideal, dual);
     EXPECT_GE(mixed.tput, 0.90 * ideal) << k.sync << " packing " << packing;
     EXPECT_GT(mixed.tput, 1.5 * dual);
     EXPECT_EQ(mixed.memory, "");
   }
+}
+
+// Taichi-HD + COCO in micro sync, 8 A100 + 8 H100: a long clip is one micro-batch at either
+// device's memory (35.9 s on an A100, 12.6 s on an H100), so a slot where an A100 holds one
+// lasts 35.9 s while each H100 does one clip. The whole epoch's slots formed with the A100s
+// rationed to short work in every slot (Dealer::form_slots, ration) leave the long clips to the
+// H100s: from 54% of ideal to 77%. Not the issue's 90%: the 1973 long clips alone need 247 slots
+// of 12.6 s, 3107 s, against an ideal epoch of 2803 s (at most 90%), before the 287 clips of
+// 24-33 A100-seconds that an A100 also cannot take within such a slot.
+TEST(UnequalRanks, A100AndH100MicroSyncLeavesLongClipsToTheFastRanks) {
+  PlannerConfig c = wan16("micro", false);
+  const auto [mixed, ideal] = a100_h100(real_manifest(), c);
+  std::printf("Taichi-HD + COCO micro: ideal %.4f, balanced %.4f (%.1f%%)\n", ideal, mixed.tput,
+              100 * mixed.tput / ideal);
+  EXPECT_GE(mixed.tput, 0.75 * ideal);
+  EXPECT_EQ(mixed.memory, "");
 }
 
 // The CLI: --devices and --rank-speed reach the plan; the table and --json show each rank's
@@ -296,7 +341,7 @@ TEST(UnequalRanks, DISABLED_Figures) {
             if (t > best) best = t, best_name = e.name;
           }
         std::printf(
-            "| %s | %s | %s | %.3f | %.3f (%.1f%%, tok dev %.0f%%) | %.3f | %.3f | %.3f (%.1f%%, "
+            "| %s | %s | %s | %.3f | %.3f (%.2f%%, tok dev %.0f%%) | %.3f | %.3f | %.3f (%.1f%%, "
             "tok dev %.0f%%) "
             "| %.3f %s | %s |\n",
             name.c_str(), sync, packing ? "on" : "off", ideal, ms.throughput_samples_per_s,

@@ -241,7 +241,7 @@ std::vector<std::vector<Mb>> Dealer::reslot(size_t t) const {
 }
 
 std::vector<std::vector<Mb>> Dealer::form_slots(std::vector<Sample> samples, double work,
-                                                double tokens, size_t least) const {
+                                                double tokens, size_t least, bool ration) const {
   const size_t W = size_t(plan_.world_size);
   sort_longest_first(samples);
   double speeds = 0, t_max = 1e300;
@@ -249,12 +249,56 @@ std::vector<std::vector<Mb>> Dealer::form_slots(std::vector<Sample> samples, dou
     speeds += pr_.layout.speed(r);
     t_max = std::min(t_max, caps_.pack_tokens[r] * work / tokens / pr_.layout.speed(r));
   }
-  const size_t slots = std::max(least, size_t(std::max(1.0, std::ceil(work / (t_max * speeds)))));
+  size_t slots = std::max(least, size_t(std::max(1.0, std::ceil(work / (t_max * speeds)))));
+  if (!ration) return slots_of(samples, work, slots, false, nullptr);
+  // Rationed, the count from the work is short where the longest samples fit one a micro-batch
+  // and only the fast ranks take them (a slot then holds as many as there are fast ranks): while
+  // no slots can be formed, a quarter more are tried; then counts between the last two tried,
+  // the fastest kept.
+  std::vector<std::vector<Mb>> best;
+  double seconds = 0;
+  size_t lo = slots, hi = 0;
+  auto attempt = [&](size_t n) {
+    bool short_of_slots = false;
+    std::vector<std::vector<Mb>> out = slots_of(samples, work, n, true, &short_of_slots);
+    if (out.empty()) return false;
+    const double x = micro_seconds(out);
+    if (best.empty() || x < seconds) best = std::move(out), seconds = x;
+    return true;
+  };
+  for (int tries = 0; tries <= 12 && hi == 0 && (tries == 0 || slots * W <= samples.size());
+       ++tries) {
+    if (attempt(slots))
+      hi = slots;
+    else
+      lo = slots, slots += std::max<size_t>(1, slots / 4);
+  }
+  for (int k = 0; k < 3 && hi > lo + 1; ++k) {  // bisect towards the fewest slots that form
+    const size_t mid = (lo + hi) / 2;
+    if (attempt(mid))
+      hi = mid;
+    else
+      lo = mid;
+  }
+  return best;
+}
+
+std::vector<std::vector<Mb>> Dealer::slots_of(const std::vector<Sample>& samples, double work,
+                                              size_t slots, bool ration,
+                                              bool* short_of_slots) const {
+  const size_t W = size_t(plan_.world_size);
+  double speeds = 0;
+  for (size_t r = 0; r < W; ++r) speeds += pr_.layout.speed(r);
   double work_left = work;  // each slot's T: the work left over the slots left
   std::vector<size_t> ranks(W);
   std::iota(ranks.begin(), ranks.end(), size_t(0));
   std::stable_sort(ranks.begin(), ranks.end(),
                    [&](size_t a, size_t b) { return pr_.layout.speed(a) > pr_.layout.speed(b); });
+  double slow_speeds = 0;  // of the ranks slower than the fastest, and their count
+  size_t slow_ranks = 0;
+  for (size_t r : ranks)
+    if (pr_.layout.speed(r) < pr_.layout.speed(ranks[0]))
+      slow_speeds += pr_.layout.speed(r), ++slow_ranks;
   // Runs of one bucket (longest first) and the next unused sample of each.
   std::vector<size_t> run_begin, cursor;
   for (size_t k = 0; k < samples.size(); ++k)
@@ -280,6 +324,10 @@ std::vector<std::vector<Mb>> Dealer::form_slots(std::vector<Sample> samples, dou
         for (size_t r = 0; r < W; ++r) out[r].push_back(std::move(last[r]));
         return out;
       }
+      if (short_of_slots) {  // the caller tries more slots
+        *short_of_slots = true;
+        return {};
+      }
       if (left < 2 * W) {
         // Too few for two slots: one sample a rank in the last, the others where they fit
         // in a slot already formed, at the least time they add.
@@ -291,19 +339,37 @@ std::vector<std::vector<Mb>> Dealer::form_slots(std::vector<Sample> samples, dou
     }
     if (left < 2 * W) return {};  // this slot and the last need a sample a rank
     const double T = i + 1 >= slots ? 1e300 : work_left / (double(slots - i) * speeds);
+    double slot_end = T;  // the slot's time so far (its fastest ranks' micro-batches)
     for (size_t pos = 0; pos < W; ++pos) {
       const size_t r = ranks[pos];
       // Samples kept back: one for each rank after this one, and one a rank for the last slot.
       const size_t keep = W + (W - 1 - pos);
       Mb mb;
-      const double budget = pr_.layout.speed(r) * T;
-      const bool fastest = pr_.layout.speed(r) == pr_.layout.speed(ranks[0]);
+      const double v = pr_.layout.speed(r);
+      const bool fastest = v == pr_.layout.speed(ranks[0]);
+      double budget = v * T;
+      size_t most = SIZE_MAX;  // samples it takes at most
+      if (ration && !fastest) {
+        // A slower rank takes no more than its share of the work it can take within the slot
+        // (the samples it ends within the slot's time): the longest samples wait for the fast
+        // ranks, and what it can take is kept for every slot left.
+        double can = 0, count = 0;
+        for (size_t u = 0; u + 1 < run_begin.size(); ++u)
+          if (samples[run_begin[u]].per <= v * slot_end) {
+            can += double(run_begin[u + 1] - cursor[u]) * samples[run_begin[u]].per;
+            count += double(run_begin[u + 1] - cursor[u]);
+          }
+        budget = std::min(v * slot_end, v * can / (double(slots - i) * slow_speeds));
+        most = size_t(std::max(1.0, std::ceil(count / (double(slots - i) * double(slow_ranks)))));
+      }
       for (size_t u = 0; u + 1 < run_begin.size() && left > keep; ++u) {
         size_t& k = cursor[u];
         while (k < run_begin[u + 1] && left > keep) {
           const double x = added(r, mb.ids.empty() ? nullptr : &mb, samples[k]);
           // A long sample waits for a faster rank; the fastest take it.
-          if (x < 0 || (mb.cost + x > budget && (!mb.ids.empty() || !fastest))) break;
+          if (x < 0 || (mb.cost + x > budget && (!mb.ids.empty() || !fastest)) ||
+              mb.ids.size() >= most)
+            break;
           put(mb, samples[k]), work_left -= samples[k].per, ++k, --left;
         }
       }
@@ -312,6 +378,7 @@ std::vector<std::vector<Mb>> Dealer::form_slots(std::vector<Sample> samples, dou
           put(mb, samples[cursor[u]]), work_left -= samples[cursor[u]].per, ++cursor[u], --left;
         }
       if (mb.ids.empty()) return {};
+      slot_end = std::max(slot_end, mb.cost / v);
       out[r].push_back(std::move(mb));
     }
   }
@@ -348,7 +415,11 @@ std::vector<std::vector<std::vector<Mb>>> Dealer::epoch_slots() const {
     }
   }
   if (K == 0) return {};
-  std::vector<std::vector<Mb>> slots = form_slots(std::move(samples), work, tokens, K);
+  // Two candidates: slots formed by the work's share, and rationed (form_slots); the faster.
+  std::vector<std::vector<Mb>> slots = form_slots(samples, work, tokens, K, false),
+                               rationed = form_slots(std::move(samples), work, tokens, K, true);
+  if (!rationed.empty() && (slots.empty() || micro_seconds(rationed) < micro_seconds(slots)))
+    slots = std::move(rationed);
   if (slots.empty()) return {};
   std::vector<std::vector<std::vector<Mb>>> steps(K, std::vector<std::vector<Mb>>(W));
   for (size_t i = 0; i < slots[0].size(); ++i)
@@ -356,7 +427,7 @@ std::vector<std::vector<std::vector<Mb>>> Dealer::epoch_slots() const {
   return steps;
 }
 
-std::vector<std::vector<Mb>> Dealer::trim(std::vector<std::vector<Mb>> out) const {
+std::vector<std::vector<Mb>> Dealer::trim(std::vector<std::vector<Mb>> out, bool formed) const {
   const size_t W = size_t(plan_.world_size), K = out.size() / W;
   double speeds = 0;
   for (size_t r = 0; r < W; ++r) speeds += pr_.layout.speed(r);
@@ -366,6 +437,16 @@ std::vector<std::vector<Mb>> Dealer::trim(std::vector<std::vector<Mb>> out) cons
   if (spill.empty()) return {};
   sort_longest_first(spill);
   std::vector<std::vector<Mb>> extra;  // [slot][rank]
+  if (formed) {  // the given-up samples' slots formed by speed (rationed: form_slots)
+    double work = 0, tokens = 0;
+    for (const Sample& s : spill) work += s.per, tokens += double((*pr_.buckets)[s.bucket].tokens);
+    const std::vector<std::vector<Mb>> slots = form_slots(spill, work, tokens, 1, true);
+    if (slots.empty()) return {};
+    extra.assign(slots[0].size(), std::vector<Mb>(W));
+    for (size_t r = 0; r < W; ++r)
+      for (size_t i = 0; i < slots[r].size(); ++i) extra[i][r] = slots[r][i];
+    spill.clear();
+  }
   for (const Sample& s : spill) {
     size_t bi = SIZE_MAX, br = 0;
     double best = 0;

@@ -54,6 +54,15 @@ class Dealer {
   // step) a slow rank cannot be given less within the step; across the epoch it can.
   std::vector<std::vector<Mb>> epoch() const;
 
+  // Step sync, the whole epoch dealt against each step's share of the time (rank_fill.cpp):
+  // step t may take its work as planned over the ranks' speeds, rank r speed_r times that (its
+  // bound). Every trained sample, longest first, to the rank-step where it ends within its
+  // step's bound with the least room left; where it fits none, to the one whose step's bound
+  // grows least (the bound is then that rank-step's end, so the step takes more alike). A
+  // slow rank then holds fewer long clips where the step's others are short and as many where
+  // they are long, unlike epoch(), which levels every rank-step.
+  std::vector<std::vector<Mb>> fill() const;
+
   // `samples` onto one micro-batch each of `ranks` (fastest first, as many samples as ranks at
   // least): the longest one to each rank in turn, then each sample where it ends soonest.
   bool share(std::vector<Sample>& samples, const std::vector<size_t>& ranks,
@@ -71,8 +80,17 @@ class Dealer {
   // `least` of them: each slot gives rank r about speed_r x T of work, T the work over the
   // slots the ranks' memory needs (the rank of least memory per speed sets it), the last slot
   // taking the rest. Per rank its micro-batches; empty when no such slots can be formed.
+  // `ration` (unequal ranks whose longest samples only the fast ranks take, one a micro-batch):
+  // a slower rank takes at most its share, over the slots left, of the samples it can end
+  // within the slot's time (their work and their count), so that it has short work in every
+  // slot; the slot count grows until such slots form, the fastest of a few counts kept.
   std::vector<std::vector<Mb>> form_slots(std::vector<Sample> samples, double work, double tokens,
-                                          size_t least) const;
+                                          size_t least, bool ration = false) const;
+
+  // form_slots' part: `slots` slots from `samples` (longest first). Where the rest does not fit
+  // the last slot: empty with *short_of_slots set, or (null) more slots filled to memory.
+  std::vector<std::vector<Mb>> slots_of(const std::vector<Sample>& samples, double work,
+                                        size_t slots, bool ration, bool* short_of_slots) const;
 
   // Sample `s` into the micro-batch of any slot where it fits its rank's memory and its slot
   // ends soonest after it; false where it fits none.
@@ -90,7 +108,8 @@ class Dealer {
   // each sample where its slot ends least later, a new slot where that is more than the
   // sample costs alone; a slot that leaves a rank without a sample is dealt into the other
   // micro-batches where they add least. Empty where nothing is given up or a sample has no room.
-  std::vector<std::vector<Mb>> trim(std::vector<std::vector<Mb>> out) const;
+  // `formed`: the samples given up form their slots by speed instead (form_slots, rationed).
+  std::vector<std::vector<Mb>> trim(std::vector<std::vector<Mb>> out, bool formed = false) const;
 
   // trim's part for slot i of a step (`ranks`: its W rank lists): the rank ending last gives
   // up its last samples into `spill` while each shortens the slot by more than it costs over

@@ -89,21 +89,27 @@ Plan deal_to_speeds(const Plan& plan, const BalancedProblem& pr) {
   const Dealer dealer(plan, pr);
   const size_t W = size_t(plan.world_size);
   if (!lockstep_slots(plan.sync)) {
-    // Two candidates: each step dealt again (balanced's steps kept), and the whole epoch dealt
-    // again over the same step count. The faster is kept; where the global batch is held
-    // (tokens per step within kMaxBatchDev) by the first only, the second must be kHoldCost faster.
+    // Three candidates: each step dealt again (balanced's steps kept), and the whole epoch dealt
+    // again over the same step count, levelled (epoch) or against each step's share (fill). The
+    // fastest is kept; where the global batch is held (tokens per step within kMaxBatchDev) by
+    // the first, one that strays must be kHoldCost faster.
     std::vector<std::vector<Mb>> steps;
     steps.reserve(plan.num_steps() * W);
     for (size_t t = 0; t < plan.num_steps(); ++t)
       for (std::vector<Mb>& rank : dealer.step(t)) steps.push_back(std::move(rank));
-    std::vector<std::vector<Mb>> epoch = dealer.epoch();
-    const StepFigures a = step_figures(steps, W, pr), b = step_figures(epoch, W, pr);
+    std::vector<std::vector<Mb>> cands[2] = {dealer.epoch(), dealer.fill()};
+    const StepFigures a = step_figures(steps, W, pr);
     const bool held = pr.batch_kind != BatchKind::kFree && (pr.hold & kHoldBatch);
-    const double need =
-        held && a.tokens_dev <= kMaxBatchDev && b.tokens_dev > kMaxBatchDev ? 1 + kHoldCost : 1.0;
-    const bool whole = b.seconds * need < a.seconds;
-    for (const std::vector<Mb>& rank : whole ? epoch : steps) append(out, rank);
-    if (whole) recount_steps(out, epoch, W);
+    int pick = -1;
+    double best = a.seconds;
+    for (int k = 0; k < 2; ++k) {
+      const StepFigures b = step_figures(cands[k], W, pr);
+      const double need =
+          held && a.tokens_dev <= kMaxBatchDev && b.tokens_dev > kMaxBatchDev ? 1 + kHoldCost : 1.0;
+      if (b.seconds * need < best) pick = k, best = b.seconds * need;
+    }
+    for (const std::vector<Mb>& rank : pick < 0 ? steps : cands[pick]) append(out, rank);
+    if (pick >= 0) recount_steps(out, cands[pick], W);
     return out;
   }
   // Micro sync, two candidates as in step sync: each step's slots shared out by speed (or its
@@ -128,12 +134,15 @@ Plan deal_to_speeds(const Plan& plan, const BalancedProblem& pr) {
     for (std::vector<Mb>& rank : step) epoch.push_back(std::move(rank));
   }
   if (!pr.packing) {  // the slow ranks' samples given up into slots of their own, if faster
-    std::vector<std::vector<Mb>> trimmed = dealer.trim(steps);
-    double seconds = 0;
-    for (size_t t = 0; !trimmed.empty() && t < plan.num_steps(); ++t)
-      seconds += dealer.micro_seconds(
-          {trimmed.begin() + std::ptrdiff_t(t * W), trimmed.begin() + std::ptrdiff_t((t + 1) * W)});
-    if (!trimmed.empty() && seconds < per_step) steps = std::move(trimmed), per_step = seconds;
+    const std::vector<std::vector<Mb>> base = steps;
+    for (const bool formed : {false, true}) {
+      std::vector<std::vector<Mb>> trimmed = dealer.trim(base, formed);
+      double seconds = 0;
+      for (size_t t = 0; !trimmed.empty() && t < plan.num_steps(); ++t)
+        seconds += dealer.micro_seconds({trimmed.begin() + std::ptrdiff_t(t * W),
+                                         trimmed.begin() + std::ptrdiff_t((t + 1) * W)});
+      if (!trimmed.empty() && seconds < per_step) steps = std::move(trimmed), per_step = seconds;
+    }
   }
   bool use_epoch = false;
   if (!epoch.empty()) {

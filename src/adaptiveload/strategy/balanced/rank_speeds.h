@@ -6,12 +6,16 @@
 //   step sync   the step's samples, longest first, each to the rank it finishes soonest on
 //               (its load plus the sample's cost, over its speed), joining that rank's open
 //               micro-batch where it fits the rank's own memory, so a rank's work in the step
-//               is about its share of the speeds;
+//               is about its share of the speeds; or the whole epoch's samples dealt so, over
+//               every rank-step levelled (epoch) or against each step's share of the time
+//               (fill), the fastest kept;
 //   micro sync  slot by slot (every rank keeps one micro-batch a slot): the slot's micro-batches
 //               go longest to fastest, and the samples of each bucket (of the whole slot when
 //               packed) are shared among the ranks holding them so that the slow rank's
 //               micro-batch finishes with the others; unpacked, where the others are at
-//               their memory, the slow rank gives up samples into slots of their own (trim).
+//               their memory, the slow rank gives up samples into slots of their own (trim);
+//               or the whole epoch's slots formed anew (the slower ranks rationed to short
+//               work in every slot where only the fast ones take the longest samples).
 // Every micro-batch stays within its own rank's memory (rank_caps). Plans with sequence-
 // parallel groups are returned as they are (not yet dealt by speed).
 #include <vector>

@@ -1,0 +1,91 @@
+// rank_dealing::Dealer::fill (rank_dealer.h): step sync, the whole epoch dealt against each
+// step's share of the time.
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "adaptiveload/strategy/balanced/rank_dealer.h"
+
+namespace adaptiveload {
+namespace rank_dealing {
+
+std::vector<std::vector<Mb>> Dealer::fill() const {
+  const size_t W = size_t(plan_.world_size), K = plan_.num_steps();
+  std::vector<std::vector<Mb>> out(K * W);
+  std::vector<double> load(K * W, 0.0), bound(K, 0.0), tokens(K, 0.0), room(K, 0.0);
+  std::vector<Sample> samples;
+  double speeds = 0;
+  for (size_t r = 0; r < W; ++r) speeds += pr_.layout.speed(r);
+  for (size_t j = 0; j < K * W; ++j)
+    for (uint64_t m = plan_.rank_begin[j]; m < plan_.rank_begin[j + 1]; ++m) {
+      const MicroBatch& mb = plan_.micro_batches[m];
+      Mb copy = copy_of(m);
+      bound[j / W] += copy.cost;  // the step's work as planned
+      room[j / W] += double(copy.tokens) * (1 + kMaxBatchDev);
+      if (mb.padded) {
+        load[j] += copy.cost;
+        out[j].push_back(std::move(copy));
+      } else {
+        for (uint32_t k = 0; k < mb.count; ++k) samples.push_back(sample(plan_.ids(mb)[k]));
+      }
+    }
+  for (size_t t = 0; t < K; ++t) {
+    bound[t] /= speeds;  // the step's share: its work over the ranks' speeds
+    for (size_t r = 0; r < W; ++r)
+      bound[t] = std::max(bound[t], load[t * W + r] / pr_.layout.speed(r));
+  }
+  sort_longest_first(samples);
+  // Per step and speed class, the rank-step of least time (the one with most room).
+  std::vector<double> classes;
+  std::vector<size_t> cls(W);
+  for (size_t r = 0; r < W; ++r) {
+    const double v = pr_.layout.speed(r);
+    auto it = std::find(classes.begin(), classes.end(), v);
+    cls[r] = size_t(it - classes.begin());
+    if (it == classes.end()) classes.push_back(v);
+  }
+  const size_t C = classes.size();
+  std::vector<size_t> least(K * C, SIZE_MAX);
+  auto refresh = [&](size_t t, size_t c) {
+    size_t& best = least[t * C + c];
+    best = SIZE_MAX;
+    for (size_t r = 0; r < W; ++r)
+      if (cls[r] == c && (best == SIZE_MAX || load[t * W + r] < load[t * W + best])) best = r;
+  };
+  for (size_t t = 0; t < K; ++t)
+    for (size_t c = 0; c < C; ++c) refresh(t, c);
+  for (const Sample& s : samples) {
+    // Where it ends within its step's bound, the least room left; else where the bound grows
+    // least.
+    size_t best = SIZE_MAX;
+    bool merge = false;
+    int level = 3;
+    double key = 0, end = 0;
+    for (size_t t = 0; t < K; ++t)
+      for (size_t c = 0; c < C; ++c) {
+        const size_t r = least[t * C + c], j = t * W + r;
+        Mb* open = out[j].empty() || out[j].back().padded ? nullptr : &out[j].back();
+        double x = open ? added(r, open, s) : -1;
+        const bool m = x >= 0;
+        if (!m) x = added(r, nullptr, s);
+        const double f = (load[j] + x) / classes[c];
+        // Tier 0: within the bound and the step's tokens; 1: within its tokens; 2: neither.
+        const double tk = tokens[t] + double((*pr_.buckets)[s.bucket].tokens);
+        const int tier = tk > room[t] ? 2 : f <= bound[t] ? 0 : 1;
+        const double k = tier == 0 ? bound[t] - f : std::max(0.0, f - bound[t]);
+        if (best == SIZE_MAX || tier < level || (tier == level && k < key))
+          best = j, level = tier, merge = m, key = k, end = f;
+      }
+    if (!merge) out[best].emplace_back();
+    const double before = out[best].back().cost;
+    put(out[best].back(), s);
+    load[best] += out[best].back().cost - before;
+    tokens[best / W] += double((*pr_.buckets)[s.bucket].tokens);
+    bound[best / W] = std::max(bound[best / W], end);
+    refresh(best / W, cls[best % W]);
+  }
+  return out;
+}
+
+}  // namespace rank_dealing
+}  // namespace adaptiveload
