@@ -61,6 +61,9 @@ class Dealer {
   // grows least (the bound is then that rank-step's end, so the step takes more alike). A
   // slow rank then holds fewer long clips where the step's others are short and as many where
   // they are long, unlike epoch(), which levels every rank-step.
+  // The samples go to steps within windows of kFillWindow consecutive steps (a window's
+  // samples among its steps), so the cost grows with samples x kFillWindow, not x K.
+  static constexpr size_t kFillWindow = 64;
   std::vector<std::vector<Mb>> fill() const;
 
   // `samples` onto one micro-batch each of `ranks` (fastest first, as many samples as ranks at

@@ -13,7 +13,7 @@ std::vector<std::vector<Mb>> Dealer::fill() const {
   const size_t W = size_t(plan_.world_size), K = plan_.num_steps();
   std::vector<std::vector<Mb>> out(K * W);
   std::vector<double> load(K * W, 0.0), bound(K, 0.0), tokens(K, 0.0), room(K, 0.0);
-  std::vector<Sample> samples;
+  std::vector<std::vector<Sample>> of_step(K);
   double speeds = 0;
   for (size_t r = 0; r < W; ++r) speeds += pr_.layout.speed(r);
   for (size_t j = 0; j < K * W; ++j)
@@ -26,7 +26,7 @@ std::vector<std::vector<Mb>> Dealer::fill() const {
         load[j] += copy.cost;
         out[j].push_back(std::move(copy));
       } else {
-        for (uint32_t k = 0; k < mb.count; ++k) samples.push_back(sample(plan_.ids(mb)[k]));
+        for (uint32_t k = 0; k < mb.count; ++k) of_step[j / W].push_back(sample(plan_.ids(mb)[k]));
       }
     }
   for (size_t t = 0; t < K; ++t) {
@@ -34,7 +34,6 @@ std::vector<std::vector<Mb>> Dealer::fill() const {
     for (size_t r = 0; r < W; ++r)
       bound[t] = std::max(bound[t], load[t * W + r] / pr_.layout.speed(r));
   }
-  sort_longest_first(samples);
   // Per step and speed class, the rank-step of least time (the one with most room).
   std::vector<double> classes;
   std::vector<size_t> cls(W);
@@ -54,35 +53,48 @@ std::vector<std::vector<Mb>> Dealer::fill() const {
   };
   for (size_t t = 0; t < K; ++t)
     for (size_t c = 0; c < C; ++c) refresh(t, c);
-  for (const Sample& s : samples) {
-    // Where it ends within its step's bound, the least room left; else where the bound grows
-    // least.
-    size_t best = SIZE_MAX;
-    bool merge = false;
-    int level = 3;
-    double key = 0, end = 0;
-    for (size_t t = 0; t < K; ++t)
-      for (size_t c = 0; c < C; ++c) {
-        const size_t r = least[t * C + c], j = t * W + r;
-        Mb* open = out[j].empty() || out[j].back().padded ? nullptr : &out[j].back();
-        double x = open ? added(r, open, s) : -1;
-        const bool m = x >= 0;
-        if (!m) x = added(r, nullptr, s);
-        const double f = (load[j] + x) / classes[c];
-        // Tier 0: within the bound and the step's tokens; 1: within its tokens; 2: neither.
-        const double tk = tokens[t] + double((*pr_.buckets)[s.bucket].tokens);
-        const int tier = tk > room[t] ? 2 : f <= bound[t] ? 0 : 1;
-        const double k = tier == 0 ? bound[t] - f : std::max(0.0, f - bound[t]);
-        if (best == SIZE_MAX || tier < level || (tier == level && k < key))
-          best = j, level = tier, merge = m, key = k, end = f;
-      }
-    if (!merge) out[best].emplace_back();
-    const double before = out[best].back().cost;
-    put(out[best].back(), s);
-    load[best] += out[best].back().cost - before;
-    tokens[best / W] += double((*pr_.buckets)[s.bucket].tokens);
-    bound[best / W] = std::max(bound[best / W], end);
-    refresh(best / W, cls[best % W]);
+  // Each sample (longest first) where it ends within its step's bound with the least room left;
+  // else where the bound grows least. Within windows of kFillWindow steps, each window's samples
+  // among its steps: over all K steps a sample would cost K x classes trials.
+  for (size_t t0 = 0; t0 < K; t0 += kFillWindow) {
+    const size_t t1 = std::min(K, t0 + kFillWindow);
+    std::vector<Sample> samples;
+    for (size_t t = t0; t < t1; ++t)
+      samples.insert(samples.end(), of_step[t].begin(), of_step[t].end());
+    sort_longest_first(samples);
+    for (const Sample& s : samples) {
+      size_t best = SIZE_MAX;
+      bool merge = false;
+      int level = 3;
+      double key = 0, end = 0;
+      const double alone = added(0, nullptr, s), tk_s = double((*pr_.buckets)[s.bucket].tokens);
+      for (size_t t = t0; t < t1; ++t)
+        for (size_t c = 0; c < C; ++c) {
+          const size_t r = least[t * C + c], j = t * W + r;
+          const bool over = tokens[t] + tk_s > room[t];
+          // Joining a micro-batch costs no more than one alone: where even that end leaves more
+          // room than the best so far (or the tokens do not fit beside one that does), no better.
+          if (level == 0 && (over || bound[t] - (load[j] + alone) / classes[c] >= key)) continue;
+          const Mb* open = out[j].empty() || out[j].back().padded ? nullptr : &out[j].back();
+          // Unpacked, only a micro-batch of the sample's bucket can take it.
+          double x = open && (pr_.packing || open->bucket == s.bucket) ? added(r, open, s) : -1;
+          const bool m = x >= 0;
+          if (!m) x = alone;
+          const double f = (load[j] + x) / classes[c];
+          // Tier 0: within the bound and the step's tokens; 1: within its tokens; 2: neither.
+          const int tier = over ? 2 : f <= bound[t] ? 0 : 1;
+          const double k = tier == 0 ? bound[t] - f : std::max(0.0, f - bound[t]);
+          if (best == SIZE_MAX || tier < level || (tier == level && k < key))
+            best = j, level = tier, merge = m, key = k, end = f;
+        }
+      if (!merge) out[best].emplace_back();
+      const double before = out[best].back().cost;
+      put(out[best].back(), s);
+      load[best] += out[best].back().cost - before;
+      tokens[best / W] += tk_s;
+      bound[best / W] = std::max(bound[best / W], end);
+      refresh(best / W, cls[best % W]);
+    }
   }
   return out;
 }
