@@ -46,6 +46,11 @@ if command -v ccache >/dev/null 2>&1 && mkdir -p "$al_ccache_dir" 2>/dev/null &&
   # of objects with debug information: another clone of the same sources hits the same objects
   # (their debug information then names that clone's folder as the compile folder).
   export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-true}"
+  # pcg_extras.hpp (every source that includes util/rng.h) names __DATE__ __TIME__ in a seed
+  # the project never uses (static_arbitrary_seed); ccache then left its direct mode for the
+  # preprocessor's output, which names the clone's absolute folder: another clone missed every
+  # such object.
+  export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:+$CCACHE_SLOPPINESS,}time_macros"
   export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_CUDA_COMPILER_LAUNCHER=ccache
 fi
 names=()

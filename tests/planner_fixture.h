@@ -8,13 +8,14 @@
 
 #include "adaptiveload/plan/plan_io.h"
 #include "adaptiveload/planner/planner.h"
+#include "test_paths.h"
 
 namespace adaptiveload::test {
 
 inline Manifest real_manifest() {
   Manifest m;
-  m.load(AL_DATA_DIR "/taichi_hd.csv", BadRowPolicy::kError);
-  m.load(AL_DATA_DIR "/coco2017_val_images.csv", BadRowPolicy::kError);
+  m.load(data_file("taichi_hd.csv"), BadRowPolicy::kError);
+  m.load(data_file("coco2017_val_images.csv"), BadRowPolicy::kError);
   return m;
 }
 

@@ -23,6 +23,7 @@
 #include "adaptiveload/util/format.h"
 #include "adaptiveload/util/rng.h"
 #include "planner_fixture.h"
+#include "test_paths.h"
 
 using namespace adaptiveload;
 using namespace adaptiveload::test;
@@ -149,12 +150,12 @@ Mix hd_heavy(uint64_t seed, size_t n) {
 Mix mixed_real(uint64_t seed, size_t clips, size_t images) {
   static const Manifest taichi = [] {
     Manifest m;
-    m.load(AL_DATA_DIR "/taichi_hd.csv", BadRowPolicy::kError);
+    m.load(data_file("taichi_hd.csv"), BadRowPolicy::kError);
     return m;
   }();
   static const Manifest coco = [] {
     Manifest m;
-    m.load(AL_DATA_DIR "/coco2017_val_images.csv", BadRowPolicy::kError);
+    m.load(data_file("coco2017_val_images.csv"), BadRowPolicy::kError);
     return m;
   }();
   MixBuilder b("mixed_real_" + std::to_string(seed), seed);

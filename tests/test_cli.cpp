@@ -9,7 +9,11 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "test_paths.h"
 #include "test_support.h"
+
+using adaptiveload::test::cli_path;
+using adaptiveload::test::data_file;
 
 namespace {
 
@@ -24,7 +28,7 @@ CliRun run(const std::string& args) {
   const std::string err_file = ::testing::TempDir() + "cli_stderr_" + std::to_string(getpid()) +
                                "_" + std::to_string(calls++) + ".txt";
   const adaptiveload::test::CommandResult res =
-      adaptiveload::test::run_command(std::string(AL_CLI_PATH) + " " + args + " 2>" + err_file);
+      adaptiveload::test::run_command(cli_path() + " " + args + " 2>" + err_file);
   CliRun r;
   r.code = res.code;
   r.out = res.out;
@@ -33,8 +37,8 @@ CliRun run(const std::string& args) {
   return r;
 }
 
-const std::string kTaichi = AL_DATA_DIR "/taichi_hd.csv";
-const std::string kCoco = AL_DATA_DIR "/coco2017_val_images.csv";
+const std::string kTaichi = data_file("taichi_hd.csv");
+const std::string kCoco = data_file("coco2017_val_images.csv");
 
 std::string write_temp(const std::string& name, const std::string& text) {
   std::string path = ::testing::TempDir() + name;

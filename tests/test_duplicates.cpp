@@ -4,6 +4,9 @@
 #include "adaptiveload/manifest/duplicates.h"
 #include "adaptiveload/util/error.h"
 #include "planner_fixture.h"
+#include "test_paths.h"
+
+using adaptiveload::test::data_file;
 
 using namespace adaptiveload;
 
@@ -68,8 +71,8 @@ TEST(Duplicates, ErrorNamesBothRowsAndWarnKeepsEveryRow) {
 
 TEST(Duplicates, TheSameRealManifestTwiceIsReportedAsSuch) {
   Manifest m;
-  m.load(AL_DATA_DIR "/coco2017_val_images.csv", BadRowPolicy::kError);
-  m.load(AL_DATA_DIR "/coco2017_val_images.csv", BadRowPolicy::kError);
+  m.load(data_file("coco2017_val_images.csv"), BadRowPolicy::kError);
+  m.load(data_file("coco2017_val_images.csv"), BadRowPolicy::kError);
   const auto d = find_duplicates(m);
   ASSERT_EQ(d.size(), 5000u);
   for (size_t i = 0; i < d.size(); ++i) ASSERT_EQ(d[i].row, d[i].first + 5000) << i;

@@ -10,6 +10,7 @@
 #include "adaptiveload/util/format.h"
 #include "adaptiveload/util/rng.h"
 #include "planner_fixture.h"
+#include "test_paths.h"
 #include "test_support.h"
 
 using namespace adaptiveload;
@@ -158,7 +159,7 @@ TEST(GlobalBatch, StepSamplesCountTrainedSamplesAndPaddedBeside) {
 
 TEST(GlobalBatch, AnUnsortedFrameListPlansAsItsSortedTwin) {
   const std::string dir = ::testing::TempDir();
-  std::string wan = read_text(AL_SOURCE_DIR "/presets/grids/wan.json");
+  std::string wan = read_text(source_dir() + "/presets/grids/wan.json");
   const std::string sorted_frames =
       "[1, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45, 49, 53, 57, 61, 65, 69, 73, 77, 81]";
   ASSERT_NE(wan.find(sorted_frames), std::string::npos);

@@ -9,7 +9,13 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "test_paths.h"
 #include "test_support.h"
+
+using adaptiveload::test::bench_plan_path;
+using adaptiveload::test::cli_path;
+using adaptiveload::test::data_file;
+using adaptiveload::test::tests_binary_dir;
 
 namespace {
 
@@ -27,7 +33,7 @@ CliRun run_tool(const std::string& tool, const std::string& args) {
   std::remove(err_file.c_str());
   return r;
 }
-CliRun run(const std::string& args) { return run_tool(AL_CLI_PATH, args); }
+CliRun run(const std::string& args) { return run_tool(cli_path(), args); }
 
 std::string write_temp(const std::string& name, const std::string& text) {
   const std::string path = ::testing::TempDir() + name;
@@ -35,7 +41,7 @@ std::string write_temp(const std::string& name, const std::string& text) {
   return path;
 }
 
-const std::string kTaichi = AL_DATA_DIR "/taichi_hd.csv";
+const std::string kTaichi = data_file("taichi_hd.csv");
 
 }  // namespace
 
@@ -170,7 +176,7 @@ TEST(HardeningCli, ModelPresetChoosesItsGrid) {
 }
 
 TEST(HardeningCli, BenchPlanHelpPrintsHelp) {
-  const std::string bench = AL_BENCH_PLAN_PATH;
+  const std::string bench = bench_plan_path();
   if (bench.empty() || access(bench.c_str(), X_OK) != 0)
     GTEST_SKIP() << "bench_plan not built (AL_BUILD_BENCH=OFF)";
   for (const char* flag : {"--help", "-h"}) {
@@ -189,8 +195,8 @@ TEST(HardeningCli, BenchPlanHelpPrintsHelp) {
 
 TEST(HardeningCli, CtestNamesAreReadable) {
   // The ctest names gtest_discover_tests wrote: no "GetParam() = 72-byte object <01-00 ...>".
-  const std::string tests = adaptiveload::test::read_text(std::string(AL_TESTS_BINARY_DIR) +
-                                                          "/adaptiveload_tests[1]_tests.cmake");
+  const std::string tests =
+      adaptiveload::test::read_text(tests_binary_dir() + "/adaptiveload_tests[1]_tests.cmake");
   if (tests.empty())
     GTEST_SKIP() << "tests not discovered yet (ctest discovers them after the build)";
   size_t names = 0, adaln = 0;

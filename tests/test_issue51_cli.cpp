@@ -17,7 +17,10 @@
 #include <vector>
 
 #include "adaptiveload/util/format.h"
+#include "test_paths.h"
 #include "test_support.h"
+
+using adaptiveload::test::cli_path;
 
 namespace fs = std::filesystem;
 
@@ -33,8 +36,8 @@ CliRun run_in(const std::string& cwd, const std::string& args) {
   static int calls = 0;
   const std::string err_file = ::testing::TempDir() + "issue51_stderr_" + std::to_string(getpid()) +
                                "_" + std::to_string(calls++) + ".txt";
-  const auto res = adaptiveload::test::run_command(
-      "cd '" + cwd + "' && " + std::string(AL_CLI_PATH) + " " + args + " 2>" + err_file);
+  const auto res = adaptiveload::test::run_command("cd '" + cwd + "' && " + cli_path() + " " +
+                                                   args + " 2>" + err_file);
   CliRun r{res.code, res.out, adaptiveload::test::read_text(err_file)};
   std::remove(err_file.c_str());
   return r;

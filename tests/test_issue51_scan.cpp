@@ -14,7 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "test_paths.h"
 #include "test_support.h"
+
+using adaptiveload::test::cli_path;
 
 namespace fs = std::filesystem;
 
@@ -28,7 +31,7 @@ struct Exec {
 class Issue51Scan : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (std::string(AL_CLI_PATH).empty()) GTEST_SKIP() << "adaptiveload CLI not built";
+    if (cli_path().empty()) GTEST_SKIP() << "adaptiveload CLI not built";
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     dir_ = fs::path(::testing::TempDir()) /
            ("issue51_scan_" + std::to_string(getpid()) + "_" + info->name());
@@ -44,8 +47,8 @@ class Issue51Scan : public ::testing::Test {
     return adaptiveload::test::read_text((dir_ / name).string());
   }
   Exec scan(const std::string& args) {
-    const auto r = adaptiveload::test::run_command(
-        "cd '" + dir_.string() + "' && " + std::string(AL_CLI_PATH) + " scan -q " + args + " 2>&1");
+    const auto r = adaptiveload::test::run_command("cd '" + dir_.string() + "' && " + cli_path() +
+                                                   " scan -q " + args + " 2>&1");
     return {r.code, r.out};
   }
   fs::path dir_;
@@ -118,9 +121,8 @@ TEST_F(Issue51Scan, EveryEntryWithoutARowHasAnErrorLine) {
   EXPECT_TRUE(has(all, "media/notes.txt,dangling symbolic link")) << all;
   EXPECT_TRUE(has(all, "media/sub/self,cannot read: ")) << all;
   // The summary counts them.
-  const auto sum =
-      adaptiveload::test::run_command("cd '" + dir_.string() + "' && " + std::string(AL_CLI_PATH) +
-                                      " scan media --out m2.csv 2>/dev/null");
+  const auto sum = adaptiveload::test::run_command("cd '" + dir_.string() + "' && " + cli_path() +
+                                                   " scan media --out m2.csv 2>/dev/null");
   EXPECT_EQ(sum.code, 0) << sum.out;
   EXPECT_TRUE(has(sum.out, "0 rows written to m2.csv, 4 errors")) << sum.out;
 }

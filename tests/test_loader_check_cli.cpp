@@ -8,7 +8,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "test_paths.h"
 #include "test_support.h"
+
+using adaptiveload::test::cli_path;
+using adaptiveload::test::data_file;
 
 namespace {
 
@@ -21,9 +25,9 @@ PlanRun plan(const std::string& args) {
   static int calls = 0;
   const std::string err = ::testing::TempDir() + "loader_cli_err_" + std::to_string(getpid()) +
                           "_" + std::to_string(calls++) + ".txt";
-  const auto res = adaptiveload::test::run_command(
-      std::string(AL_CLI_PATH) +
-      " plan --manifest " AL_DATA_DIR "/taichi_hd.csv -w 4 -s balanced " + args + " 2>" + err);
+  const auto res = adaptiveload::test::run_command(cli_path() + " plan --manifest " +
+                                                   data_file("taichi_hd.csv") +
+                                                   " -w 4 -s balanced " + args + " 2>" + err);
   PlanRun r{res.code, res.out, adaptiveload::test::read_text(err)};
   std::remove(err.c_str());
   return r;

@@ -2,6 +2,9 @@
 
 #include "adaptiveload/manifest/manifest.h"
 #include "adaptiveload/util/error.h"
+#include "test_paths.h"
+
+using adaptiveload::test::data_file;
 
 using namespace adaptiveload;
 
@@ -117,8 +120,8 @@ TEST(Manifest, JsonlRowsNumbersOrStringsNullFps) {
 
 TEST(Manifest, RealDatasetsLoadCompletely) {
   Manifest m;
-  m.load(AL_DATA_DIR "/taichi_hd.csv", BadRowPolicy::kError);
-  m.load(AL_DATA_DIR "/coco2017_val_images.csv", BadRowPolicy::kError);
+  m.load(data_file("taichi_hd.csv"), BadRowPolicy::kError);
+  m.load(data_file("coco2017_val_images.csv"), BadRowPolicy::kError);
   ASSERT_EQ(m.total_rows(), 3334 + 5000);
   EXPECT_TRUE(m.bad_rows().empty());
   EXPECT_EQ(m.files().size(), 2u);

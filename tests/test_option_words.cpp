@@ -10,7 +10,10 @@
 
 #include "adaptiveload/planner/option_ranges.h"
 #include "adaptiveload/planner/planner.h"
+#include "test_paths.h"
 #include "test_support.h"
+
+using adaptiveload::test::source_dir;
 
 namespace fs = std::filesystem;
 using namespace adaptiveload;
@@ -77,7 +80,7 @@ TEST(OptionWords, EveryOptionHasBothFrontEndsWords) {
 // message asks the user to run (`adaptiveload calibrate --allreduce-ranks N`).
 TEST(OptionWords, NoCoreMessageSpellsAFlag) {
   const std::regex flag(R"(\"[^\"]*[\s(](--?[a-z][a-z-]*)[^\"]*\")");
-  const fs::path core = fs::path(AL_SOURCE_DIR) / "src" / "adaptiveload";
+  const fs::path core = fs::path(source_dir()) / "src" / "adaptiveload";
   int files = 0;
   for (const auto& e : fs::recursive_directory_iterator(core)) {
     const std::string rel = fs::relative(e.path(), core).string();

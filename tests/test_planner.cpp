@@ -3,6 +3,7 @@
 #include "adaptiveload/util/error.h"
 #include "adaptiveload/util/rng.h"
 #include "planner_fixture.h"
+#include "test_paths.h"
 
 using namespace adaptiveload;
 using namespace adaptiveload::test;
@@ -134,7 +135,7 @@ TEST(Planner, BadConfigurationsAreClearErrors) {
 
 TEST(Planner, ResumeAtEveryStepBoundaryEqualsTheUninterruptedPlan) {
   Manifest m;
-  m.load(AL_DATA_DIR "/taichi_hd.csv", BadRowPolicy::kError);
+  m.load(data_file("taichi_hd.csv"), BadRowPolicy::kError);
   PlannerConfig cfg;
   cfg.world_size = 4;
   Planner pl(m, cfg);
@@ -223,7 +224,7 @@ TEST(Planner, MismatchedOrCorruptStateIsRejected) {
   const std::string good = state_to_json(st);
   EXPECT_LT(good.size(), 1024u);
   Manifest other;
-  other.load(AL_DATA_DIR "/taichi_hd.csv", BadRowPolicy::kError);
+  other.load(data_file("taichi_hd.csv"), BadRowPolicy::kError);
   Planner pl2(other, PlannerConfig{});
   EXPECT_THROW(pl2.resume(st, 8), InputError);  // another manifest
   PlannerConfig cfg;

@@ -13,6 +13,7 @@
 #include "adaptiveload/util/error.h"
 #include "adaptiveload/util/rng.h"
 #include "planner_fixture.h"
+#include "test_paths.h"
 
 using namespace adaptiveload;
 using namespace adaptiveload::test;
@@ -146,7 +147,7 @@ TEST(Reliability, ElasticResumeAcrossRandomWorldSizeSequences) {
 
 TEST(Reliability, CorruptedStatesAreRejectedOrDetected) {
   Manifest m;
-  m.load(AL_DATA_DIR "/taichi_hd.csv", BadRowPolicy::kError);
+  m.load(data_file("taichi_hd.csv"), BadRowPolicy::kError);
   PlannerConfig cfg;
   cfg.world_size = 4;
   cfg.seed = 0x5eed;
@@ -219,8 +220,7 @@ TEST(Reliability, FuzzFoundStateBugsStayFixed) {
   // fuzz/regressions/fuzz_state/: both inputs must be rejected with InputError (scripts/fuzz.sh
   // replays the files through the fuzz target as well).
   for (const char* name : {"format_not_a_string.json", "version_wraps_to_1.json"}) {
-    const std::string text =
-        read_file(std::string(AL_SOURCE_DIR "/fuzz/regressions/fuzz_state/") + name);
+    const std::string text = read_file((source_dir() + "/fuzz/regressions/fuzz_state/") + name);
     EXPECT_THROW(state_from_json(text), InputError) << name;
   }
 }

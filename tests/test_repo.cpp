@@ -7,7 +7,12 @@
 #include <sstream>
 #include <string>
 
+#include "test_paths.h"
 #include "test_support.h"
+
+using adaptiveload::test::cli_path;
+using adaptiveload::test::data_dir;
+using adaptiveload::test::source_dir;
 
 namespace fs = std::filesystem;
 using adaptiveload::test::read_text;
@@ -19,14 +24,14 @@ namespace {
 // tree is not a git checkout (a source archive).
 std::vector<std::string> repo_files() {
   std::vector<std::string> files;
-  const auto git = run_command("git -C '" AL_SOURCE_DIR "' ls-files 2>/dev/null");
+  const auto git = run_command("git -C '" + source_dir() + "' ls-files 2>/dev/null");
   if (git.code == 0 && !git.out.empty()) {
     std::istringstream in(git.out);
     for (std::string line; std::getline(in, line);)
       if (!line.empty()) files.push_back(line);
     return files;
   }
-  const fs::path root(AL_SOURCE_DIR);
+  const fs::path root(source_dir());
   for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator();
        ++it) {
     const std::string name = it->path().filename().string();
@@ -46,10 +51,10 @@ TEST(Repo, NothingTrackedReadsBesideTheCheckout) {
   // Spelled in two pieces so that this file does not match itself.
   const std::string beside = std::string("..") + "/shared";
   const std::vector<std::string> files = repo_files();
-  ASSERT_GT(files.size(), 100u) << "found too few files under " << AL_SOURCE_DIR;
+  ASSERT_GT(files.size(), 100u) << "found too few files under " << source_dir();
   std::vector<std::string> hits;
   for (const std::string& f : files) {
-    const std::string text = read_text(std::string(AL_SOURCE_DIR) + "/" + f);
+    const std::string text = read_text(source_dir() + "/" + f);
     if (text.find(beside) != std::string::npos) hits.push_back(f);
   }
   EXPECT_TRUE(hits.empty())
@@ -61,12 +66,12 @@ TEST(Repo, NothingTrackedReadsBesideTheCheckout) {
 
 TEST(Repo, TheRealManifestsShipInData) {
   for (const char* f : {"taichi_hd.csv", "coco2017_val_images.csv", "SOURCES.md"})
-    EXPECT_FALSE(read_text(std::string(AL_DATA_DIR) + "/" + f).empty()) << AL_DATA_DIR << "/" << f;
+    EXPECT_FALSE(read_text(data_dir() + "/" + f).empty()) << data_dir() << "/" << f;
 }
 
 TEST(Repo, ReadmeDemoTableIsTheDemosOutput) {
-  if (std::string(AL_CLI_PATH).empty()) GTEST_SKIP() << "the CLI is not part of this build";
-  const auto demo = run_command(std::string(AL_CLI_PATH) + " demo 2>/dev/null");
+  if (cli_path().empty()) GTEST_SKIP() << "the CLI is not part of this build";
+  const auto demo = run_command(cli_path() + " demo 2>/dev/null");
   ASSERT_EQ(demo.code, 0);
   // The demo's table: from its header line to the first blank line.
   const size_t at = demo.out.find("\nstrategy ");
@@ -74,7 +79,7 @@ TEST(Repo, ReadmeDemoTableIsTheDemosOutput) {
   const size_t end = demo.out.find("\n\n", at + 1);
   const std::string table =
       demo.out.substr(at + 1, end == std::string::npos ? std::string::npos : end - at);
-  const std::string readme = read_text(AL_SOURCE_DIR "/README.md");
+  const std::string readme = read_text(source_dir() + "/README.md");
   const std::string begin = "<!-- demo-table: begin (scripts/update_readme.sh) -->\n```\n";
   const size_t b = readme.find(begin), e = readme.find("```\n<!-- demo-table: end -->");
   ASSERT_TRUE(b != std::string::npos && e != std::string::npos && e > b)

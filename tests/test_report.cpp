@@ -22,7 +22,11 @@
 #include "adaptiveload/report/svg_chart.h"
 #include "adaptiveload/util/error.h"
 #include "adaptiveload/util/format.h"
+#include "test_paths.h"
 #include "test_support.h"
+
+using adaptiveload::test::cli_path;
+using adaptiveload::test::data_dir;
 
 namespace fs = std::filesystem;
 using namespace adaptiveload;
@@ -30,8 +34,8 @@ using json = nlohmann::json;
 
 namespace {
 
-const std::string kDatasets = AL_DATA_DIR;
-const std::string kCli = AL_CLI_PATH;
+const std::string kDatasets = data_dir();
+const std::string kCli = cli_path();
 const std::string kTaichi = kDatasets + "/taichi_hd.csv";
 const std::string kCoco = kDatasets + "/coco2017_val_images.csv";
 

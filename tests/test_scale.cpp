@@ -9,6 +9,9 @@
 
 #include "adaptiveload/util/hash.h"
 #include "planner_fixture.h"
+#include "test_paths.h"
+
+using adaptiveload::test::data_dir;
 
 using namespace adaptiveload;
 
@@ -16,7 +19,7 @@ namespace {
 
 Manifest load(const std::vector<std::string>& files) {
   Manifest m;
-  for (const auto& f : files) m.load(std::string(AL_DATA_DIR) + "/" + f, BadRowPolicy::kError);
+  for (const auto& f : files) m.load(data_dir() + "/" + f, BadRowPolicy::kError);
   return m;
 }
 
@@ -61,7 +64,7 @@ TEST(Scale, CompBudgetSearchMatchesTheFullSearch) {
   for (const auto& files : sets) {
     Manifest m;
     while (m.total_rows() < 80'000)
-      for (const auto& f : files) m.load(std::string(AL_DATA_DIR) + "/" + f, BadRowPolicy::kError);
+      for (const auto& f : files) m.load(data_dir() + "/" + f, BadRowPolicy::kError);
     for (const Case& k : cases) {
       PlannerConfig cfg;
       cfg.world_size = k.W;

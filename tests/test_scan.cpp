@@ -27,14 +27,17 @@
 #include "scan/progress.h"
 #include "scan/scan.h"
 #include "scan/walk.h"
+#include "test_paths.h"
 #include "test_support.h"
+
+using adaptiveload::test::cli_path;
 
 namespace fs = std::filesystem;
 using namespace adaptiveload;
 
 namespace {
 
-const std::string kCli = AL_CLI_PATH;
+const std::string kCli = cli_path();
 
 // stdout and stderr together.
 struct Exec {

@@ -11,6 +11,9 @@
 
 #include "adaptiveload/util/error.h"
 #include "planner_fixture.h"
+#include "test_paths.h"
+
+using adaptiveload::test::data_file;
 
 namespace adaptiveload {
 namespace {
@@ -22,7 +25,7 @@ using test::expect_plan_contract;
 // 97..121-frame buckets (201,000-249,240 tokens) do not fit one H200 for Wan 2.1 14B.
 const Manifest& long_mix() {
   static const Manifest m = [] {
-    std::ifstream f(AL_DATA_DIR "/taichi_hd.csv");
+    std::ifstream f(data_file("taichi_hd.csv"));
     std::string header, line, text, longer;
     std::getline(f, header);
     text = header + "\n";

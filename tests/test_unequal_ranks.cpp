@@ -13,6 +13,7 @@
 #include "adaptiveload/util/option_word.h"
 #include "adaptiveload/util/rng.h"
 #include "planner_fixture.h"
+#include "test_paths.h"
 #include "test_support.h"
 
 using namespace adaptiveload;
@@ -269,7 +270,7 @@ TEST(UnequalRanks, A100AndH100MicroSyncLeavesLongClipsToTheFastRanks) {
 // device and speed; a wrong count is an error naming --devices.
 TEST(UnequalRanks, CliShowsTheRanks) {
   const std::string cli =
-      std::string(AL_CLI_PATH) + " plan -m " AL_DATA_DIR "/taichi_hd.csv -w 4 -s balanced ";
+      cli_path() + " plan -m " + data_file("taichi_hd.csv") + " -w 4 -s balanced ";
   const CommandResult table = run_command(cli + "--devices a100:2,h100:2 --rank-speed 3=0.5 2>&1");
   EXPECT_EQ(table.code, 0) << table.out;
   EXPECT_NE(
@@ -281,9 +282,8 @@ TEST(UnequalRanks, CliShowsTheRanks) {
   EXPECT_NE(json.out.find("\"device\": \"h100\""), std::string::npos);
   EXPECT_NE(json.out.find("\"ranks\": ["), std::string::npos);
   const std::string html = ::testing::TempDir() + "unequal_ranks_report.html";
-  const CommandResult report = run_command(
-      std::string(AL_CLI_PATH) +
-      " report -m " AL_DATA_DIR "/taichi_hd.csv -w 4 --devices a100:2,h100:2 -o " + html + " 2>&1");
+  const CommandResult report = run_command(cli_path() + " report -m " + data_file("taichi_hd.csv") +
+                                           " -w 4 --devices a100:2,h100:2 -o " + html + " 2>&1");
   EXPECT_EQ(report.code, 0) << report.out;
   EXPECT_NE(read_text(html).find("Ranks are not alike (2 x a100 (speed 1), 2 x h100 (speed 2.85)"),
             std::string::npos);

@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Rewrites a CUDA source file into C++ that compiles against cuda_emu (tests/cuda_emu).
 
-Usage: emu_rewrite.py INPUT.cu OUTPUT.cpp
+Usage: emu_rewrite.py INPUT.cu OUTPUT.cpp [LINE_NAME]
+
+LINE_NAME: the file name the #line directive gives (default INPUT.cu as given). CMake passes
+the input's path relative to the build folder, where the compiler runs: the generated file is
+then the same in every clone folder, and so is its object (the compiler cache reuses it).
 
 Only the constructs a C++ compiler cannot parse through macros are rewritten, each in
 place and on the same lines (a #line directive keeps file names and line numbers, so
@@ -163,12 +167,12 @@ def rewrite(src, path):
 
 
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 4):
         raise SystemExit(__doc__)
     src_path, out_path = sys.argv[1], sys.argv[2]
     with open(src_path, encoding="utf-8") as f:
         src = f.read()
-    text = rewrite(src, src_path)
+    text = rewrite(src, sys.argv[3] if len(sys.argv) == 4 else src_path)
     try:
         with open(out_path, encoding="utf-8") as f:
             if f.read() == text:
