@@ -225,7 +225,8 @@ def broken_copy(reference, tmp_path, row, how):
         tensors = {"latent": latent, "text": torch.zeros(3, fx.TEXT_DIM)}
         if how == "key":
             tensors = {"text": torch.zeros(3, fx.TEXT_DIM)}
-        save_file(tensors, path, metadata={"format": _format.FORMAT, "row": str(row), "shape": "17,32,64"})
+        save_file(tensors, path, metadata={"format": _format.FORMAT, "row": str(row), "shape": "17,32,64",
+                                           "latent_norm": _format.LATENT_NORM_MEAN_STD})
     return out, path
 
 
@@ -305,3 +306,56 @@ def test_the_cache_job_encodes_real_media_through_mediadataset(setup, tmp_path):
         assert c.sample_geometry(i) == s.sample_geometry(r["source_row"])
         e = adaptiveload.cache.read_entry(os.path.join(out, r["path"]), i, s.latent_shape(r["source_row"]))
         assert tuple(e["latent"].shape) == s.latent_shape(r["source_row"])
+
+
+def test_latents_are_normalised_as_a_wan_dit_trains_on_them(setup, reference):
+    """The cache holds (mode - latents_mean) / latents_std per channel (the VAE config's), as
+    diffusers' Wan pipelines and Wan's own VAE (musubi-tuner's caches) give latents; diffusers'
+    encode alone returns the raw mode. The file says so; an entry written raw is refused."""
+    from adaptiveload.cache import load_vae, read_entry, vae_encoder
+
+    vae = load_vae(setup["models"]["vae"], "cpu", torch.float32)
+    mean = torch.tensor(vae.config.latents_mean).view(-1, 1, 1, 1)
+    std = torch.tensor(vae.config.latents_std).view(-1, 1, 1, 1)
+    assert not torch.allclose(mean, torch.zeros_like(mean)) and not torch.allclose(std, torch.ones_like(std))
+    source = fx.SyntheticSource(sampler_of(setup["manifest"]))
+    row = json.loads(open(os.path.join(reference, "index.jsonl")).readline())
+    pixels = source[row["source_row"]]["pixels"]
+    with torch.no_grad():
+        raw = vae.encode(pixels[None]).latent_dist.mode()[0]
+    encode = vae_encoder(vae, "cpu", torch.float32)
+    assert encode.latent_norm == _format.LATENT_NORM_MEAN_STD
+    torch.testing.assert_close(encode(pixels), (raw - mean) / std)
+    torch.testing.assert_close(vae_encoder(vae, "cpu", torch.float32, normalize=False)(pixels), raw)
+    shape = (16, 1 + (row["num_frames"] - 1) // 4, row["height"] // 8, row["width"] // 8)
+    path = os.path.join(reference, row["path"])
+    from safetensors import safe_open
+
+    with safe_open(path, "pt") as f:
+        assert f.metadata()["latent_norm"] == _format.LATENT_NORM_MEAN_STD
+    torch.testing.assert_close(read_entry(path, row["source_row"], shape)["latent"], (raw - mean) / std)
+    old = read_entry(path, row["source_row"], shape)
+    stale = str(setup["root"] / f"{row['source_row']:09d}.safetensors")
+    save_file({_format.LATENT_KEY: old["latent"], _format.TEXT_KEY: old["text"]}, stale,
+              metadata={"format": _format.FORMAT, "row": str(row["source_row"]),
+                        "shape": f"{row['num_frames']},{row['height']},{row['width']}"})
+    with pytest.raises(CacheEntryError, match="raw mode.*rerun python -m adaptiveload.cache"):
+        read_entry(stale, row["source_row"], shape)
+
+
+def test_a_vae_with_a_scaling_factor_is_scaled_as_its_pipelines_do():
+    """CogVideoX's and HunyuanVideo's VAEs carry scaling_factor (no latents_mean / std): the cache
+    holds (mode - shift_factor) * scaling_factor, as their diffusers pipelines train on."""
+    from diffusers import AutoencoderKLCogVideoX
+
+    from adaptiveload.cache import vae_encoder
+
+    torch.manual_seed(0)
+    vae = AutoencoderKLCogVideoX(block_out_channels=(8, 8, 8, 8), latent_channels=4, norm_num_groups=4,
+                                 layers_per_block=1)
+    encode = vae_encoder(vae, "cpu", torch.float32)
+    assert encode.latent_norm == _format.LATENT_NORM_SCALE
+    pixels = torch.rand(3, 5, 32, 32) * 2 - 1
+    with torch.no_grad():
+        raw = vae.encode(pixels[None]).latent_dist.mode()[0]
+    torch.testing.assert_close(encode(pixels), raw * vae.config.scaling_factor)

@@ -3,7 +3,10 @@
 A cache folder holds one safetensors file per manifest row, `<row:09d>.safetensors`, with
     "latent"  [C, f, h, w]  the VAE latent of the sample at its bucket (the distribution's mode)
     "text"    [L, D]        the text encoder's output for the caption, its L real tokens only
-and metadata {"format", "row", "shape": "F,H,W" (the bucket, pixels), "caption"}; and `index.jsonl`, a
+and metadata {"format", "row", "shape": "F,H,W" (the bucket, pixels), "caption", "latent_norm"
+(LATENT_NORM_MEAN_STD: (z - latents_mean) / latents_std per channel, what a Wan DiT trains on;
+LATENT_NORM_SCALE: (z - shift_factor) * scaling_factor; LATENT_NORM_NONE: the VAE's mode as it
+is, for a VAE with neither)}; and `index.jsonl`, a
 manifest of the cached rows (path relative to the folder, num_frames / height / width = the
 bucket, source_row, caption) that the core reads as fixed rows (manifest/cache_folder.h): the
 sampler plans from the folder and every row trains at the shape it was cached at.
@@ -20,6 +23,9 @@ import torch
 FORMAT = "adaptiveload-cache-1"
 INDEX = "index.jsonl"  # the core's kCacheIndexName
 LATENT_KEY = "latent"
+LATENT_NORM_MEAN_STD = "latents_mean_std"
+LATENT_NORM_SCALE = "scaling_factor"
+LATENT_NORM_NONE = "none"
 TEXT_KEY = "text"
 # fps of a video row in the index: informational, a fixed row is not resampled (cache_folder.h).
 INDEX_VIDEO_FPS = 16
@@ -91,9 +97,11 @@ def safetensors_bytes(tensors: Dict[str, torch.Tensor], metadata: Dict[str, str]
     return len(text).to_bytes(8, "little") + text + b"".join(blobs)
 
 
-def entry_bytes(row: int, shape: tuple, latent: torch.Tensor, text: torch.Tensor, caption: Optional[str]) -> bytes:
+def entry_bytes(row: int, shape: tuple, latent: torch.Tensor, text: torch.Tensor, caption: Optional[str],
+                latent_norm: str = LATENT_NORM_MEAN_STD) -> bytes:
     """The safetensors bytes of one row (deterministic: same tensors, same bytes)."""
-    meta = {"format": FORMAT, "row": str(row), "shape": ",".join(str(int(v)) for v in shape)}
+    meta = {"format": FORMAT, "row": str(row), "shape": ",".join(str(int(v)) for v in shape),
+            "latent_norm": latent_norm}
     if caption is not None:
         meta["caption"] = caption
     return safetensors_bytes({LATENT_KEY: latent, TEXT_KEY: text}, meta)

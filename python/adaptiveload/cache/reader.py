@@ -73,6 +73,12 @@ def read_entry(path: str, row: int, latent_shape: tuple, meta_only: bool = False
         expected = str(int(own)) if own.isdigit() else None
         if meta.get("row") is None or (expected is not None and meta["row"] != expected):
             raise _fail(row, path, f"the file holds manifest row {meta.get('row')!r}'s entry, not its name's")
+        if "latent_norm" not in meta:
+            # Written before the cache normalised latents: raw VAE modes, which a Wan DiT does not
+            # train on. A rerun of the cache job rewrites such files (they read as not valid).
+            raise _fail(row, path, "its latent is the VAE's raw mode (written before the cache normalised latents "
+                                   "with the VAE's latents_mean / latents_std): rerun python -m adaptiveload.cache "
+                                   "on this folder to rewrite it")
         shape = tuple(f.get_slice(_format.LATENT_KEY).get_shape())
         if shape != tuple(latent_shape):
             raise _fail(row, path, f"'latent' has shape {shape}, the planner expects {tuple(latent_shape)} for the "

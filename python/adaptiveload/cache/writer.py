@@ -40,16 +40,41 @@ class CacheReport:
     skipped: List[Tuple[int, str]] = field(default_factory=list)  # rows left out (on_bad="skip")
 
 
-def vae_encoder(vae, device, dtype) -> Callable[[torch.Tensor], torch.Tensor]:
+def vae_encoder(vae, device, dtype, normalize: bool = True) -> Callable[[torch.Tensor], torch.Tensor]:
     """A diffusers VAE's encode (AutoencoderKLWan, or any with .encode(x).latent_dist): the
-    distribution's mode, deterministic, for one sample [3, F, H, W] -> [C, f, h, w]."""
+    distribution's mode, deterministic, for one sample [3, F, H, W] -> [C, f, h, w], normalised
+    as the model trains on it: per channel (z - latents_mean) / latents_std where the VAE's config
+    has them (AutoencoderKLWan: as diffusers' Wan pipelines and Wan's own VAE, so musubi-tuner's
+    caches, give them), else (z - shift_factor) * scaling_factor where it has a scaling_factor
+    (CogVideoX, HunyuanVideo); diffusers' encode alone returns the raw mode. normalize=False keeps
+    it raw. The returned function's `latent_norm` is what the cache records (_format)."""
+    cfg = getattr(vae, "config", None)
+    mean, std = getattr(cfg, "latents_mean", None), getattr(cfg, "latents_std", None)
+    scale, shift = getattr(cfg, "scaling_factor", None), getattr(cfg, "shift_factor", None)
+    norm = _format.LATENT_NORM_NONE
+    mean_t = std_t = None
+    if normalize and mean is not None and std is not None:
+        mean_t = torch.tensor(mean, dtype=torch.float32).view(-1, 1, 1, 1)
+        std_t = torch.tensor(std, dtype=torch.float32).view(-1, 1, 1, 1)
+        norm = _format.LATENT_NORM_MEAN_STD
+    elif normalize and scale is not None:  # z * scale - shift * scale == (z - shift) / (1 / scale)
+        mean_t = torch.full((1, 1, 1, 1), float(shift or 0.0))
+        std_t = torch.full((1, 1, 1, 1), 1.0 / float(scale))
+        norm = _format.LATENT_NORM_SCALE
 
     @torch.no_grad()
     def encode(pixels: torch.Tensor) -> torch.Tensor:
         out = vae.encode(pixels[None].to(device=device, dtype=dtype))
         dist = out.latent_dist if hasattr(out, "latent_dist") else out[0]
-        return dist.mode()[0].float().cpu()
+        z = dist.mode()[0].float().cpu()
+        if mean_t is None:
+            return z
+        if mean_t.shape[0] != 1 and z.shape[0] != mean_t.shape[0]:
+            raise ValueError(f"the VAE's config has {mean_t.shape[0]} latents_mean / latents_std values for "
+                             f"{z.shape[0]} latent channels: a config that does not match its model")
+        return (z - mean_t) / std_t
 
+    encode.latent_norm = norm
     return encode
 
 
@@ -125,7 +150,8 @@ def encode_row(sampler, source, encoders: Encoders, row: int) -> Tuple[bytes, tu
                               f"of the model the sampler plans for")
     caption = sample.get("caption")
     text = encoders.text(caption or "")
-    return _format.entry_bytes(row, shape, latent, text, caption), shape, caption
+    norm = getattr(encoders.latent, "latent_norm", _format.LATENT_NORM_NONE)
+    return _format.entry_bytes(row, shape, latent, text, caption, norm), shape, caption
 
 
 def write_rows(sampler, source, encoders: Encoders, out_dir: str, rows: List[int], on_bad: str = "error",
