@@ -21,7 +21,8 @@ std::vector<std::vector<Mb>> Dealer::fill() const {
       const MicroBatch& mb = plan_.micro_batches[m];
       Mb copy = copy_of(m);
       bound[j / W] += copy.cost;  // the step's work as planned
-      room[j / W] += double(copy.tokens) * (1 + kMaxBatchDev);
+      // Its trained tokens (padded repeats, which stay, count for none, as in step_figures).
+      if (!mb.padded) room[j / W] += double(copy.tokens) * (1 + kMaxBatchDev);
       if (mb.padded) {
         load[j] += copy.cost;
         out[j].push_back(std::move(copy));
