@@ -250,7 +250,7 @@ std::vector<std::vector<Mb>> Dealer::form_slots(std::vector<Sample> samples, dou
     t_max = std::min(t_max, caps_.pack_tokens[r] * work / tokens / pr_.layout.speed(r));
   }
   size_t slots = std::max(least, size_t(std::max(1.0, std::ceil(work / (t_max * speeds)))));
-  if (!ration) return slots_of(samples, work, slots, false, nullptr);
+  if (!ration) return slots_of(samples, work, slots, false);
   // Rationed, the count from the work is short where the longest samples fit one a micro-batch
   // and only the fast ranks take them (a slot then holds as many as there are fast ranks): while
   // no slots can be formed, a quarter more are tried; then counts between the last two tried,
@@ -259,8 +259,7 @@ std::vector<std::vector<Mb>> Dealer::form_slots(std::vector<Sample> samples, dou
   double seconds = 0;
   size_t lo = slots, hi = 0;
   auto attempt = [&](size_t n) {
-    bool short_of_slots = false;
-    std::vector<std::vector<Mb>> out = slots_of(samples, work, n, true, &short_of_slots);
+    std::vector<std::vector<Mb>> out = slots_of(samples, work, n, true);
     if (out.empty()) return false;
     const double x = micro_seconds(out);
     if (best.empty() || x < seconds) best = std::move(out), seconds = x;
@@ -284,8 +283,7 @@ std::vector<std::vector<Mb>> Dealer::form_slots(std::vector<Sample> samples, dou
 }
 
 std::vector<std::vector<Mb>> Dealer::slots_of(const std::vector<Sample>& samples, double work,
-                                              size_t slots, bool ration,
-                                              bool* short_of_slots) const {
+                                              size_t slots, bool ration) const {
   const size_t W = size_t(plan_.world_size);
   double speeds = 0;
   for (size_t r = 0; r < W; ++r) speeds += pr_.layout.speed(r);
@@ -324,10 +322,7 @@ std::vector<std::vector<Mb>> Dealer::slots_of(const std::vector<Sample>& samples
         for (size_t r = 0; r < W; ++r) out[r].push_back(std::move(last[r]));
         return out;
       }
-      if (short_of_slots) {  // the caller tries more slots
-        *short_of_slots = true;
-        return {};
-      }
+      if (ration) return {};  // form_slots tries more slots
       if (left < 2 * W) {
         // Too few for two slots: one sample a rank in the last, the others where they fit
         // in a slot already formed, at the least time they add.

@@ -91,9 +91,9 @@ class Dealer {
                                           size_t least, bool ration = false) const;
 
   // form_slots' part: `slots` slots from `samples` (longest first). Where the rest does not fit
-  // the last slot: empty with *short_of_slots set, or (null) more slots filled to memory.
+  // the last slot: more slots filled to memory, or, rationed, empty (form_slots tries more).
   std::vector<std::vector<Mb>> slots_of(const std::vector<Sample>& samples, double work,
-                                        size_t slots, bool ration, bool* short_of_slots) const;
+                                        size_t slots, bool ration) const;
 
   // Sample `s` into the micro-batch of any slot where it fits its rank's memory and its slot
   // ends soonest after it; false where it fits none.
