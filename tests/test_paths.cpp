@@ -3,26 +3,11 @@
 
 namespace adaptiveload::test {
 
-const std::string& source_dir() {
-  static const std::string s = AL_SOURCE_DIR;
-  return s;
-}
-const std::string& data_dir() {
-  static const std::string s = AL_DATA_DIR;
-  return s;
-}
+std::string source_dir() { return AL_SOURCE_DIR; }
+std::string data_dir() { return AL_DATA_DIR; }
 std::string data_file(const std::string& name) { return data_dir() + "/" + name; }
-const std::string& cli_path() {
-  static const std::string s = AL_CLI_PATH;
-  return s;
-}
-const std::string& bench_plan_path() {
-  static const std::string s = AL_BENCH_PLAN_PATH;
-  return s;
-}
-const std::string& tests_binary_dir() {
-  static const std::string s = AL_TESTS_BINARY_DIR;
-  return s;
-}
+std::string cli_path() { return AL_CLI_PATH; }
+std::string bench_plan_path() { return AL_BENCH_PLAN_PATH; }
+std::string tests_binary_dir() { return AL_TESTS_BINARY_DIR; }
 
 }  // namespace adaptiveload::test

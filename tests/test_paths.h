@@ -6,11 +6,11 @@
 
 namespace adaptiveload::test {
 
-const std::string& source_dir();                 // the repository
-const std::string& data_dir();                   // its data/
+std::string source_dir();                        // the repository
+std::string data_dir();                          // its data/
 std::string data_file(const std::string& name);  // data/<name>
-const std::string& cli_path();                   // the adaptiveload binary; empty where not built
-const std::string& bench_plan_path();            // bench/bench_plan; empty where not built
-const std::string& tests_binary_dir();           // the build folder of tests/
+std::string cli_path();                          // the adaptiveload binary; empty where not built
+std::string bench_plan_path();                   // bench/bench_plan; empty where not built
+std::string tests_binary_dir();                  // the build folder of tests/
 
 }  // namespace adaptiveload::test
