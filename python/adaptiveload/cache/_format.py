@@ -98,8 +98,9 @@ def safetensors_bytes(tensors: Dict[str, torch.Tensor], metadata: Dict[str, str]
 
 
 def entry_bytes(row: int, shape: tuple, latent: torch.Tensor, text: torch.Tensor, caption: Optional[str],
-                latent_norm: str = LATENT_NORM_MEAN_STD) -> bytes:
-    """The safetensors bytes of one row (deterministic: same tensors, same bytes)."""
+                latent_norm: str) -> bytes:
+    """The safetensors bytes of one row (deterministic: same tensors, same bytes); latent_norm:
+    how the latent was normalised (LATENT_NORM_*), said by the caller that normalised it."""
     meta = {"format": FORMAT, "row": str(row), "shape": ",".join(str(int(v)) for v in shape),
             "latent_norm": latent_norm}
     if caption is not None:
