@@ -109,6 +109,30 @@ def test_a_vae_of_another_model_is_refused(setup, encoders):
         write_rows(s, fx.SyntheticSource(s), wrong, str(setup["root"]), [0])
 
 
+def test_a_latent_function_of_ones_own_is_recorded_as_unstated(setup, encoders, tmp_path):
+    """A caller's own latent function says nothing of its normalisation unless it sets
+    latent_norm: the file must not claim 'none' (raw) for it, and a value the format does not
+    know is refused."""
+    from safetensors import safe_open
+
+    s = sampler_of(setup["manifest"])
+    own = Encoders(latent=lambda px: encoders.latent(px) * 2.0, text=encoders.text)
+    write_rows(s, fx.SyntheticSource(s), own, str(tmp_path), [0])
+    with safe_open(str(tmp_path / _format.entry_name(0)), "pt") as f:
+        assert f.metadata()["latent_norm"] == _format.LATENT_NORM_UNSTATED
+
+    def stated(px):
+        return encoders.latent(px)
+
+    stated.latent_norm = _format.LATENT_NORM_SCALE
+    write_rows(s, fx.SyntheticSource(s), Encoders(latent=stated, text=encoders.text), str(tmp_path), [1])
+    with safe_open(str(tmp_path / _format.entry_name(1)), "pt") as f:
+        assert f.metadata()["latent_norm"] == _format.LATENT_NORM_SCALE
+    stated.latent_norm = "zscore"
+    with pytest.raises(ValueError, match=r"latent_norm is 'zscore'; the cache records one of latents_mean_std"):
+        write_rows(s, fx.SyntheticSource(s), Encoders(latent=stated, text=encoders.text), str(tmp_path), [2])
+
+
 def test_a_killed_write_leaves_no_valid_file(tmp_path, monkeypatch):
     target = str(tmp_path / "x.safetensors")
 

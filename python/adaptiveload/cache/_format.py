@@ -6,7 +6,8 @@ A cache folder holds one safetensors file per manifest row, `<row:09d>.safetenso
 and metadata {"format", "row", "shape": "F,H,W" (the bucket, pixels), "caption", "latent_norm"
 (LATENT_NORM_MEAN_STD: (z - latents_mean) / latents_std per channel, what a Wan DiT trains on;
 LATENT_NORM_SCALE: (z - shift_factor) * scaling_factor; LATENT_NORM_NONE: the VAE's mode as it
-is, for a VAE with neither)}; and `index.jsonl`, a
+is, for a VAE with neither; LATENT_NORM_UNSTATED: a caller's own latent function that did not
+say)}; and `index.jsonl`, a
 manifest of the cached rows (path relative to the folder, num_frames / height / width = the
 bucket, source_row, caption) that the core reads as fixed rows (manifest/cache_folder.h): the
 sampler plans from the folder and every row trains at the shape it was cached at.
@@ -26,6 +27,8 @@ LATENT_KEY = "latent"
 LATENT_NORM_MEAN_STD = "latents_mean_std"
 LATENT_NORM_SCALE = "scaling_factor"
 LATENT_NORM_NONE = "none"
+LATENT_NORM_UNSTATED = "unstated"
+LATENT_NORMS = (LATENT_NORM_MEAN_STD, LATENT_NORM_SCALE, LATENT_NORM_NONE, LATENT_NORM_UNSTATED)
 TEXT_KEY = "text"
 # fps of a video row in the index: informational, a fixed row is not resampled (cache_folder.h).
 INDEX_VIDEO_FPS = 16

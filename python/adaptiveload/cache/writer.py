@@ -27,7 +27,10 @@ class CacheShapeError(RuntimeError):
 
 @dataclass
 class Encoders:
-    """latent(pixels [3, F, H, W]) -> [C, f, h, w]; text(caption) -> [L, D] (real tokens only)."""
+    """latent(pixels [3, F, H, W]) -> [C, f, h, w]; text(caption) -> [L, D] (real tokens only).
+    The cache records how latent normalised its output from the function's `latent_norm`
+    attribute (vae_encoder sets it; a function of your own may set one of _format.LATENT_NORMS),
+    "unstated" where it has none."""
 
     latent: Callable[[torch.Tensor], torch.Tensor]
     text: Callable[[str], torch.Tensor]
@@ -150,7 +153,10 @@ def encode_row(sampler, source, encoders: Encoders, row: int) -> Tuple[bytes, tu
                               f"of the model the sampler plans for")
     caption = sample.get("caption")
     text = encoders.text(caption or "")
-    norm = getattr(encoders.latent, "latent_norm", _format.LATENT_NORM_NONE)
+    norm = getattr(encoders.latent, "latent_norm", _format.LATENT_NORM_UNSTATED)
+    if norm not in _format.LATENT_NORMS:
+        raise ValueError(f"the latent function's latent_norm is {norm!r}; the cache records one of "
+                         f"{', '.join(_format.LATENT_NORMS)} (or leave it unset: 'unstated')")
     return _format.entry_bytes(row, shape, latent, text, caption, norm), shape, caption
 
 
