@@ -63,8 +63,13 @@ class Dealer {
   // they are long, unlike epoch(), which levels every rank-step.
   // The samples go to steps within windows of kFillWindow consecutive steps (a window's
   // samples among its steps), so the cost grows with samples x kFillWindow, not x K.
+  // `lumped` > 0: in each window where the slowest ranks' share of the work is more than its
+  // short samples (those that end on them within the window's mean bound), `lumped` times the
+  // estimated share of its steps is lengthened to the longest sample on the slowest ranks (each
+  // of them can then take one while the faster take more), the window's other steps shortened
+  // by as much; empty where no window is lengthened.
   static constexpr size_t kFillWindow = 64;
-  std::vector<std::vector<Mb>> fill() const;
+  std::vector<std::vector<Mb>> fill(double lumped = 0) const;
 
   // `samples` onto one micro-batch each of `ranks` (fastest first, as many samples as ranks at
   // least): the longest one to each rank in turn, then each sample where it ends soonest.

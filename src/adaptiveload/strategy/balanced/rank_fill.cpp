@@ -1,6 +1,7 @@
 // rank_dealing::Dealer::fill (rank_dealer.h): step sync, the whole epoch dealt against each
 // step's share of the time.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -9,7 +10,67 @@
 namespace adaptiveload {
 namespace rank_dealing {
 
-std::vector<std::vector<Mb>> Dealer::fill() const {
+namespace {
+
+// The ranks of least speed: their speed and how many.
+struct Slowest {
+  double speed = 0;
+  size_t ranks = 0;
+};
+
+// Lumped steps (Dealer::fill): the share of a window's steps that would let the slowest ranks
+// take their part of the window's work (their speeds' share) where the short samples (those
+// that end on them within the window's mean bound) fall short of it: one lump (a sample longer
+// than that, its mean) per slowest rank per lumped step. 0 where the short samples suffice.
+double lumped_share(const std::vector<Sample>& samples, double mean_bound, const Slowest& slow,
+                    double speeds, size_t steps) {
+  double work = 0, small = 0, lumps = 0;
+  size_t n = 0;
+  for (const Sample& x : samples) {
+    work += x.per;
+    if (x.per / slow.speed > mean_bound) {
+      lumps += x.per, ++n;
+    } else {
+      small += x.per;
+    }
+  }
+  const double need = work * slow.speed * double(slow.ranks) / speeds - small;
+  if (n == 0 || need <= 0) return 0;
+  return need / (double(slow.ranks) * lumps / double(n)) / double(steps);
+}
+
+// `share` of the steps [t0, t1), evenly spaced, lengthened to `lump` seconds (the longest
+// sample's on the slowest ranks) so that a slowest rank can take one, the window's other steps
+// shortened by as much in all (bounds and token room scaled alike, the window's time kept).
+// False where nothing is lengthened.
+bool lengthen(std::vector<double>& bound, std::vector<double>& room, size_t t0, size_t t1,
+              double lump, double share) {
+  const size_t len = t1 - t0, n = size_t(std::lround(share * double(len)));
+  if (n == 0 || n >= len) return false;
+  std::vector<char> is_long(len, 0);
+  for (size_t i = 0; i < n; ++i) is_long[(i * len) / n + len / (2 * n)] = 1;
+  double longer = 0, rest = 0;
+  for (size_t i = 0; i < len; ++i)
+    if (bound[t0 + i] <= 0) {
+      return false;  // a step of no work planned: nothing to scale
+    } else if (is_long[i]) {
+      longer += std::max(0.0, lump - bound[t0 + i]);
+    } else {
+      rest += bound[t0 + i];
+    }
+  if (longer <= 0 || rest <= longer) return false;
+  const double f = (rest - longer) / rest;
+  for (size_t i = 0; i < len; ++i) {
+    const size_t t = t0 + i;
+    const double g = is_long[i] ? std::max(lump, bound[t]) / bound[t] : f;
+    bound[t] *= g, room[t] *= g;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<std::vector<Mb>> Dealer::fill(double lumped) const {
   const size_t W = size_t(plan_.world_size), K = plan_.num_steps();
   std::vector<std::vector<Mb>> out(K * W);
   std::vector<double> load(K * W, 0.0), bound(K, 0.0), tokens(K, 0.0), room(K, 0.0);
@@ -57,12 +118,27 @@ std::vector<std::vector<Mb>> Dealer::fill() const {
   // Each sample (longest first) where it ends within its step's bound with the least room left;
   // else where the bound grows least. Within windows of kFillWindow steps, each window's samples
   // among its steps: over all K steps a sample would cost K x classes trials.
+  Slowest slow{*std::min_element(classes.begin(), classes.end()), 0};
+  for (size_t r = 0; r < W; ++r) slow.ranks += pr_.layout.speed(r) == slow.speed;
+  std::vector<std::vector<Sample>> windows;
+  bool lengthened = false;
   for (size_t t0 = 0; t0 < K; t0 += kFillWindow) {
     const size_t t1 = std::min(K, t0 + kFillWindow);
-    std::vector<Sample> samples;
+    std::vector<Sample>& samples = windows.emplace_back();
     for (size_t t = t0; t < t1; ++t)
       samples.insert(samples.end(), of_step[t].begin(), of_step[t].end());
     sort_longest_first(samples);
+    if (lumped > 0 && !samples.empty()) {
+      double mean_bound = 0;
+      for (size_t t = t0; t < t1; ++t) mean_bound += bound[t] / double(t1 - t0);
+      const double share = lumped * lumped_share(samples, mean_bound, slow, speeds, t1 - t0);
+      lengthened |= lengthen(bound, room, t0, t1, samples.front().per / slow.speed, share);
+    }
+  }
+  if (lumped > 0 && !lengthened) return {};
+  for (size_t t0 = 0; t0 < K; t0 += kFillWindow) {
+    const size_t t1 = std::min(K, t0 + kFillWindow);
+    const std::vector<Sample>& samples = windows[t0 / kFillWindow];
     for (const Sample& s : samples) {
       size_t best = SIZE_MAX;
       bool merge = false;

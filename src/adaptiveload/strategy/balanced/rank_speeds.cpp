@@ -89,20 +89,23 @@ Plan deal_to_speeds(const Plan& plan, const BalancedProblem& pr) {
   const Dealer dealer(plan, pr);
   const size_t W = size_t(plan.world_size);
   if (!lockstep_slots(plan.sync)) {
-    // Three candidates: each step dealt again (balanced's steps kept), and the whole epoch dealt
-    // again over the same step count, levelled (epoch) or against each step's share (fill). The
+    // Candidates: each step dealt again (balanced's steps kept), and the whole epoch dealt again
+    // over the same step count, levelled (epoch) or against each step's share (fill), that with
+    // lumped steps at 1, 0.75 and 0.5 times their estimated share (empty where none). The
     // fastest is kept; where the global batch is held (tokens per step within kMaxBatchDev) by
     // the first, one that strays must be kHoldCost faster.
     std::vector<std::vector<Mb>> steps;
     steps.reserve(plan.num_steps() * W);
     for (size_t t = 0; t < plan.num_steps(); ++t)
       for (std::vector<Mb>& rank : dealer.step(t)) steps.push_back(std::move(rank));
-    std::vector<std::vector<Mb>> cands[2] = {dealer.epoch(), dealer.fill()};
+    std::vector<std::vector<Mb>> cands[] = {dealer.epoch(), dealer.fill(), dealer.fill(1.0),
+                                            dealer.fill(0.75), dealer.fill(0.5)};
     const StepFigures a = step_figures(steps, W, pr);
     const bool held = pr.batch_kind != BatchKind::kFree && (pr.hold & kHoldBatch);
     int pick = -1;
     double best = a.seconds;
-    for (int k = 0; k < 2; ++k) {
+    for (int k = 0; k < 5; ++k) {
+      if (cands[k].empty()) continue;
       const StepFigures b = step_figures(cands[k], W, pr);
       const double need =
           held && a.tokens_dev <= kMaxBatchDev && b.tokens_dev > kMaxBatchDev ? 1 + kHoldCost : 1.0;
