@@ -39,6 +39,7 @@ void Planner::resolve_budgets() {
       if (live[b]) M = std::max<int64_t>(M, per_gpu(b));
   }
   base_.mem_budget_tokens = M;
+  base_.mem_budget_auto = cfg_.mem_budget_tokens <= 0;
   resolve_global_batch();
   base_.p = cfg_.p > 0 ? cfg_.p : fit_power(*cost_, buckets, bucketing_.bucket_counts).p;
 

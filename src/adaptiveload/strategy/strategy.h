@@ -55,6 +55,7 @@ struct PlanProblem {
   std::vector<uint8_t> bucket_group;
   int group(uint16_t bucket) const { return bucket_group.empty() ? 1 : int(bucket_group[bucket]); }
   int64_t mem_budget_tokens = 0;     // M_mem: B * S <= M_mem
+  bool mem_budget_auto = false;      // M_mem resolved from memory (--mem-budget auto)
   double comp_budget = 0;            // M_comp: B * S^p <= M_comp (0: none)
   double p = 2;                      // the paper's exponent
   double step_budget_s = 0;          // balanced: most seconds of work per rank per step
