@@ -318,41 +318,21 @@ TEST(UnequalRanks, A100AndH100StepSyncGivesTheSlowRanksLongClipsInLongerSteps) {
   }
 }
 
-// Taichi-HD + COCO in micro sync, 8 A100 + 8 H100: a long clip is one micro-batch at either
-// device's memory (35.9 s on an A100, 12.6 s on an H100), so a slot where an A100 holds one
-// lasts 35.9 s while each H100 does one clip. The whole epoch's slots formed with the A100s
-// rationed to short work in every slot (Dealer::form_slots, ration) leave the long clips to the
-// H100s: from 54% of ideal to 77%. Not the 90%, which no plan reaches: an H100's
-// micro-batch is at most 12.6 s (one long clip at its memory), so the 2293 samples that take an
-// A100 over 12.6 / (1 - 1 / 2.85) = 19.4 s are done at no more than 8 H100-seconds a second
-// wherever they go: 28,126 H100-seconds, at least 3516 s against an ideal 2803 s (79.8%).
+// Taichi-HD + COCO in micro sync, 8 A100 + 8 H100: a long clip takes 35.9 s on an A100 and
+// 12.6 s on an H100, and balanced's micro-batch sizes (M_mem auto, from the tightest bucket)
+// hold it alone on the A100 and 2 on the H100 (its sizes grown with its speed), though an H100's
+// memory would hold 3. A slot where an A100 holds one lasts 35.9 s; the whole epoch's slots
+// formed with the A100s rationed to short work in every slot (Dealer::form_slots, ration) leave
+// the long clips to the H100s: from 54% of ideal to 77%. Not the 90%: slots of about
+// the step's share (17 s) give each H100 one clip and the A100s little to do; slots of 37.8 s
+// where each A100 takes a clip and each H100 3 (as fill's lumped steps do in step sync) would
+// come near it, which balanced does not form in micro sync.
 TEST(UnequalRanks, A100AndH100MicroSyncLeavesLongClipsToTheFastRanks) {
   PlannerConfig c = wan16("micro", false);
   const auto [mixed, ideal] = a100_h100(real_manifest(), c);
-  // The bound, from the cost model: the longest H100 micro-batch in the plan, each sample's
-  // seconds alone.
-  const Planner pl(real_manifest(), c);
-  const Plan p = pl.plan("balanced");
-  const SimEnv env = pl.sim_env(16);
-  const double fast = env.layout.speed(15) / env.layout.speed(0);  // H100 over A100
-  MicroShape scratch;
-  double longest = 0;  // H100 seconds
-  for (uint64_t k = 0; k < p.micro_batches.size(); ++k)
-    longest = std::max(longest, micro_batch_seconds(p, k, env, scratch) / fast);
-  const Bucketing& bk = pl.bucketing();
-  double lumps = 0;  // H100 seconds of the samples an A100 takes over longest / (1 - 1 / fast)
-  size_t samples = 0;
-  for (const uint16_t b : bk.sample_bucket) {
-    if (b == kNoBucket) continue;
-    ++samples;
-    const double a100 = pl.cost().microbatch_time(1, bk.buckets[b]);
-    if (a100 > longest / (1 - 1 / fast)) lumps += a100 / fast;
-  }
-  const double bound = (double(samples) / ideal) / (lumps / 8);  // of ideal
-  std::printf("Taichi-HD + COCO micro: ideal %.4f, balanced %.4f (%.1f%%), bound %.1f%%\n", ideal,
-              mixed.tput, 100 * mixed.tput / ideal, 100 * bound);
-  EXPECT_LT(bound, 0.90);  // the 90% is out of reach here
-  EXPECT_GE(mixed.tput / ideal, 0.95 * bound);
+  std::printf("Taichi-HD + COCO micro: ideal %.4f, balanced %.4f (%.1f%%)\n", ideal, mixed.tput,
+              100 * mixed.tput / ideal);
+  EXPECT_GE(mixed.tput, 0.75 * ideal);
   EXPECT_EQ(mixed.memory, "");
 }
 
