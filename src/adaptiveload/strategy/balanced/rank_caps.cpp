@@ -21,13 +21,16 @@ RankCaps rank_caps(const PlanProblem& pr) {
     // And with its speed where M_mem is the memory's own (auto: the reference device's tightest
     // bucket): a rank s times as fast holds s times the reference's micro-batch in the same
     // time, where its memory fits it. A stated M_mem is a budget the rank keeps.
-    const double by = pr.mem_budget_auto ? std::max(grow, pr.layout.speed(r)) : grow;
+    // Rounded to the nearest sample (an H100 at 2.85x holds 3 where the A100 holds 1).
+    const double speed = pr.mem_budget_auto ? pr.layout.speed(r) : 0;
     // A pack's tokens grow with the memory only: packs grown with the speed held the long clips
-    // of Taichi-HD + COCO on 8 A100 + 8 H100 to fewer slots, 78.7% of ideal -> 61.1%.
+    // of Taichi-HD + COCO on 8 A100 + 8 H100 to fewer slots, 78.7% of ideal -> 61.1% (measured
+    // before the lumped slots of Dealer::form_slots).
     c.pack_tokens.push_back(std::floor(double(pr.mem_budget_tokens) * grow));
     for (size_t b = 0; b < nb; ++b) {
       const int64_t fits = pr.memory.max_batch((*pr.buckets)[b].tokens, usable);
-      const double wanted = std::floor(double(dual[b]) * by);
+      double wanted = std::floor(double(dual[b]) * grow);
+      if (speed > grow) wanted = std::max(wanted, std::round(double(dual[b]) * speed));
       c.batch[r][b] =
           std::min<int64_t>(fits, std::max<int64_t>(dual[b], int64_t(std::min(wanted, 1e15))));
     }

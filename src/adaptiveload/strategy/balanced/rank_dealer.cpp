@@ -241,7 +241,8 @@ std::vector<std::vector<Mb>> Dealer::reslot(size_t t) const {
 }
 
 std::vector<std::vector<Mb>> Dealer::form_slots(std::vector<Sample> samples, double work,
-                                                double tokens, size_t least, bool ration) const {
+                                                double tokens, size_t least, bool ration,
+                                                size_t lumped) const {
   const size_t W = size_t(plan_.world_size);
   sort_longest_first(samples);
   double speeds = 0, t_max = 1e300;
@@ -250,7 +251,7 @@ std::vector<std::vector<Mb>> Dealer::form_slots(std::vector<Sample> samples, dou
     t_max = std::min(t_max, caps_.pack_tokens[r] * work / tokens / pr_.layout.speed(r));
   }
   size_t slots = std::max(least, size_t(std::max(1.0, std::ceil(work / (t_max * speeds)))));
-  if (!ration) return slots_of(samples, work, slots, false);
+  if (!ration) return slots_of(samples, work, slots, false, lumped);
   // Rationed, the count from the work is short where the longest samples fit one a micro-batch
   // and only the fast ranks take them (a slot then holds as many as there are fast ranks): while
   // no slots can be formed, a quarter more are tried; then counts between the last two tried,
@@ -259,7 +260,7 @@ std::vector<std::vector<Mb>> Dealer::form_slots(std::vector<Sample> samples, dou
   double seconds = 0;
   size_t lo = slots, hi = 0;
   auto attempt = [&](size_t n) {
-    std::vector<std::vector<Mb>> out = slots_of(samples, work, n, true);
+    std::vector<std::vector<Mb>> out = slots_of(samples, work, n, true, lumped);
     if (out.empty()) return false;
     const double x = micro_seconds(out);
     if (best.empty() || x < seconds) best = std::move(out), seconds = x;
@@ -283,7 +284,7 @@ std::vector<std::vector<Mb>> Dealer::form_slots(std::vector<Sample> samples, dou
 }
 
 std::vector<std::vector<Mb>> Dealer::slots_of(const std::vector<Sample>& samples, double work,
-                                              size_t slots, bool ration) const {
+                                              size_t slots, bool ration, size_t lumped) const {
   const size_t W = size_t(plan_.world_size);
   double speeds = 0;
   for (size_t r = 0; r < W; ++r) speeds += pr_.layout.speed(r);
@@ -333,7 +334,9 @@ std::vector<std::vector<Mb>> Dealer::slots_of(const std::vector<Sample>& samples
       }
     }
     if (left < 2 * W) return {};  // this slot and the last need a sample a rank
-    const double T = i + 1 >= slots ? 1e300 : work_left / (double(slots - i) * speeds);
+    double T = i + 1 >= slots ? 1e300 : work_left / (double(slots - i) * speeds);
+    if (i < lumped && i + 1 < slots)
+      T = std::max(T, lumped_slot(samples, run_begin, cursor, ranks));
     double slot_end = T;  // the slot's time so far (its fastest ranks' micro-batches)
     for (size_t pos = 0; pos < W; ++pos) {
       const size_t r = ranks[pos];
@@ -379,6 +382,26 @@ std::vector<std::vector<Mb>> Dealer::slots_of(const std::vector<Sample>& samples
   }
 }
 
+double Dealer::lumped_slot(const std::vector<Sample>& samples, const std::vector<size_t>& run_begin,
+                           const std::vector<size_t>& cursor,
+                           const std::vector<size_t>& ranks) const {
+  size_t longest = SIZE_MAX;  // the longest sample left (each run's next)
+  for (size_t u = 0; u + 1 < run_begin.size(); ++u)
+    if (cursor[u] < run_begin[u + 1] &&
+        (longest == SIZE_MAX || samples[cursor[u]].per > samples[longest].per))
+      longest = cursor[u];
+  if (longest == SIZE_MAX) return 0;
+  const size_t fast = ranks.front(), slow = ranks.back();
+  const double vf = pr_.layout.speed(fast), vs = pr_.layout.speed(slow);
+  const Bucket& bk = (*pr_.buckets)[samples[longest].bucket];
+  int64_t k = std::max<int64_t>(1, std::llround(vf / vs));  // the fastest's share of them
+  k = std::min(k, pr_.packing ? int64_t(caps_.pack_tokens[fast] / double(bk.tokens))
+                              : caps_.batch[fast][samples[longest].bucket]);
+  const double one = pr_.cost->cost(MicroShape::uniform(1, bk)) / vs,
+               many = pr_.cost->cost(MicroShape::uniform(std::max<int64_t>(k, 1), bk)) / vf;
+  return std::max(one, many) * (1 + 1e-9);  // both within the slot
+}
+
 bool Dealer::place_anywhere(std::vector<std::vector<Mb>>& out, const Sample& s) const {
   size_t best_r = SIZE_MAX, best_i = 0;
   double best = 0;
@@ -410,11 +433,23 @@ std::vector<std::vector<std::vector<Mb>>> Dealer::epoch_slots() const {
     }
   }
   if (K == 0) return {};
-  // Two candidates: slots formed by the work's share, and rationed (form_slots); the faster.
-  std::vector<std::vector<Mb>> slots = form_slots(samples, work, tokens, K, false),
-                               rationed = form_slots(std::move(samples), work, tokens, K, true);
-  if (!rationed.empty() && (slots.empty() || micro_seconds(rationed) < micro_seconds(slots)))
-    slots = std::move(rationed);
+  // Candidates: slots formed by the work's share, rationed (form_slots), and rationed with
+  // lumped slots where the slowest ranks' share needs long samples (1, 0.75 and 1.25 times the
+  // estimated count); the fastest.
+  double speeds = 0;
+  for (size_t r = 0; r < W; ++r) speeds += pr_.layout.speed(r);
+  const double lumps =
+      double(K) * lumped_share(samples, work / (double(K) * speeds), slowest(), speeds, K);
+  std::vector<std::vector<Mb>> slots = form_slots(samples, work, tokens, K, false);
+  double seconds = slots.empty() ? 0 : micro_seconds(slots);
+  for (const double m : {0.0, 1.0, 0.75, 1.25}) {
+    const size_t n = size_t(std::llround(m * lumps));
+    if (m > 0 && n == 0) continue;
+    std::vector<std::vector<Mb>> c = form_slots(samples, work, tokens, K, true, n);
+    if (c.empty()) continue;
+    const double x = micro_seconds(c);
+    if (slots.empty() || x < seconds) slots = std::move(c), seconds = x;
+  }
   if (slots.empty()) return {};
   std::vector<std::vector<std::vector<Mb>>> steps(K, std::vector<std::vector<Mb>>(W));
   for (size_t i = 0; i < slots[0].size(); ++i)

@@ -71,6 +71,20 @@ class Dealer {
   static constexpr size_t kFillWindow = 64;
   std::vector<std::vector<Mb>> fill(double lumped = 0) const;
 
+  // The ranks of least speed: their speed and how many.
+  struct Slowest {
+    double speed = 0;
+    size_t ranks = 0;
+  };
+  Slowest slowest() const;
+  // Lumped steps or slots (fill, form_slots): the share of `steps` steps (or slots) that would
+  // let the slowest ranks take their part of the work of `samples` (their speeds' share) where
+  // the short samples (those that end on them within `mean_bound`) fall short of it: one lump
+  // (a sample longer than that, of their mean) per slowest rank in each. 0 where the short
+  // samples suffice.
+  static double lumped_share(const std::vector<Sample>& samples, double mean_bound,
+                             const Slowest& slow, double speeds, size_t steps);
+
   // `samples` onto one micro-batch each of `ranks` (fastest first, as many samples as ranks at
   // least): the longest one to each rank in turn, then each sample where it ends soonest.
   bool share(std::vector<Sample>& samples, const std::vector<size_t>& ranks,
@@ -92,13 +106,22 @@ class Dealer {
   // a slower rank takes at most its share, over the slots left, of the samples it can end
   // within the slot's time (their work and their count), so that it has short work in every
   // slot; the slot count grows until such slots form, the fastest of a few counts kept.
+  // `lumped`: the first that many slots lengthened so that each slowest rank can take the
+  // longest sample left while the fastest take as many as their speed over its (slots_of).
   std::vector<std::vector<Mb>> form_slots(std::vector<Sample> samples, double work, double tokens,
-                                          size_t least, bool ration = false) const;
+                                          size_t least, bool ration = false,
+                                          size_t lumped = 0) const;
 
   // form_slots' part: `slots` slots from `samples` (longest first). Where the rest does not fit
   // the last slot: more slots filled to memory, or, rationed, empty (form_slots tries more).
   std::vector<std::vector<Mb>> slots_of(const std::vector<Sample>& samples, double work,
-                                        size_t slots, bool ration) const;
+                                        size_t slots, bool ration, size_t lumped = 0) const;
+
+  // A lumped slot's seconds (slots_of): the longest sample left on the slowest rank, and
+  // round(fastest's speed over the slowest's) of them on the fastest, the longer (within the
+  // fastest's micro-batch sizes).
+  double lumped_slot(const std::vector<Sample>& samples, const std::vector<size_t>& run_begin,
+                     const std::vector<size_t>& cursor, const std::vector<size_t>& ranks) const;
 
   // Sample `s` into the micro-batch of any slot where it fits its rank's memory and its slot
   // ends soonest after it; false where it fits none.

@@ -12,33 +12,6 @@ namespace rank_dealing {
 
 namespace {
 
-// The ranks of least speed: their speed and how many.
-struct Slowest {
-  double speed = 0;
-  size_t ranks = 0;
-};
-
-// Lumped steps (Dealer::fill): the share of a window's steps that would let the slowest ranks
-// take their part of the window's work (their speeds' share) where the short samples (those
-// that end on them within the window's mean bound) fall short of it: one lump (a sample longer
-// than that, its mean) per slowest rank per lumped step. 0 where the short samples suffice.
-double lumped_share(const std::vector<Sample>& samples, double mean_bound, const Slowest& slow,
-                    double speeds, size_t steps) {
-  double work = 0, small = 0, lumps = 0;
-  size_t n = 0;
-  for (const Sample& x : samples) {
-    work += x.per;
-    if (x.per / slow.speed > mean_bound) {
-      lumps += x.per, ++n;
-    } else {
-      small += x.per;
-    }
-  }
-  const double need = work * slow.speed * double(slow.ranks) / speeds - small;
-  if (n == 0 || need <= 0) return 0;
-  return need / (double(slow.ranks) * lumps / double(n)) / double(steps);
-}
-
 // `share` of the steps [t0, t1), evenly spaced, lengthened to `lump` seconds (the longest
 // sample's on the slowest ranks) so that a slowest rank can take one, the window's other steps
 // shortened by as much in all (bounds and token room scaled alike, the window's time kept).
@@ -69,6 +42,32 @@ bool lengthen(std::vector<double>& bound, std::vector<double>& room, size_t t0, 
 }
 
 }  // namespace
+
+double Dealer::lumped_share(const std::vector<Sample>& samples, double mean_bound,
+                            const Slowest& slow, double speeds, size_t steps) {
+  double work = 0, small = 0, lumps = 0;
+  size_t n = 0;
+  for (const Sample& x : samples) {
+    work += x.per;
+    if (x.per / slow.speed > mean_bound) {
+      lumps += x.per, ++n;
+    } else {
+      small += x.per;
+    }
+  }
+  const double need = work * slow.speed * double(slow.ranks) / speeds - small;
+  if (n == 0 || need <= 0) return 0;
+  return need / (double(slow.ranks) * lumps / double(n)) / double(steps);
+}
+
+Dealer::Slowest Dealer::slowest() const {
+  Slowest slow{1e300, 0};
+  for (size_t r = 0; r < size_t(plan_.world_size); ++r)
+    slow.speed = std::min(slow.speed, pr_.layout.speed(r));
+  for (size_t r = 0; r < size_t(plan_.world_size); ++r)
+    slow.ranks += pr_.layout.speed(r) == slow.speed;
+  return slow;
+}
 
 std::vector<std::vector<Mb>> Dealer::fill(double lumped) const {
   const size_t W = size_t(plan_.world_size), K = plan_.num_steps();
@@ -118,8 +117,7 @@ std::vector<std::vector<Mb>> Dealer::fill(double lumped) const {
   // Each sample (longest first) where it ends within its step's bound with the least room left;
   // else where the bound grows least. Within windows of kFillWindow steps, each window's samples
   // among its steps: over all K steps a sample would cost K x classes trials.
-  Slowest slow{*std::min_element(classes.begin(), classes.end()), 0};
-  for (size_t r = 0; r < W; ++r) slow.ranks += pr_.layout.speed(r) == slow.speed;
+  const Slowest slow = slowest();
   std::vector<std::vector<Sample>> windows;
   bool lengthened = false;
   for (size_t t0 = 0; t0 < K; t0 += kFillWindow) {
