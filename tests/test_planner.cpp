@@ -163,9 +163,9 @@ TEST(Planner, AStateOfAnEarlierReleaseResumesItsEpochAsItWasPlanned) {
   Planner pl(m, cfg);
   PlanState now = pl.initial_state("balanced");
   const std::string text = state_to_json(now);
-  ASSERT_NE(text.find("\"layout\":2"), std::string::npos) << text;
+  ASSERT_NE(text.find("\"layout\":3"), std::string::npos) << text;
   std::string old_text = text;
-  old_text.erase(old_text.find(",\"layout\":2"), 11);
+  old_text.erase(old_text.find(",\"layout\":3"), 11);
   const PlanState old = state_from_json(old_text);
   EXPECT_EQ(old.layout, 1);
   EXPECT_EQ(state_to_json(old), old_text);  // saved again as it was read
@@ -176,9 +176,9 @@ TEST(Planner, AStateOfAnEarlierReleaseResumesItsEpochAsItWasPlanned) {
   EXPECT_NE(jsonl(b.plan), jsonl(fresh));
   EXPECT_LT(pl.simulate(a.plan).epoch_time_s, pl.simulate(b.plan).epoch_time_s);
   expect_plan_contract(pl, b.plan, "a layout-1 state's epoch");
-  for (const char* bad : {"\"layout\":3", "\"layout\":0", "\"layout\":\"2\"", "\"layout\":2.5"}) {
+  for (const char* bad : {"\"layout\":4", "\"layout\":0", "\"layout\":\"2\"", "\"layout\":2.5"}) {
     std::string t = text;
-    t.replace(t.find("\"layout\":2"), 10, bad);
+    t.replace(t.find("\"layout\":3"), 10, bad);
     EXPECT_THROW(state_from_json(t), InputError) << t;
   }
 }

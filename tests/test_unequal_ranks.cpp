@@ -348,7 +348,38 @@ TEST(UnequalRanks, A100AndH100MicroSyncGivesTheSlowRanksLongClipsInLumpedSlots) 
       }
     EXPECT_GT(slow_long, 100u) << "packing " << packing;   // A100s hold long clips
     EXPECT_GT(fast_three, 100u) << "packing " << packing;  // H100s 3 of them beside
+    // The same cluster listed the other way round (the H100 then the reference device).
+    PlannerConfig h = c;
+    h.devices = "h100:8,a100:8";
+    const Outcome reversed = balanced(real_manifest(), h);
+    EXPECT_GE(reversed.tput, 0.90 * ideal) << "packing " << packing;
+    EXPECT_EQ(reversed.memory, "");
   }
+}
+
+// Plan layout release 3 (PlanState::kLayout) brought the lumped steps and slots and the sizes
+// grown with the device's speed: a state saved by the release before (layout 2) resumes its
+// epoch on unequal ranks as that release planned it, every sample once, and saves as it was
+// read.
+TEST(UnequalRanks, AStateOfTheReleaseBeforeResumesItsEpochAsItWasPlanned) {
+  PlannerConfig c = wan16("micro", false);
+  c.devices = "a100:8,h100:8";
+  const Planner pl(real_manifest(), c);
+  const std::string text = state_to_json(pl.initial_state("balanced"));
+  ASSERT_NE(text.find("\"layout\":3"), std::string::npos) << text;
+  std::string before = text;
+  before.replace(before.find("\"layout\":3"), 10, "\"layout\":2");
+  const PlanState old = state_from_json(before);
+  EXPECT_EQ(old.layout, 2);
+  EXPECT_EQ(state_to_json(old), before);
+  const Plan fresh = pl.plan("balanced");
+  const Planner::Resumed a = pl.resume(state_from_json(text), 16), b = pl.resume(old, 16);
+  EXPECT_EQ(jsonl(a.plan), jsonl(fresh));
+  EXPECT_NE(jsonl(b.plan), jsonl(fresh));
+  // Without the lumped slots: about 77% of ideal where release 3 plans 94%.
+  EXPECT_LT(pl.simulate(b.plan).throughput_samples_per_s,
+            0.9 * pl.simulate(a.plan).throughput_samples_per_s);
+  expect_plan_contract(pl, b.plan, "a layout-2 state's epoch on unequal ranks");
 }
 
 // The CLI: --devices and --rank-speed reach the plan; the table and --json show each rank's

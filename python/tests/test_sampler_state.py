@@ -117,13 +117,13 @@ def test_public_names_stay_importable():
 def test_an_old_state_keeps_its_layout_for_its_epoch_only():
     """A state saved before the evened layouts (no "layout" in its core) resumes its epoch as it
     was planned and saves as it was read; the next epoch is planned, and saved, as this build
-    plans (layout 2), the same plan a fresh sampler makes for that epoch."""
+    plans (layout 3), the same plan a fresh sampler makes for that epoch."""
     name, kw, state, how, position, rest = CASES[0]
     s = AdaptiveBatchSampler(ROWS, **kw)
     s.load_state_dict(state)
     assert '"layout"' not in s.state_dict()["core"]
     s.set_epoch(1)
-    assert '"layout":2' in s.state_dict()["core"]
+    assert '"layout":3' in s.state_dict()["core"]
     fresh = AdaptiveBatchSampler(ROWS, **kw)
     fresh.set_epoch(1)
     assert list(s) == list(fresh)

@@ -112,6 +112,9 @@ struct ParallelLayout {
   // rank, the work it does per second relative to the cost model's device (rank r runs a
   // micro-batch of cost c in c / rank_speed[r] seconds). Empty: every rank at 1.
   std::vector<double> rank_speed;
+  // Per rank, its device's speed alone, relative to the cost model's device (rank_speed without
+  // --rank-speed's or learned factors). Empty: as rank_speed's, every rank's device alike.
+  std::vector<double> device_speed;
   bool unequal_ranks() const { return !rank_speed.empty(); }
   double speed(size_t r) const { return rank_speed.empty() ? 1.0 : rank_speed[r]; }
   // A group of g ranks from `first` runs at its slowest member's speed.

@@ -24,11 +24,12 @@ struct PlanState {
   // Sync mode the plan was made for; a state without it is step.
   SyncMode sync = SyncMode::kStep;
   // How balanced laid its bins out as steps (PlanProblem::layout_release; BalancedProblem::
-  // even_steps): 2, each layout also tried evened (strategy/balanced/step_layout.h); 1, as
-  // before that, which a state without "layout" (saved by an earlier release) was planned
-  // with, so its epoch resumes exactly as it was saved. Epochs planned after it are planned
-  // as kLayout.
-  static constexpr int kLayout = 2;
+  // even_steps): 3, on ranks that are not alike also lumped steps and slots and a faster
+  // rank's micro-batch sizes grown with its speed (strategy/balanced/rank_speeds.h); 2, each
+  // layout also tried evened (strategy/balanced/step_layout.h); 1, as before that, which a
+  // state without "layout" (saved by an earlier release) was planned with, so its epoch
+  // resumes exactly as it was saved. Epochs planned after it are planned as kLayout.
+  static constexpr int kLayout = 3;
   int layout = kLayout;
   // Per segment, the cost model it was planned with when online adaptation replaced the
   // configured one: a compact JSON object {"a","b","c0","overhead_s","half_efficiency_tokens"}

@@ -151,6 +151,7 @@ ParallelLayout Planner::layout(int world_size) const {
                         std::to_string(cfg_.world_size) + " ranks, not " +
                         std::to_string(world_size) + "; give them again for the new world size");
     l.rank_speed = ranks_.speed;
+    l.device_speed = ranks_.device_speed;
   }
   return l;
 }

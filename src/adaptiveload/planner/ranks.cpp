@@ -113,8 +113,8 @@ RankDevices resolve_ranks(const std::string& devices, const std::string& rank_sp
       rank_speed.empty() ? std::vector<double>(W, 1.0) : parse_rank_speeds(rank_speed, world_size);
   for (size_t r = 0; r < W; ++r) {
     const DevicePreset& d = out.device[r];
-    out.speed.push_back(d.peak_flops * d.efficiency / (ref.peak_flops * ref.efficiency) *
-                        stated[r]);
+    out.device_speed.push_back(d.peak_flops * d.efficiency / (ref.peak_flops * ref.efficiency));
+    out.speed.push_back(out.device_speed.back() * stated[r]);
   }
   return out;
 }

@@ -15,6 +15,7 @@ namespace adaptiveload {
 struct RankDevices {
   std::vector<DevicePreset> device;  // per rank
   std::vector<double> speed;         // per rank, relative to the reference device
+  std::vector<double> device_speed;  // per rank, its device's alone (no --rank-speed factor)
   size_t reference = 0;              // rank whose device the cost model and budgets use
   bool empty() const { return device.empty(); }
   // Bytes rank r may fill: its device's memory less its reserve.

@@ -67,9 +67,9 @@ struct PlanProblem {
   double step_seconds() const { return allreduce_s + layout.step_fixed_s; }
   BatchKind batch_kind = BatchKind::kFree;
   double batch_target = 0;  // samples or tokens per global step
-  // The plan layout release to plan as (PlanState::kLayout, 2): a state saved by an earlier
+  // The plan layout release to plan as (PlanState::kLayout, 3): a state saved by an earlier
   // release resumes its epoch as that release planned it (PlanState::layout).
-  int layout_release = 2;
+  int layout_release = 3;
   // Memory of a micro-batch by its shape, and what a device may fill (packs are bounded by
   // them, strategy/packing.h).
   MemoryModel memory;

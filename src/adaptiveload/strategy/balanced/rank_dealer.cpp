@@ -240,17 +240,21 @@ std::vector<std::vector<Mb>> Dealer::reslot(size_t t) const {
   return form_slots(samples, work, tokens, 1);
 }
 
+size_t Dealer::slot_count(double work, double tokens, size_t least) const {
+  double speeds = 0, t_max = 1e300;
+  for (size_t r = 0; r < size_t(plan_.world_size); ++r) {
+    speeds += pr_.layout.speed(r);
+    t_max = std::min(t_max, caps_.pack_tokens[r] * work / tokens / pr_.layout.speed(r));
+  }
+  return std::max(least, size_t(std::max(1.0, std::ceil(work / (t_max * speeds)))));
+}
+
 std::vector<std::vector<Mb>> Dealer::form_slots(std::vector<Sample> samples, double work,
                                                 double tokens, size_t least, bool ration,
                                                 size_t lumped) const {
   const size_t W = size_t(plan_.world_size);
   sort_longest_first(samples);
-  double speeds = 0, t_max = 1e300;
-  for (size_t r = 0; r < W; ++r) {
-    speeds += pr_.layout.speed(r);
-    t_max = std::min(t_max, caps_.pack_tokens[r] * work / tokens / pr_.layout.speed(r));
-  }
-  size_t slots = std::max(least, size_t(std::max(1.0, std::ceil(work / (t_max * speeds)))));
+  size_t slots = slot_count(work, tokens, least);
   if (!ration) return slots_of(samples, work, slots, false, lumped);
   // Rationed, the count from the work is short where the longest samples fit one a micro-batch
   // and only the fast ranks take them (a slot then holds as many as there are fast ranks): while
@@ -438,13 +442,18 @@ std::vector<std::vector<std::vector<Mb>>> Dealer::epoch_slots() const {
   // estimated count); the fastest.
   double speeds = 0;
   for (size_t r = 0; r < W; ++r) speeds += pr_.layout.speed(r);
-  const double lumps =
-      double(K) * lumped_share(samples, work / (double(K) * speeds), slowest(), speeds, K);
+  const size_t count = slot_count(work, tokens, K);  // as form_slots starts
+  const double lumps = pr_.layout_release >= 3       // states of earlier releases: without them
+                           ? double(count) * lumped_share(samples, work / (double(count) * speeds),
+                                                          slowest(), speeds, count)
+                           : 0;
   std::vector<std::vector<Mb>> slots = form_slots(samples, work, tokens, K, false);
   double seconds = slots.empty() ? 0 : micro_seconds(slots);
+  std::vector<size_t> tried;
   for (const double m : {0.0, 1.0, 0.75, 1.25}) {
     const size_t n = size_t(std::llround(m * lumps));
-    if (m > 0 && n == 0) continue;
+    if ((m > 0 && n == 0) || std::find(tried.begin(), tried.end(), n) != tried.end()) continue;
+    tried.push_back(n);
     std::vector<std::vector<Mb>> c = form_slots(samples, work, tokens, K, true, n);
     if (c.empty()) continue;
     const double x = micro_seconds(c);

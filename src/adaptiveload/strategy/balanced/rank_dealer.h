@@ -106,6 +106,9 @@ class Dealer {
   // a slower rank takes at most its share, over the slots left, of the samples it can end
   // within the slot's time (their work and their count), so that it has short work in every
   // slot; the slot count grows until such slots form, the fastest of a few counts kept.
+  // The slot count form_slots starts from: the work over the slots the ranks' memory needs
+  // (the rank of least memory per speed sets it), at least `least`.
+  size_t slot_count(double work, double tokens, size_t least) const;
   // `lumped`: the first that many slots lengthened so that each slowest rank can take the
   // longest sample left while the fastest take as many as their speed over its (slots_of).
   std::vector<std::vector<Mb>> form_slots(std::vector<Sample> samples, double work, double tokens,

@@ -98,8 +98,11 @@ Plan deal_to_speeds(const Plan& plan, const BalancedProblem& pr) {
     steps.reserve(plan.num_steps() * W);
     for (size_t t = 0; t < plan.num_steps(); ++t)
       for (std::vector<Mb>& rank : dealer.step(t)) steps.push_back(std::move(rank));
-    std::vector<std::vector<Mb>> cands[] = {dealer.epoch(), dealer.fill(), dealer.fill(1.0),
-                                            dealer.fill(0.75), dealer.fill(0.5)};
+    const bool lumped = pr.layout_release >= 3;  // states of earlier releases: without them
+    std::vector<std::vector<Mb>> cands[] = {
+        dealer.epoch(), dealer.fill(), lumped ? dealer.fill(1.0) : std::vector<std::vector<Mb>>{},
+        lumped ? dealer.fill(0.75) : std::vector<std::vector<Mb>>{},
+        lumped ? dealer.fill(0.5) : std::vector<std::vector<Mb>>{}};
     const StepFigures a = step_figures(steps, W, pr);
     const bool held = pr.batch_kind != BatchKind::kFree && (pr.hold & kHoldBatch);
     int pick = -1;

@@ -25,8 +25,10 @@
 namespace adaptiveload {
 
 // Per rank: the most samples of each bucket one micro-batch takes there (balanced's dual-
-// constraint size, grown with the rank's memory beyond the reference device's, never above
-// what fits it), and the most video tokens of a pack there.
+// constraint size, grown with the rank's memory beyond the reference device's and, with
+// --mem-budget auto, with its device's speed over the slowest device's, never above what fits
+// it), and
+// the most video tokens of a pack there (grown with the memory only).
 struct RankCaps {
   std::vector<std::vector<int64_t>> batch;  // [rank][bucket]
   std::vector<double> pack_tokens, usable;  // [rank]
