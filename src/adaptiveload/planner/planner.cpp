@@ -120,14 +120,6 @@ void Planner::init(Bucketing bucketing, const Manifest* manifest) {
   for (size_t b = 0; b < buckets.size(); ++b)
     if (!live_[b] || too_big[b]) group[b] = 1;
   set_bucket_groups(base_, group);
-  if (!ranks_.empty() && (!base_.bucket_group.empty() || opt_.sp == SpPolicy::kFixed ||
-                          opt_.sp == SpPolicy::kPerSample))
-    throw ConfigError("sequence-parallel groups on ranks that are not alike (" +
-                      option_word("devices") + ", " + option_word("rank_speed") +
-                      ") are not planned yet; some samples here need a group (or " +
-                      option_word("sp") + " asks for groups): use " + option_word("sp", "off") +
-                      " with a device or " + option_word("mem_budget_tokens") +
-                      " they fit on one GPU, or plan alike ranks");
   base_.fixed_batch = resolve_fixed(fixed_error_);
   sync_ = opt_.sync.value_or(auto_sync_mode(sharded_));
   base_.layout = layout(cfg_.world_size);

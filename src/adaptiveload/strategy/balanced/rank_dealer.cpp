@@ -104,41 +104,46 @@ std::vector<Mb> Dealer::slot(size_t t, uint64_t i) const {
     padded |= in[r].padded != 0;
   }
   if (padded) return in;  // a padded repeat keeps its slot as planned
-  // Fastest rank first; the longest micro-batch to it.
-  std::vector<size_t> ranks(W), mbs(W);
+  std::vector<size_t> ranks(W);
   std::iota(ranks.begin(), ranks.end(), size_t(0));
-  std::iota(mbs.begin(), mbs.end(), size_t(0));
+  std::vector<Mb> out(W);
+  if (!share_slot(in, ranks, out)) return in;  // no rank has room: as planned
+  return out;
+}
+
+bool Dealer::share_slot(const std::vector<Mb>& in, std::vector<size_t> ranks,
+                        std::vector<Mb>& out) const {
+  // Fastest rank first; the longest micro-batch to it.
+  std::vector<size_t> mbs = ranks;
   std::stable_sort(ranks.begin(), ranks.end(),
                    [&](size_t a, size_t b) { return pr_.layout.speed(a) > pr_.layout.speed(b); });
   std::stable_sort(mbs.begin(), mbs.end(),
                    [&](size_t a, size_t b) { return in[a].cost > in[b].cost; });
-  std::vector<Mb> out(W);
   if (pr_.packing) {
     std::vector<Sample> samples;
-    for (const Mb& mb : in)
-      for (uint32_t id : mb.ids) samples.push_back(sample(id));
-    if (!share(samples, ranks, out)) return in;  // no rank has room: as planned
-    return out;
+    for (size_t r : mbs)
+      for (uint32_t id : in[r].ids) samples.push_back(sample(id));
+    return share(samples, ranks, out);
   }
   // Bucketed: each rank keeps a bucket (the longest micro-batch's to the fastest rank), and
   // each bucket's samples are shared among the ranks that hold it.
-  std::vector<uint16_t> bucket_of(W);
-  for (size_t k = 0; k < W; ++k) bucket_of[ranks[k]] = in[mbs[k]].bucket;
+  std::vector<uint16_t> bucket_of(out.size());
+  for (size_t k = 0; k < ranks.size(); ++k) bucket_of[ranks[k]] = in[mbs[k]].bucket;
   std::vector<uint16_t> done;
-  for (size_t k = 0; k < W; ++k) {
+  for (size_t k = 0; k < mbs.size(); ++k) {
     const uint16_t b = in[mbs[k]].bucket;
     if (std::find(done.begin(), done.end(), b) != done.end()) continue;
     done.push_back(b);
     std::vector<Sample> samples;
-    for (const Mb& mb : in)
-      if (mb.bucket == b)
-        for (uint32_t id : mb.ids) samples.push_back(sample(id));
+    for (size_t r : mbs)
+      if (in[r].bucket == b)
+        for (uint32_t id : in[r].ids) samples.push_back(sample(id));
     std::vector<size_t> holders;
     for (size_t r : ranks)
       if (bucket_of[r] == b) holders.push_back(r);
-    if (!share(samples, holders, out)) return in;
+    if (!share(samples, holders, out)) return false;
   }
-  return out;
+  return true;
 }
 
 std::vector<std::vector<Mb>> Dealer::epoch() const {

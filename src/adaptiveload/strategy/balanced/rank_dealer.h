@@ -16,6 +16,8 @@ namespace rank_dealing {
 struct Mb {
   uint16_t bucket = 0;
   uint8_t padded = 0;
+  uint8_t group = 1;             // sequence-parallel group size (its ranks hold copies)
+  uint64_t shared = UINT64_MAX;  // a wide micro-batch's: the plan's micro-batch it came from
   std::vector<uint32_t> ids;
   MicroShape shape;
   int64_t tokens = 0;
@@ -47,6 +49,23 @@ class Dealer {
 
   // Micro sync: slot i of step t, one micro-batch a rank, shared out by speed.
   std::vector<Mb> slot(size_t t, uint64_t i) const;
+  // slot's part: the micro-batches `in` of `ranks` (indexed by rank) shared among those ranks
+  // by speed into `out` (bucketed: each rank keeps a bucket, the longest micro-batch's to the
+  // fastest); false where a sample has no room.
+  bool share_slot(const std::vector<Mb>& in, std::vector<size_t> ranks, std::vector<Mb>& out) const;
+
+  // Plans with sequence-parallel groups (rank_groups.cpp). A wide micro-batch (a group of g
+  // ranks, Mb::group) is one entry on each rank of its aligned block, the copies alike
+  // (Mb::shared: the plan's micro-batch it came from); it runs at the block's slowest rank.
+  // Step sync, step t: the wide micro-batches, largest group first and longest first, each to
+  // the aligned block (within its ranks' memory) where it ends soonest; then the one-GPU
+  // samples, longest first, each to the rank where it ends soonest after that; padded repeats
+  // stay where they are.
+  std::vector<std::vector<Mb>> group_step(size_t t) const;
+  // Micro sync, slot i of step t: where the slot's wide micro-batches are of one group size,
+  // the longest to the fastest block (within its ranks' memory); the one-GPU micro-batches
+  // shared by speed among the ranks they leave (share_slot). Padded slots as planned.
+  std::vector<Mb> group_slot(size_t t, uint64_t i) const;
 
   // Step sync, the whole epoch at once: every trained sample, longest first, to the rank-step it
   // ends soonest on (per speed class, its least-loaded rank-step), K steps as planned; padded

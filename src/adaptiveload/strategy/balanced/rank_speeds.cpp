@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 #include <queue>
+#include <unordered_map>
 
 #include "adaptiveload/cost/shape.h"
 #include "adaptiveload/strategy/balanced/rank_dealer.h"
@@ -81,10 +82,58 @@ void append(Plan& out, const std::vector<Mb>& mbs) {
   out.rank_begin.push_back(out.micro_batches.size());
 }
 
+// A rank's micro-batches into a plan with sequence-parallel groups: a wide one's copies on its
+// block share their sample ids (one `begin`, as the planner writes them: `begin_of`, by
+// Mb::shared), and each micro-batch's group size goes to mb_group.
+void append_groups(Plan& out, const std::vector<Mb>& mbs,
+                   std::unordered_map<uint64_t, uint32_t>& begin_of) {
+  for (const Mb& mb : mbs) {
+    MicroBatch m;
+    m.count = uint32_t(mb.ids.size());
+    m.bucket = mb.bucket;
+    m.padded = mb.padded;
+    auto it = mb.group > 1 ? begin_of.find(mb.shared) : begin_of.end();
+    if (it != begin_of.end()) {
+      m.begin = it->second;
+    } else {
+      m.begin = uint32_t(out.sample_ids.size());
+      out.sample_ids.insert(out.sample_ids.end(), mb.ids.begin(), mb.ids.end());
+      if (mb.group > 1) begin_of.emplace(mb.shared, m.begin);
+    }
+    out.micro_batches.push_back(m);
+    out.mb_group.push_back(mb.group);
+  }
+  out.rank_begin.push_back(out.micro_batches.size());
+}
+
+// Plans with sequence-parallel groups: each step (step sync) or slot (micro sync) dealt again
+// by speed, the wide micro-batches on aligned blocks (Dealer::group_step, group_slot).
+Plan deal_groups(const Plan& plan, const BalancedProblem& pr) {
+  Plan out = frame_of(plan, pr);
+  const Dealer dealer(plan, pr);
+  const size_t W = size_t(plan.world_size);
+  std::unordered_map<uint64_t, uint32_t> begin_of;
+  for (size_t t = 0; t < plan.num_steps(); ++t) {
+    std::vector<std::vector<Mb>> ranks(W);
+    if (!lockstep_slots(plan.sync)) {
+      ranks = dealer.group_step(t);
+    } else {
+      const auto [b0, e0] = plan.rank_range(t, 0);
+      for (uint64_t i = 0; i < e0 - b0; ++i) {
+        std::vector<Mb> slot = dealer.group_slot(t, i);
+        for (size_t r = 0; r < W; ++r) ranks[r].push_back(std::move(slot[r]));
+      }
+    }
+    for (const std::vector<Mb>& rank : ranks) append_groups(out, rank, begin_of);
+  }
+  return out;
+}
+
 }  // namespace
 
 Plan deal_to_speeds(const Plan& plan, const BalancedProblem& pr) {
-  if (!pr.layout.unequal_ranks() || !plan.mb_group.empty()) return plan;
+  if (!pr.layout.unequal_ranks()) return plan;
+  if (!plan.mb_group.empty()) return deal_groups(plan, pr);
   Plan out = frame_of(plan, pr);
   const Dealer dealer(plan, pr);
   const size_t W = size_t(plan.world_size);
