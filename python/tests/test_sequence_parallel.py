@@ -177,6 +177,34 @@ def mixed_manifest(path):
     return str(path), len(rows)
 
 
+def test_groups_on_ranks_that_are_not_alike(tmp_path):
+    """rank_speeds= with sequence-parallel groups (docs/planner.md, "Unequal ranks"; planned
+    since they are dealt by speed, SpGroups.UnequalRanksAreDealtBySpeed): each group's ranks
+    list its micro-batches alike and every row is trained once, in both sync modes."""
+    from adaptiveload.sampler import AdaptiveBatchSampler
+    manifest, n = mixed_manifest(tmp_path / "m.csv")
+    device = small_gpu(tmp_path / "gpu.json")
+    for sync in ("step", "micro"):
+        kw = dict(model="tiny-dit", device=device, world_size=4, sharding="none", sync=sync, sp="min")
+        steps = [list(AdaptiveBatchSampler(manifest, rank=r, rank_speeds={3: 0.5}, **kw).steps())
+                 for r in range(4)]
+        assert {len(x) for x in steps} == {len(steps[0])}
+        check_every_row_once(steps, n)
+
+
+def check_every_row_once(steps, n):
+    seen = collections.Counter()
+    for r in range(4):
+        for st in steps[r]:
+            for mb, ranks, padded in zip(st.micro_batches, st.groups, st.padded_micro_batches):
+                assert r in ranks
+                for other in ranks:
+                    assert mb in steps[other][st.step].micro_batches
+                if ranks[0] == r and not padded:
+                    seen.update(mb)
+    assert sorted(seen) == list(range(n)) and set(seen.values()) == {1}
+
+
 def test_sampler_gives_each_micro_batch_its_group(tmp_path):
     from adaptiveload.sampler import AdaptiveBatchSampler
     manifest, n = mixed_manifest(tmp_path / "m.csv")
