@@ -113,7 +113,9 @@ std::vector<Mb> Dealer::slot(size_t t, uint64_t i) const {
 
 bool Dealer::share_slot(const std::vector<Mb>& in, std::vector<size_t> ranks,
                         std::vector<Mb>& out) const {
-  // Fastest rank first; the longest micro-batch to it.
+  // Fastest rank first; the longest micro-batch to it. The samples are read in the ranks'
+  // order as given (a plan of an earlier layout release deals them so).
+  const std::vector<size_t> order = ranks;
   std::vector<size_t> mbs = ranks;
   std::stable_sort(ranks.begin(), ranks.end(),
                    [&](size_t a, size_t b) { return pr_.layout.speed(a) > pr_.layout.speed(b); });
@@ -121,7 +123,7 @@ bool Dealer::share_slot(const std::vector<Mb>& in, std::vector<size_t> ranks,
                    [&](size_t a, size_t b) { return in[a].cost > in[b].cost; });
   if (pr_.packing) {
     std::vector<Sample> samples;
-    for (size_t r : mbs)
+    for (size_t r : order)
       for (uint32_t id : in[r].ids) samples.push_back(sample(id));
     return share(samples, ranks, out);
   }
@@ -135,7 +137,7 @@ bool Dealer::share_slot(const std::vector<Mb>& in, std::vector<size_t> ranks,
     if (std::find(done.begin(), done.end(), b) != done.end()) continue;
     done.push_back(b);
     std::vector<Sample> samples;
-    for (size_t r : mbs)
+    for (size_t r : order)
       if (in[r].bucket == b)
         for (uint32_t id : in[r].ids) samples.push_back(sample(id));
     std::vector<size_t> holders;

@@ -62,6 +62,8 @@ class Dealer {
   // samples, longest first, each to the rank where it ends soonest after that; padded repeats
   // stay where they are.
   std::vector<std::vector<Mb>> group_step(size_t t) const;
+  // Step t as planned, each micro-batch with its group (group_step's fallback).
+  std::vector<std::vector<Mb>> planned_step(size_t t) const;
   // Micro sync, slot i of step t: where the slot's wide micro-batches are of one group size,
   // the longest to the fastest block (within its ranks' memory); the one-GPU micro-batches
   // shared by speed among the ranks they leave (share_slot). Padded slots as planned.

@@ -104,6 +104,30 @@ std::vector<std::vector<Mb>> Dealer::group_step(size_t t) const {
     put(out[best].back(), s);
     clock[best] += add / pr_.layout.speed(best);
   }
+  // Every rank works in every step (as balanced plans groups): where the wide micro-batches
+  // left a block without work and no one-GPU sample reached it, the step as planned.
+  for (size_t r = 0; r < W; ++r)
+    if (out[r].empty()) return planned_step(t);
+  return out;
+}
+
+std::vector<std::vector<Mb>> Dealer::planned_step(size_t t) const {
+  const size_t W = size_t(plan_.world_size);
+  std::vector<std::vector<Mb>> out(W);
+  for (size_t r = 0; r < W; ++r) {
+    const auto [b, e] = plan_.rank_range(t, int(r));
+    for (uint64_t m = b; m < e; ++m) {
+      Mb mb = copy_of(m);
+      const int g = plan_.group(m);
+      mb.group = uint8_t(g);
+      if (g > 1) {
+        // Keyed by its block's first rank's copy, at the same index there (step sync).
+        mb.shared = plan_.rank_range(t, int(r - r % size_t(g))).first + (m - b);
+        mb.cost = group_cost(*pr_.cost, mb.shape, g, pr_.layout.sp);
+      }
+      out[r].push_back(std::move(mb));
+    }
+  }
   return out;
 }
 
@@ -111,7 +135,7 @@ std::vector<Mb> Dealer::group_slot(size_t t, uint64_t i) const {
   const size_t W = size_t(plan_.world_size);
   std::vector<Mb> in(W);
   bool padded = false;
-  int g_one = 0;  // the slot's wide group size where it has one, else -1
+  int g_one = 0;  // the slot's wide group size: 0 where it has none, -1 where several
   std::vector<Wide> wide;
   std::vector<char> busy(W, 0);
   for (size_t r = 0; r < W; ++r) {

@@ -16,8 +16,10 @@
 //               their memory, the slow rank gives up samples into slots of their own (trim);
 //               or the whole epoch's slots formed anew (the slower ranks rationed to short
 //               work in every slot where only the fast ones take the longest samples).
-// Every micro-batch stays within its own rank's memory (rank_caps). Plans with sequence-
-// parallel groups are returned as they are (not yet dealt by speed).
+// Plans with sequence-parallel groups (deal_groups): each step (or slot) dealt again, the wide
+// micro-batches on the aligned blocks where they end soonest at their slowest rank's speed
+// (Dealer::group_step, group_slot in rank_groups.cpp).
+// Every micro-batch stays within its own rank's memory (rank_caps).
 #include <vector>
 
 #include "adaptiveload/strategy/balanced/problem.h"
