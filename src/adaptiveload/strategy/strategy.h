@@ -70,6 +70,9 @@ struct PlanProblem {
   // The plan layout release to plan as (PlanState::kLayout, 3): a state saved by an earlier
   // release resumes its epoch as that release planned it (PlanState::layout).
   int layout_release = 3;
+  // Release 3, on ranks that are not alike: lumped steps and slots, and a faster device's
+  // micro-batch sizes grown with its speed (strategy/balanced/rank_speeds.h).
+  bool lumped_layouts() const { return layout_release >= 3; }
   // Memory of a micro-batch by its shape, and what a device may fill (packs are bounded by
   // them, strategy/packing.h).
   MemoryModel memory;

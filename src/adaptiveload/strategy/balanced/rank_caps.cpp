@@ -25,13 +25,12 @@ RankCaps rank_caps(const PlanProblem& pr) {
     const double grow = room > 0 ? std::max(1.0, (usable - pr.memory.static_bytes) / room) : 1.0;
     c.usable.push_back(usable);
     // And with its device's speed over the slowest device's where M_mem is the memory's own
-    // (auto: the reference device's tightest bucket) and the plan's layout release has it (3):
+    // (auto: the reference device's tightest bucket) and the plan's layout release has it:
     // a device s times as fast holds s times the slowest's micro-batch in the same time, where
     // its memory fits it, rounded up where within a quarter of a sample (an H100 at 2.85x an
     // A100 holds 3 where the A100 holds 1), whichever device the ranks list first. A stated
     // M_mem is a budget the rank keeps.
-    const double speed =
-        pr.mem_budget_auto && pr.layout_release >= 3 ? device_speed(r) / slowest : 0;
+    const double speed = pr.mem_budget_auto && pr.lumped_layouts() ? device_speed(r) / slowest : 0;
     // A pack's tokens grow with the memory only: packs grown with the speed held the long clips
     // of Taichi-HD + COCO on 8 A100 + 8 H100 to fewer slots, 78.7% of ideal -> 61.1% (measured
     // before the lumped slots of Dealer::form_slots).

@@ -74,13 +74,21 @@ std::vector<std::vector<Mb>> Dealer::step(size_t t) const {
       for (uint32_t k = 0; k < mb.count; ++k) samples.push_back(sample(plan_.ids(mb)[k]));
     }
   }
+  deal_soonest(samples, out, load);
+  return out;
+}
+
+void Dealer::deal_soonest(std::vector<Sample>& samples, std::vector<std::vector<Mb>>& out,
+                          std::vector<double>& load) const {
+  const size_t W = out.size();
   sort_longest_first(samples);
   for (const Sample& s : samples) {
     size_t best = W;
     bool merge = false;
     double finish = 0;
     for (size_t r = 0; r < W; ++r) {
-      Mb* open = out[r].empty() || out[r].back().padded ? nullptr : &out[r].back();
+      Mb* open = out[r].empty() || out[r].back().padded || out[r].back().group > 1 ? nullptr
+                                                                                   : &out[r].back();
       double x = open ? added(r, open, s) : -1;
       const bool m = x >= 0;
       if (!m) x = added(r, nullptr, s);
@@ -92,7 +100,6 @@ std::vector<std::vector<Mb>> Dealer::step(size_t t) const {
     put(out[best].back(), s);
     load[best] += out[best].back().cost - before;
   }
-  return out;
 }
 
 std::vector<Mb> Dealer::slot(size_t t, uint64_t i) const {
@@ -248,12 +255,10 @@ std::vector<std::vector<Mb>> Dealer::reslot(size_t t) const {
 }
 
 size_t Dealer::slot_count(double work, double tokens, size_t least) const {
-  double speeds = 0, t_max = 1e300;
-  for (size_t r = 0; r < size_t(plan_.world_size); ++r) {
-    speeds += pr_.layout.speed(r);
+  double t_max = 1e300;
+  for (size_t r = 0; r < size_t(plan_.world_size); ++r)
     t_max = std::min(t_max, caps_.pack_tokens[r] * work / tokens / pr_.layout.speed(r));
-  }
-  return std::max(least, size_t(std::max(1.0, std::ceil(work / (t_max * speeds)))));
+  return std::max(least, size_t(std::max(1.0, std::ceil(work / (t_max * speeds_)))));
 }
 
 std::vector<std::vector<Mb>> Dealer::form_slots(std::vector<Sample> samples, double work,
@@ -297,8 +302,6 @@ std::vector<std::vector<Mb>> Dealer::form_slots(std::vector<Sample> samples, dou
 std::vector<std::vector<Mb>> Dealer::slots_of(const std::vector<Sample>& samples, double work,
                                               size_t slots, bool ration, size_t lumped) const {
   const size_t W = size_t(plan_.world_size);
-  double speeds = 0;
-  for (size_t r = 0; r < W; ++r) speeds += pr_.layout.speed(r);
   double work_left = work;  // each slot's T: the work left over the slots left
   std::vector<size_t> ranks(W);
   std::iota(ranks.begin(), ranks.end(), size_t(0));
@@ -345,7 +348,7 @@ std::vector<std::vector<Mb>> Dealer::slots_of(const std::vector<Sample>& samples
       }
     }
     if (left < 2 * W) return {};  // this slot and the last need a sample a rank
-    double T = i + 1 >= slots ? 1e300 : work_left / (double(slots - i) * speeds);
+    double T = i + 1 >= slots ? 1e300 : work_left / (double(slots - i) * speeds_);
     if (i < lumped && i + 1 < slots)
       T = std::max(T, lumped_slot(samples, run_begin, cursor, ranks));
     double slot_end = T;  // the slot's time so far (its fastest ranks' micro-batches)
@@ -447,13 +450,11 @@ std::vector<std::vector<std::vector<Mb>>> Dealer::epoch_slots() const {
   // Candidates: slots formed by the work's share, rationed (form_slots), and rationed with
   // lumped slots where the slowest ranks' share needs long samples (1, 0.75 and 1.25 times the
   // estimated count); the fastest.
-  double speeds = 0;
-  for (size_t r = 0; r < W; ++r) speeds += pr_.layout.speed(r);
   const size_t count = slot_count(work, tokens, K);  // as form_slots starts
-  const double lumps = pr_.layout_release >= 3       // states of earlier releases: without them
-                           ? double(count) * lumped_share(samples, work / (double(count) * speeds),
-                                                          slowest(), speeds, count)
-                           : 0;
+  const double lumps =
+      pr_.lumped_layouts()
+          ? double(count) * lumped_share(samples, work / (double(count) * speeds_), count)
+          : 0;
   std::vector<std::vector<Mb>> slots = form_slots(samples, work, tokens, K, false);
   double seconds = slots.empty() ? 0 : micro_seconds(slots);
   std::vector<size_t> tried;
@@ -475,11 +476,9 @@ std::vector<std::vector<std::vector<Mb>>> Dealer::epoch_slots() const {
 
 std::vector<std::vector<Mb>> Dealer::trim(std::vector<std::vector<Mb>> out, bool formed) const {
   const size_t W = size_t(plan_.world_size), K = out.size() / W;
-  double speeds = 0;
-  for (size_t r = 0; r < W; ++r) speeds += pr_.layout.speed(r);
   std::vector<Sample> spill;
   for (size_t t = 0; t < K; ++t)
-    for (size_t i = 0; i < out[t * W].size(); ++i) give_up(&out[t * W], i, speeds, spill);
+    for (size_t i = 0; i < out[t * W].size(); ++i) give_up(&out[t * W], i, speeds_, spill);
   if (spill.empty()) return {};
   sort_longest_first(spill);
   std::vector<std::vector<Mb>> extra;  // [slot][rank]

@@ -32,8 +32,9 @@ struct Sample {
 
 class Dealer {
  public:
-  Dealer(const Plan& plan, const BalancedProblem& pr)
-      : plan_(plan), pr_(pr), caps_(rank_caps(pr)) {}
+  Dealer(const Plan& plan, const BalancedProblem& pr) : plan_(plan), pr_(pr), caps_(rank_caps(pr)) {
+    for (size_t r = 0; r < size_t(plan.world_size); ++r) speeds_ += pr.layout.speed(r);
+  }
 
   // The seconds `s` adds to rank r's micro-batch `mb` (null: a new one), or a negative
   // number where it does not fit there (another bucket, the rank's cap or memory).
@@ -46,6 +47,11 @@ class Dealer {
   // Step sync: the step's trained samples dealt again, longest first, each where it ends
   // soonest; padded repeats stay on their ranks.
   std::vector<std::vector<Mb>> step(size_t t) const;
+  // step's part: `samples` longest first, each onto the rank where it ends soonest after its
+  // `load` (per rank, cost at the reference's speed), joining that rank's open one-GPU
+  // micro-batch where it fits.
+  void deal_soonest(std::vector<Sample>& samples, std::vector<std::vector<Mb>>& out,
+                    std::vector<double>& load) const;
 
   // Micro sync: slot i of step t, one micro-batch a rank, shared out by speed.
   std::vector<Mb> slot(size_t t, uint64_t i) const;
@@ -64,6 +70,9 @@ class Dealer {
   std::vector<std::vector<Mb>> group_step(size_t t) const;
   // Step t as planned, each micro-batch with its group (group_step's fallback).
   std::vector<std::vector<Mb>> planned_step(size_t t) const;
+  // Micro-batch m of the plan (rank r's in step t) with its group: a wide one keyed by its
+  // block's first rank's copy (the same index there), its cost the group's.
+  Mb group_copy(size_t t, size_t r, uint64_t m) const;
   // Micro sync, slot i of step t: where the slot's wide micro-batches are of one group size,
   // the longest to the fastest block (within its ranks' memory); the one-GPU micro-batches
   // shared by speed among the ranks they leave (share_slot). Padded slots as planned.
@@ -92,19 +101,12 @@ class Dealer {
   static constexpr size_t kFillWindow = 64;
   std::vector<std::vector<Mb>> fill(double lumped = 0) const;
 
-  // The ranks of least speed: their speed and how many.
-  struct Slowest {
-    double speed = 0;
-    size_t ranks = 0;
-  };
-  Slowest slowest() const;
   // Lumped steps or slots (fill, form_slots): the share of `steps` steps (or slots) that would
   // let the slowest ranks take their part of the work of `samples` (their speeds' share) where
   // the short samples (those that end on them within `mean_bound`) fall short of it: one lump
   // (a sample longer than that, of their mean) per slowest rank in each. 0 where the short
   // samples suffice.
-  static double lumped_share(const std::vector<Sample>& samples, double mean_bound,
-                             const Slowest& slow, double speeds, size_t steps);
+  double lumped_share(const std::vector<Sample>& samples, double mean_bound, size_t steps) const;
 
   // `samples` onto one micro-batch each of `ranks` (fastest first, as many samples as ranks at
   // least): the longest one to each rank in turn, then each sample where it ends soonest.
@@ -179,6 +181,7 @@ class Dealer {
   const Plan& plan_;
   const BalancedProblem& pr_;
   RankCaps caps_;
+  double speeds_ = 0;  // the ranks' speeds summed
 };
 
 }  // namespace rank_dealing

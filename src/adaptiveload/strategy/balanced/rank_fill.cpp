@@ -44,29 +44,25 @@ bool lengthen(std::vector<double>& bound, std::vector<double>& room, size_t t0, 
 }  // namespace
 
 double Dealer::lumped_share(const std::vector<Sample>& samples, double mean_bound,
-                            const Slowest& slow, double speeds, size_t steps) {
+                            size_t steps) const {
+  // The slowest ranks: their speed and how many.
+  double slow = 1e300;
+  size_t slow_ranks = 0;
+  for (size_t r = 0; r < size_t(plan_.world_size); ++r) slow = std::min(slow, pr_.layout.speed(r));
+  for (size_t r = 0; r < size_t(plan_.world_size); ++r) slow_ranks += pr_.layout.speed(r) == slow;
   double work = 0, small = 0, lumps = 0;
   size_t n = 0;
   for (const Sample& x : samples) {
     work += x.per;
-    if (x.per / slow.speed > mean_bound) {
+    if (x.per / slow > mean_bound) {
       lumps += x.per, ++n;
     } else {
       small += x.per;
     }
   }
-  const double need = work * slow.speed * double(slow.ranks) / speeds - small;
+  const double need = work * slow * double(slow_ranks) / speeds_ - small;
   if (n == 0 || need <= 0) return 0;
-  return need / (double(slow.ranks) * lumps / double(n)) / double(steps);
-}
-
-Dealer::Slowest Dealer::slowest() const {
-  Slowest slow{1e300, 0};
-  for (size_t r = 0; r < size_t(plan_.world_size); ++r)
-    slow.speed = std::min(slow.speed, pr_.layout.speed(r));
-  for (size_t r = 0; r < size_t(plan_.world_size); ++r)
-    slow.ranks += pr_.layout.speed(r) == slow.speed;
-  return slow;
+  return need / (double(slow_ranks) * lumps / double(n)) / double(steps);
 }
 
 std::vector<std::vector<Mb>> Dealer::fill(double lumped) const {
@@ -74,8 +70,6 @@ std::vector<std::vector<Mb>> Dealer::fill(double lumped) const {
   std::vector<std::vector<Mb>> out(K * W);
   std::vector<double> load(K * W, 0.0), bound(K, 0.0), tokens(K, 0.0), room(K, 0.0);
   std::vector<std::vector<Sample>> of_step(K);
-  double speeds = 0;
-  for (size_t r = 0; r < W; ++r) speeds += pr_.layout.speed(r);
   for (size_t j = 0; j < K * W; ++j)
     for (uint64_t m = plan_.rank_begin[j]; m < plan_.rank_begin[j + 1]; ++m) {
       const MicroBatch& mb = plan_.micro_batches[m];
@@ -91,7 +85,7 @@ std::vector<std::vector<Mb>> Dealer::fill(double lumped) const {
       }
     }
   for (size_t t = 0; t < K; ++t) {
-    bound[t] /= speeds;  // the step's share: its work over the ranks' speeds
+    bound[t] /= speeds_;  // the step's share: its work over the ranks' speeds
     for (size_t r = 0; r < W; ++r)
       bound[t] = std::max(bound[t], load[t * W + r] / pr_.layout.speed(r));
   }
@@ -117,7 +111,7 @@ std::vector<std::vector<Mb>> Dealer::fill(double lumped) const {
   // Each sample (longest first) where it ends within its step's bound with the least room left;
   // else where the bound grows least. Within windows of kFillWindow steps, each window's samples
   // among its steps: over all K steps a sample would cost K x classes trials.
-  const Slowest slow = slowest();
+  const double slowest = *std::min_element(classes.begin(), classes.end());
   std::vector<std::vector<Sample>> windows;
   bool lengthened = false;
   for (size_t t0 = 0; t0 < K; t0 += kFillWindow) {
@@ -129,8 +123,8 @@ std::vector<std::vector<Mb>> Dealer::fill(double lumped) const {
     if (lumped > 0 && !samples.empty()) {
       double mean_bound = 0;
       for (size_t t = t0; t < t1; ++t) mean_bound += bound[t] / double(t1 - t0);
-      const double share = lumped * lumped_share(samples, mean_bound, slow, speeds, t1 - t0);
-      lengthened |= lengthen(bound, room, t0, t1, samples.front().per / slow.speed, share);
+      const double share = lumped * lumped_share(samples, mean_bound, t1 - t0);
+      lengthened |= lengthen(bound, room, t0, t1, samples.front().per / slowest, share);
     }
   }
   if (lumped > 0 && !lengthened) return {};

@@ -43,11 +43,8 @@ std::vector<std::vector<Mb>> Dealer::group_step(size_t t) const {
       const MicroBatch& mb = plan_.micro_batches[m];
       const int g = plan_.group(m);
       if (g > 1) {
-        if (r % size_t(g) != 0) continue;  // its block's first rank lists it for the block
-        Mb copy = copy_of(m);
-        copy.group = uint8_t(g), copy.shared = m;
-        copy.cost = group_cost(*pr_.cost, copy.shape, g, pr_.layout.sp);
-        wide.push_back({std::move(copy), r});
+        // Its block's first rank lists it for the block.
+        if (r % size_t(g) == 0) wide.push_back({group_copy(t, r, m), r});
       } else if (mb.padded) {
         repeats.emplace_back(r, copy_of(m));
       } else {
@@ -55,8 +52,8 @@ std::vector<std::vector<Mb>> Dealer::group_step(size_t t) const {
       }
     }
   }
-  // Largest group first (a rank runs its groups from the largest down, as planned), longest
-  // first; a padded wide repeat keeps its block.
+  // The wide micro-batches: largest group first (a rank runs its groups from the largest down,
+  // as planned), longest first; a padded wide repeat keeps its block.
   std::stable_sort(wide.begin(), wide.end(), [](const Wide& a, const Wide& b) {
     return a.mb.group != b.mb.group ? a.mb.group > b.mb.group : a.mb.cost > b.mb.cost;
   });
@@ -84,26 +81,11 @@ std::vector<std::vector<Mb>> Dealer::group_step(size_t t) const {
     clock[r] += mb.cost / pr_.layout.speed(r);
     out[r].push_back(std::move(mb));
   }
-  // The one-GPU samples, longest first, each where it ends soonest (joining the rank's open
-  // one-GPU micro-batch where it fits).
-  sort_longest_first(samples);
-  for (const Sample& s : samples) {
-    size_t best = W;
-    bool merge = false;
-    double finish = 0, add = 0;
-    for (size_t r = 0; r < W; ++r) {
-      Mb* open = out[r].empty() || out[r].back().padded || out[r].back().group > 1 ? nullptr
-                                                                                   : &out[r].back();
-      double x = open ? added(r, open, s) : -1;
-      const bool m = x >= 0;
-      if (!m) x = added(r, nullptr, s);
-      const double f = clock[r] + x / pr_.layout.speed(r);
-      if (best == W || f < finish) best = r, finish = f, merge = m, add = x;
-    }
-    if (!merge) out[best].emplace_back();
-    put(out[best].back(), s);
-    clock[best] += add / pr_.layout.speed(best);
-  }
+  // The one-GPU samples, longest first, each where it ends soonest after its rank's wide work
+  // (step's dealing, from each rank's clock as its load).
+  std::vector<double> load(W);
+  for (size_t r = 0; r < W; ++r) load[r] = clock[r] * pr_.layout.speed(r);
+  deal_soonest(samples, out, load);
   // Every rank works in every step (as balanced plans groups): where the wide micro-batches
   // left a block without work and no one-GPU sample reached it, the step as planned.
   for (size_t r = 0; r < W; ++r)
@@ -116,19 +98,21 @@ std::vector<std::vector<Mb>> Dealer::planned_step(size_t t) const {
   std::vector<std::vector<Mb>> out(W);
   for (size_t r = 0; r < W; ++r) {
     const auto [b, e] = plan_.rank_range(t, int(r));
-    for (uint64_t m = b; m < e; ++m) {
-      Mb mb = copy_of(m);
-      const int g = plan_.group(m);
-      mb.group = uint8_t(g);
-      if (g > 1) {
-        // Keyed by its block's first rank's copy, at the same index there (step sync).
-        mb.shared = plan_.rank_range(t, int(r - r % size_t(g))).first + (m - b);
-        mb.cost = group_cost(*pr_.cost, mb.shape, g, pr_.layout.sp);
-      }
-      out[r].push_back(std::move(mb));
-    }
+    for (uint64_t m = b; m < e; ++m) out[r].push_back(group_copy(t, r, m));
   }
   return out;
+}
+
+Mb Dealer::group_copy(size_t t, size_t r, uint64_t m) const {
+  Mb mb = copy_of(m);
+  const int g = plan_.group(m);
+  mb.group = uint8_t(g);
+  if (g > 1) {
+    const uint64_t first = plan_.rank_range(t, int(r - r % size_t(g))).first;
+    mb.shared = first + (m - plan_.rank_range(t, int(r)).first);
+    mb.cost = group_cost(*pr_.cost, mb.shape, g, pr_.layout.sp);
+  }
+  return mb;
 }
 
 std::vector<Mb> Dealer::group_slot(size_t t, uint64_t i) const {
@@ -140,14 +124,10 @@ std::vector<Mb> Dealer::group_slot(size_t t, uint64_t i) const {
   std::vector<char> busy(W, 0);
   for (size_t r = 0; r < W; ++r) {
     const uint64_t m = plan_.rank_range(t, int(r)).first + i;
-    in[r] = copy_of(m);
+    in[r] = group_copy(t, r, m);
     padded |= in[r].padded != 0;
-    const int g = plan_.group(m);
-    in[r].group = uint8_t(g);
+    const int g = in[r].group;
     if (g > 1) {
-      // Every copy keyed by its block's first rank's micro-batch; its time on the block.
-      in[r].shared = plan_.rank_range(t, int(r - r % size_t(g))).first + i;
-      in[r].cost = group_cost(*pr_.cost, in[r].shape, g, pr_.layout.sp);
       busy[r] = 1;
       if (r % size_t(g) == 0) {
         wide.push_back({in[r], r});

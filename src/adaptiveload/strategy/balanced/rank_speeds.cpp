@@ -147,16 +147,14 @@ Plan deal_to_speeds(const Plan& plan, const BalancedProblem& pr) {
     steps.reserve(plan.num_steps() * W);
     for (size_t t = 0; t < plan.num_steps(); ++t)
       for (std::vector<Mb>& rank : dealer.step(t)) steps.push_back(std::move(rank));
-    const bool lumped = pr.layout_release >= 3;  // states of earlier releases: without them
-    std::vector<std::vector<Mb>> cands[] = {
-        dealer.epoch(), dealer.fill(), lumped ? dealer.fill(1.0) : std::vector<std::vector<Mb>>{},
-        lumped ? dealer.fill(0.75) : std::vector<std::vector<Mb>>{},
-        lumped ? dealer.fill(0.5) : std::vector<std::vector<Mb>>{}};
+    std::vector<std::vector<std::vector<Mb>>> cands = {dealer.epoch(), dealer.fill()};
+    if (pr.lumped_layouts())  // states of earlier releases: without them
+      for (const double share : {1.0, 0.75, 0.5}) cands.push_back(dealer.fill(share));
     const StepFigures a = step_figures(steps, W, pr);
     const bool held = pr.batch_kind != BatchKind::kFree && (pr.hold & kHoldBatch);
     int pick = -1;
     double best = a.seconds;
-    for (int k = 0; k < 5; ++k) {
+    for (int k = 0; k < int(cands.size()); ++k) {
       if (cands[k].empty()) continue;
       const StepFigures b = step_figures(cands[k], W, pr);
       const double need =
