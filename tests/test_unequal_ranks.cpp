@@ -85,6 +85,31 @@ Mixed a100_h100(const Manifest& m, PlannerConfig& c) {
   return {balanced(m, c), (a100 + h100) / 2};
 }
 
+// 8 A100 + 8 H100 on Taichi-HD + COCO (`sync`, `packing`): balanced at 90% of ideal or more,
+// within every rank's memory; `each` sees every micro-batch of its plan (step, rank, its
+// seconds at the A100's speed, its samples). Returns the plan's step count and ideal.
+std::pair<size_t, double> a100_h100_taichi(
+    const char* sync, bool packing,
+    const std::function<void(size_t, int, double, uint32_t)>& each) {
+  PlannerConfig c = wan16(sync, packing);
+  const auto [mixed, ideal] = a100_h100(real_manifest(), c);
+  std::printf("Taichi-HD + COCO %s packing=%d: ideal %.4f, balanced %.4f (%.1f%%)\n", sync,
+              int(packing), ideal, mixed.tput, 100 * mixed.tput / ideal);
+  EXPECT_GE(mixed.tput, 0.90 * ideal) << sync << " packing " << packing;
+  EXPECT_EQ(mixed.memory, "");
+  const Planner pl(real_manifest(), c);
+  const Plan p = pl.plan("balanced");
+  const SimEnv env = pl.sim_env(16);
+  MicroShape scratch;
+  for (size_t t = 0; t < p.num_steps(); ++t)
+    for (int r = 0; r < 16; ++r) {
+      const auto [b, e] = p.rank_range(t, r);
+      for (uint64_t k = b; k < e; ++k)
+        each(t, r, micro_batch_seconds(p, k, env, scratch), p.micro_batches[k].count);
+    }
+  return {p.num_steps(), ideal};
+}
+
 std::string what_of(const std::function<void()>& f) {
   try {
     f();
@@ -292,29 +317,20 @@ TEST(UnequalRanks, A100AndH100MicroSyncBucketedFastRanksTakeLargerMicroBatches) 
 // nearly idle) to 97%, the global batch's tokens per step then over about 0.5-2.1x their mean.
 TEST(UnequalRanks, A100AndH100StepSyncGivesTheSlowRanksLongClipsInLongerSteps) {
   for (const bool packing : {false, true}) {
-    PlannerConfig c = wan16("step", packing);
-    const auto [mixed, ideal] = a100_h100(real_manifest(), c);
-    std::printf("Taichi-HD + COCO step packing=%d: ideal %.4f, balanced %.4f (%.1f%%)\n",
-                int(packing), ideal, mixed.tput, 100 * mixed.tput / ideal);
-    EXPECT_GE(mixed.tput, 0.90 * ideal) << "packing " << packing;
-    EXPECT_EQ(mixed.memory, "");
-    const Planner pl(real_manifest(), c);
-    const Plan p = pl.plan("balanced");
-    const SimEnv env = pl.sim_env(16);
-    MicroShape scratch;
+    std::vector<size_t> in_step;  // per step, the A100s' micro-batches of a long clip
+    const size_t steps =
+        a100_h100_taichi("step", packing, [&](size_t t, int r, double s, uint32_t) {
+          if (in_step.size() <= t) in_step.resize(t + 1, 0);
+          in_step[t] += r < 8 && s > 30;  // the A100s (speed 1: seconds as the reference's)
+        }).first;
     size_t slow_long = 0, long_steps = 0;
-    for (size_t t = 0; t < p.num_steps(); ++t) {
-      size_t here = 0;
-      for (int r = 0; r < 8; ++r) {  // the A100s (speed 1: seconds as the reference's)
-        const auto [b, e] = p.rank_range(t, r);
-        for (uint64_t k = b; k < e; ++k) here += micro_batch_seconds(p, k, env, scratch) > 30;
-      }
-      slow_long += here, long_steps += here > 0;
-    }
+    for (size_t here : in_step) slow_long += here, long_steps += here > 0;
     // A100s hold long clips, in a part of the steps only.
     EXPECT_GT(slow_long, 100u) << "packing " << packing;
-    EXPECT_LT(long_steps, p.num_steps() / 2) << "packing " << packing;
-    EXPECT_EQ(p.num_steps(), pl.plan("equal_tokens").num_steps());  // the global batch's steps
+    EXPECT_LT(long_steps, steps / 2) << "packing " << packing;
+    PlannerConfig c = wan16("step", packing);
+    c.devices = "a100:8,h100:8";
+    EXPECT_EQ(steps, Planner(real_manifest(), c).plan("equal_tokens").num_steps());  // the batch's
   }
 }
 
@@ -326,30 +342,16 @@ TEST(UnequalRanks, A100AndH100StepSyncGivesTheSlowRanksLongClipsInLongerSteps) {
 // clips: from 54% of ideal (77% with the rationed slots alone) to 94%.
 TEST(UnequalRanks, A100AndH100MicroSyncGivesTheSlowRanksLongClipsInLumpedSlots) {
   for (const bool packing : {false, true}) {
-    PlannerConfig c = wan16("micro", packing);
-    const auto [mixed, ideal] = a100_h100(real_manifest(), c);
-    std::printf("Taichi-HD + COCO micro packing=%d: ideal %.4f, balanced %.4f (%.1f%%)\n",
-                int(packing), ideal, mixed.tput, 100 * mixed.tput / ideal);
-    EXPECT_GE(mixed.tput, 0.90 * ideal) << "packing " << packing;
-    EXPECT_EQ(mixed.memory, "");
-    const Planner pl(real_manifest(), c);
-    const Plan p = pl.plan("balanced");
-    const SimEnv env = pl.sim_env(16);
-    MicroShape scratch;
     size_t slow_long = 0, fast_three = 0;
-    for (size_t t = 0; t < p.num_steps(); ++t)
-      for (int r = 0; r < 16; ++r) {
-        const auto [b, e] = p.rank_range(t, r);
-        for (uint64_t k = b; k < e; ++k) {
-          const double s = micro_batch_seconds(p, k, env, scratch);  // A100 seconds
-          if (r < 8) slow_long += s > 30;
-          if (r >= 8) fast_three += p.micro_batches[k].count >= 3 && s > 90;
-        }
-      }
+    const double ideal =
+        a100_h100_taichi("micro", packing, [&](size_t, int r, double s, uint32_t count) {
+          if (r < 8) slow_long += s > 30;                  // A100 seconds
+          if (r >= 8) fast_three += count >= 3 && s > 90;  // H100s, 3 long clips
+        }).second;
     EXPECT_GT(slow_long, 100u) << "packing " << packing;   // A100s hold long clips
     EXPECT_GT(fast_three, 100u) << "packing " << packing;  // H100s 3 of them beside
     // The same cluster listed the other way round (the H100 then the reference device).
-    PlannerConfig h = c;
+    PlannerConfig h = wan16("micro", packing);
     h.devices = "h100:8,a100:8";
     const Outcome reversed = balanced(real_manifest(), h);
     EXPECT_GE(reversed.tput, 0.90 * ideal) << "packing " << packing;
